@@ -1,0 +1,3 @@
+"""sco — Spot Capacity Orchestrator."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""One package per real system, plus sim/, the trace-driven region simulator."""

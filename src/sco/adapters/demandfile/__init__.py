@@ -1,0 +1,1 @@
+"""Demand intake from a YAML file: constant or time-series demand per partition."""

@@ -1,0 +1,1 @@
+"""The trace-driven region simulator: a first-class provider on a virtual clock."""

@@ -1,0 +1,82 @@
+"""Table definitions used by queries. The schema itself is created by the migrations."""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+pools = Table(
+    "pools",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("region", String(64), nullable=False),
+    Column("hall", String(64), nullable=False),
+    Column("flavor", String(128), nullable=False),
+    Column("aggregate", String(128)),
+    Column("capacity_class", String(16), nullable=False),
+    Column("units_per_instance", Integer, nullable=False),
+    Column("price_per_h", Float, nullable=False),
+    Column("version", Integer, nullable=False),
+)
+
+instances = Table(
+    "instances",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("partition", String(128), nullable=False),
+    Column("pool", String(255), nullable=False),
+    Column("capacity_class", String(16), nullable=False),
+    Column("units", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("request_id", String(64), nullable=False),
+    Column("plan_generation", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("state_since", Float, nullable=False),
+    Column("server_id", String(64)),
+    Column("ready_at", Float),
+    Column("drain_by", Float),
+    Column("notice_deadline", Float),
+    Column("reason", Text, nullable=False),
+    Index("ix_instances_partition_state", "partition", "state"),
+    Index("ix_instances_request", "request_id"),
+)
+
+instance_history = Table(
+    "instance_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("instance_id", String(64), nullable=False),
+    Column("partition", String(128), nullable=False),
+    Column("pool", String(255), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("from_state", String(16)),
+    Column("to_state", String(16), nullable=False),
+    Column("trigger", String(32)),
+    Column("reason", Text, nullable=False),
+    Index("ix_history_instance", "instance_id"),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("pool", String(255), nullable=False),
+    Column("partition", String(128), nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_reservations_pool", "pool"),
+)
+
+plans = Table(
+    "plans",
+    metadata,
+    Column("partition", String(128), primary_key=True),
+    Column("generation", Integer, primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("spot", Text, nullable=False),
+    Column("guaranteed", Text, nullable=False),
+    Column("notes", Text, nullable=False),
+)

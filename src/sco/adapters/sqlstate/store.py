@@ -1,0 +1,355 @@
+"""FleetStore on SQLAlchemy 2 Core: SQLite by default, PostgreSQL with the same code.
+
+Every state change is an UPDATE guarded by the row's version (compare-and-swap)
+and one history row, in one transaction. Reservations bump the pool row's
+version in the same transaction, so two writers cannot both spend the same
+headroom.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from sco.adapters.sqlstate import schema as t
+from sco.domain.instances import Change, Instance, created
+from sco.domain.lifecycle import State
+from sco.domain.plans import Plan
+from sco.domain.pools import CapacityClass, Pool, PoolId
+from sco.ports import (
+    FleetCounts,
+    HistoryRow,
+    NewRequest,
+    PoolRecord,
+    Reservation,
+    StateConflict,
+)
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def sqlite_url(path: Path | str) -> str:
+    return f"sqlite:///{Path(path)}"
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    # WAL lets readers run beside the writer; NORMAL keeps commits durable at checkpoints.
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.close()
+
+
+def open_engine(url: str) -> Engine:
+    engine = create_engine(url)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+class SqlFleetStore:
+    """Fleet state behind the FleetStore port."""
+
+    def __init__(self, url: str, *, run_migrations: bool = True) -> None:
+        self.url = url
+        self.engine = open_engine(url)
+        if run_migrations:
+            migrate(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------ pools
+
+    def upsert_pools(self, pools: Sequence[Pool]) -> None:
+        with self.engine.begin() as conn:
+            known = {r.id for r in conn.execute(select(t.pools.c.id))}
+            for p in pools:
+                values = _pool_row(p)
+                if p.id in known:
+                    conn.execute(update(t.pools).where(t.pools.c.id == p.id).values(**values))
+                else:
+                    conn.execute(insert(t.pools).values(id=p.id, version=0, **values))
+
+    def pool_records(self) -> Mapping[PoolId, PoolRecord]:
+        with self.engine.connect() as conn:
+            versions = conn.execute(select(t.pools.c.id, t.pools.c.version)).all()
+            reserved = dict(
+                conn.execute(
+                    select(t.reservations.c.pool, func.sum(t.reservations.c.count)).group_by(
+                        t.reservations.c.pool
+                    )
+                ).all()
+            )
+        return {pid: PoolRecord(int(v), int(reserved.get(pid) or 0)) for pid, v in versions}
+
+    def pools(self) -> list[Pool]:
+        with self.engine.connect() as conn:
+            return [_pool_of(r) for r in conn.execute(select(t.pools))]
+
+    # ------------------------------------------------------------ instances
+
+    def instances(self, partition: str) -> list[Instance]:
+        q = select(t.instances).where(
+            t.instances.c.partition == partition, t.instances.c.state != State.GONE.value
+        )
+        with self.engine.connect() as conn:
+            return [_instance_of(r) for r in conn.execute(q)]
+
+    def instance(self, instance_id: str) -> Instance | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(select(t.instances).where(t.instances.c.id == instance_id)).first()
+            return _instance_of(r) if r else None
+
+    def record(self, changes: Sequence[Change]) -> None:
+        if not changes:
+            return
+        with self.engine.begin() as conn:
+            _record(conn, changes)
+
+    # ------------------------------------------------------------ reservations
+
+    def reserve(self, request: NewRequest) -> None:
+        res = request.reservation
+        with self.engine.begin() as conn:
+            bumped = conn.execute(
+                update(t.pools)
+                .where(t.pools.c.id == res.pool, t.pools.c.version == request.pool_version)
+                .values(version=t.pools.c.version + 1)
+            )
+            if bumped.rowcount != 1:
+                raise StateConflict(f"pool {res.pool} changed since version {request.pool_version}")
+            conn.execute(insert(t.reservations).values(**_reservation_row(res)))
+            _record(conn, [created(i, i.reason) for i in request.instances])
+
+    def settle_reservation(self, request_id: str, count: int) -> None:
+        with self.engine.begin() as conn:
+            where = t.reservations.c.request_id == request_id
+            if count <= 0:
+                conn.execute(delete(t.reservations).where(where))
+            else:
+                conn.execute(update(t.reservations).where(where).values(count=count))
+
+    def reservations(self) -> list[Reservation]:
+        with self.engine.connect() as conn:
+            return [_reservation_of(r) for r in conn.execute(select(t.reservations))]
+
+    def sweep_reservations(self, now: float) -> int:
+        with self.engine.begin() as conn:
+            gone = conn.execute(delete(t.reservations).where(t.reservations.c.expires_at <= now))
+            return int(gone.rowcount or 0)
+
+    # ------------------------------------------------------------ plans
+
+    def latest_plan(self, partition: str) -> Plan | None:
+        q = (
+            select(t.plans)
+            .where(t.plans.c.partition == partition)
+            .order_by(t.plans.c.generation.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            r = conn.execute(q).first()
+        if r is None:
+            return None
+        return Plan(
+            partition=r.partition,
+            generation=r.generation,
+            created_at=r.created_at,
+            spot=json.loads(r.spot),
+            guaranteed=json.loads(r.guaranteed),
+            notes=tuple(json.loads(r.notes)),
+        )
+
+    def save_plan(self, plan: Plan) -> None:
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    insert(t.plans).values(
+                        partition=plan.partition,
+                        generation=plan.generation,
+                        created_at=plan.created_at,
+                        spot=json.dumps(dict(plan.spot), sort_keys=True),
+                        guaranteed=json.dumps(dict(plan.guaranteed), sort_keys=True),
+                        notes=json.dumps(list(plan.notes)),
+                    )
+                )
+        except IntegrityError:
+            raise StateConflict(
+                f"plan generation {plan.generation} of {plan.partition} exists"
+            ) from None
+
+    # ------------------------------------------------------------ reading back
+
+    def history(self, instance_id: str | None = None) -> list[HistoryRow]:
+        q = select(t.instance_history).order_by(t.instance_history.c.id)
+        if instance_id is not None:
+            q = q.where(t.instance_history.c.instance_id == instance_id)
+        with self.engine.connect() as conn:
+            return [
+                HistoryRow(
+                    instance_id=r.instance_id,
+                    partition=r.partition,
+                    pool=r.pool,
+                    at=r.at,
+                    from_state=r.from_state,
+                    to_state=r.to_state,
+                    trigger=r.trigger,
+                    reason=r.reason,
+                )
+                for r in conn.execute(q)
+            ]
+
+    def counts(self) -> FleetCounts:
+        with self.engine.connect() as conn:
+            by_state = {
+                r.state: int(r.n)
+                for r in conn.execute(
+                    select(t.instances.c.state, func.count().label("n")).group_by(
+                        t.instances.c.state
+                    )
+                )
+            }
+            history = conn.execute(select(func.count()).select_from(t.instance_history)).scalar()
+            plans = conn.execute(select(func.count()).select_from(t.plans)).scalar()
+            res = conn.execute(select(func.count()).select_from(t.reservations)).scalar()
+        return FleetCounts(by_state, int(history or 0), int(plans or 0), int(res or 0))
+
+
+# ---------------------------------------------------------------- rows
+
+
+def _record(conn: Connection, changes: Sequence[Change]) -> None:
+    history: list[dict[str, Any]] = []
+    for ch in changes:
+        row = _instance_row(ch.after)
+        if ch.before is None:
+            conn.execute(insert(t.instances).values(**row))
+        else:
+            done = conn.execute(
+                update(t.instances)
+                .where(t.instances.c.id == ch.before.id, t.instances.c.version == ch.before.version)
+                .values(**row)
+            )
+            if done.rowcount != 1:
+                raise StateConflict(
+                    f"instance {ch.before.id} moved past version {ch.before.version}"
+                )
+        history.append(
+            {
+                "instance_id": ch.after.id,
+                "partition": ch.after.partition,
+                "pool": ch.after.pool,
+                "at": ch.at,
+                "from_state": ch.before.state.value if ch.before else None,
+                "to_state": ch.after.state.value,
+                "trigger": ch.trigger.value if ch.trigger else None,
+                "reason": ch.reason,
+            }
+        )
+    conn.execute(insert(t.instance_history), history)
+
+
+def _pool_row(p: Pool) -> dict[str, Any]:
+    return {
+        "region": p.region,
+        "hall": p.hall,
+        "flavor": p.flavor,
+        "aggregate": p.aggregate,
+        "capacity_class": p.capacity_class.value,
+        "units_per_instance": p.units_per_instance,
+        "price_per_h": p.price_per_h,
+    }
+
+
+def _pool_of(r: Any) -> Pool:
+    return Pool(
+        region=r.region,
+        hall=r.hall,
+        flavor=r.flavor,
+        capacity_class=CapacityClass(r.capacity_class),
+        units_per_instance=r.units_per_instance,
+        price_per_h=r.price_per_h,
+        aggregate=r.aggregate,
+    )
+
+
+def _instance_row(i: Instance) -> dict[str, Any]:
+    return {
+        "id": i.id,
+        "partition": i.partition,
+        "pool": i.pool,
+        "capacity_class": i.capacity_class.value,
+        "units": i.units,
+        "state": i.state.value,
+        "version": i.version,
+        "request_id": i.request_id,
+        "plan_generation": i.plan_generation,
+        "created_at": i.created_at,
+        "state_since": i.state_since,
+        "server_id": i.server_id,
+        "ready_at": i.ready_at,
+        "drain_by": i.drain_by,
+        "notice_deadline": i.notice_deadline,
+        "reason": i.reason,
+    }
+
+
+def _instance_of(r: Any) -> Instance:
+    return Instance(
+        id=r.id,
+        partition=r.partition,
+        pool=r.pool,
+        capacity_class=CapacityClass(r.capacity_class),
+        units=r.units,
+        state=State(r.state),
+        version=r.version,
+        request_id=r.request_id,
+        plan_generation=r.plan_generation,
+        created_at=r.created_at,
+        state_since=r.state_since,
+        server_id=r.server_id,
+        ready_at=r.ready_at,
+        drain_by=r.drain_by,
+        notice_deadline=r.notice_deadline,
+        reason=r.reason,
+    )
+
+
+def _reservation_row(r: Reservation) -> dict[str, Any]:
+    return {
+        "request_id": r.request_id,
+        "pool": r.pool,
+        "partition": r.partition,
+        "count": r.count,
+        "created_at": r.created_at,
+        "expires_at": r.expires_at,
+    }
+
+
+def _reservation_of(r: Any) -> Reservation:
+    return Reservation(
+        request_id=r.request_id,
+        pool=r.pool,
+        partition=r.partition,
+        count=r.count,
+        created_at=r.created_at,
+        expires_at=r.expires_at,
+    )

@@ -1,0 +1,1 @@
+"""Pure decisions: a snapshot and `now` in, a plan or actions out."""

@@ -1,0 +1,196 @@
+"""Acquirer and replacer: the difference between targets and instances, as actions.
+
+Pure: `diff` reads a snapshot and the plan's targets and returns what to do.
+Rules it keeps, whatever the inputs:
+- never ask a pool for more than its available headroom (headroom minus
+  everyone's pending reservations);
+- never take READY capacity below the floor by its own choice (reclaims and
+  failures are not its choice);
+- a noticed instance no longer counts, so its replacement starts at the
+  notice, and it is drained to leave by its deadline;
+- a node is drained before its server is deleted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+
+from sco.domain.instances import Instance, expired
+from sco.domain.lifecycle import State, Timeouts, Trigger
+from sco.domain.pools import PoolId
+from sco.domain.snapshot import PartitionSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ActConfig:
+    max_batch: int = 10  # instances in one create call
+    drain_s: float = 60.0  # time a node gets to leave when sco removes it
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.drain_s < 0:
+            raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    pool: PoolId
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    instance_id: str
+    drain_by: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    instance_id: str
+    trigger: Trigger  # DELETE_SENT or DELETE_RESENT
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    instance_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """A failed record whose server never existed: nothing to delete."""
+
+    instance_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Actions:
+    creates: tuple[Create, ...] = ()
+    drains: tuple[Drain, ...] = ()
+    deletes: tuple[Delete, ...] = ()
+    expirations: tuple[Expire, ...] = ()
+    closes: tuple[Close, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.creates or self.drains or self.deletes or self.expirations or self.closes)
+
+
+def diff(
+    snapshot: PartitionSnapshot,
+    targets: Mapping[PoolId, int],
+    cfg: ActConfig,
+    drained: Set[str] = frozenset(),
+) -> Actions:
+    """What to create, drain, delete, expire and close so instances move toward `targets`.
+
+    `drained` holds the ids of draining instances whose nodes have left.
+    """
+    now = snapshot.now
+    acts = _Acc()
+    handled: set[str] = set()
+    for inst in snapshot.instances:
+        if _timed_out(inst, now, cfg.timeouts, acts):
+            handled.add(inst.id)
+    for inst in snapshot.instances:
+        if inst.id not in handled:
+            _leaving(inst, now, drained, acts)
+    _toward_targets(snapshot, targets, cfg, handled, acts)
+    return acts.freeze()
+
+
+@dataclass
+class _Acc:
+    creates: list[Create] = field(default_factory=list)
+    drains: list[Drain] = field(default_factory=list)
+    deletes: list[Delete] = field(default_factory=list)
+    expirations: list[Expire] = field(default_factory=list)
+    closes: list[Close] = field(default_factory=list)
+
+    def freeze(self) -> Actions:
+        return Actions(
+            tuple(self.creates),
+            tuple(self.drains),
+            tuple(self.deletes),
+            tuple(self.expirations),
+            tuple(self.closes),
+        )
+
+
+def _timed_out(inst: Instance, now: float, timeouts: Timeouts, acts: _Acc) -> bool:
+    trigger = expired(inst, now, timeouts)
+    if trigger is None or trigger is Trigger.DRAIN_REQUESTED:
+        return False
+    why = f"{inst.state} timed out"
+    if trigger is Trigger.EXPIRED:
+        acts.expirations.append(Expire(inst.id, why))
+    elif inst.state is State.FAILED and inst.server_id is None:
+        acts.closes.append(Close(inst.id, "no server was created"))
+    else:
+        acts.deletes.append(Delete(inst.id, trigger, why))
+    return True
+
+
+def _leaving(inst: Instance, now: float, drained: Set[str], acts: _Acc) -> None:
+    """Instances on their way out: noticed, draining, failed."""
+    if inst.state is State.NOTICED:
+        drain_by = inst.notice_deadline if inst.notice_deadline is not None else now
+        acts.drains.append(Drain(inst.id, drain_by, "reclaim notice"))
+    elif inst.state is State.DRAINING:
+        if inst.id in drained:
+            acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, "node drained"))
+        elif inst.drain_by is not None and now >= inst.drain_by:
+            acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, "drain deadline passed"))
+    elif inst.state is State.FAILED:
+        if inst.server_id is None:
+            acts.closes.append(Close(inst.id, "no server was created"))
+        else:
+            acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, f"failed: {inst.reason}"))
+
+
+# Cheapest to give up first: not yet a server, then not yet a node, then newest ready.
+_REMOVAL_ORDER = {State.CREATING: 0, State.ACTIVE: 1, State.READY: 2}
+
+
+def _toward_targets(
+    snapshot: PartitionSnapshot,
+    targets: Mapping[PoolId, int],
+    cfg: ActConfig,
+    handled: Set[str],
+    acts: _Acc,
+) -> None:
+    live: dict[PoolId, list[Instance]] = defaultdict(list)
+    for inst in snapshot.instances:
+        if inst.is_live and inst.id not in handled:
+            live[inst.pool].append(inst)
+    ready_units = sum(i.units for i in snapshot.instances if i.is_ready and i.id not in handled)
+    floor = snapshot.demand.floor_units
+    for pool_id in sorted(set(targets) | set(live)):
+        want = targets.get(pool_id, 0)
+        have = live.get(pool_id, [])
+        if len(have) < want:
+            view = snapshot.pools.get(pool_id)
+            n = min(want - len(have), view.available if view else 0, cfg.max_batch)
+            if n > 0:
+                acts.creates.append(Create(pool_id, n))
+        elif len(have) > want:
+            surplus = len(have) - want
+            victims = sorted(
+                (i for i in have if i.state in _REMOVAL_ORDER),
+                key=lambda i: (_REMOVAL_ORDER[i.state], -i.created_at, i.id),
+            )
+            for inst in victims[:surplus]:
+                if inst.state is State.READY:
+                    if ready_units - inst.units < floor:
+                        continue  # the floor outranks the plan
+                    ready_units -= inst.units
+                    acts.drains.append(Drain(inst.id, snapshot.now + cfg.drain_s, "over target"))
+                else:
+                    acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, "over target"))

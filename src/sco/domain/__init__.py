@@ -1,0 +1,1 @@
+"""Pure types and rules. Imports nothing of ours and does no I/O."""

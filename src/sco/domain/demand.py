@@ -1,0 +1,67 @@
+"""Demand of one partition, in units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class SchedulerKind(StrEnum):
+    KUBERNETES = "kubernetes"
+    SLURM = "slurm"
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One scheduler cluster in one region: the unit of sharding and blast radius.
+
+    `flavors` restricts the pools the partition may use; empty means any flavor.
+    """
+
+    name: str
+    region: str
+    kind: SchedulerKind
+    flavors: frozenset[str] = frozenset()
+
+    def accepts(self, flavor: str) -> bool:
+        return not self.flavors or flavor in self.flavors
+
+
+class DemandError(ValueError):
+    """Demand numbers that cannot hold together; names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What a partition wants at one moment.
+
+    target: wanted now; floor: must be running on any class; max: never more;
+    guaranteed_budget: the most units that may run on guaranteed capacity.
+    """
+
+    target_units: int
+    floor_units: int
+    max_units: int
+    guaranteed_budget_units: int
+
+    def __post_init__(self) -> None:
+        for name in ("target_units", "floor_units", "max_units", "guaranteed_budget_units"):
+            if getattr(self, name) < 0:
+                raise DemandError(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.floor_units > self.max_units:
+            raise DemandError(
+                "floor_units", f"floor {self.floor_units} exceeds max {self.max_units}"
+            )
+        if self.target_units > self.max_units:
+            raise DemandError(
+                "target_units", f"target {self.target_units} exceeds max {self.max_units}"
+            )
+
+    @property
+    def wanted_units(self) -> int:
+        """Target, raised to the floor: the floor is a promise, the target a wish."""
+        return max(self.target_units, self.floor_units)

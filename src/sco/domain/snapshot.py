@@ -1,0 +1,47 @@
+"""What a controller observed, as one immutable value the decisions read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sco.domain.demand import Demand, Partition
+from sco.domain.instances import Instance
+from sco.domain.plans import Plan
+from sco.domain.pools import Pool, PoolId
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A pool as seen in one cycle.
+
+    headroom: more instances that fit now, per the provider (cached);
+    reserved: pending reservations of all partitions not yet seen as servers;
+    version: the pool row's compare-and-swap counter for reservations.
+    """
+
+    pool: Pool
+    headroom: int
+    reserved: int = 0
+    price_per_h: float | None = None
+    excluded: bool = False
+    recent_reclaims: int = 0
+    version: int = 0
+
+    @property
+    def available(self) -> int:
+        return max(0, self.headroom - self.reserved)
+
+    @property
+    def price(self) -> float:
+        return self.pool.price_per_h if self.price_per_h is None else self.price_per_h
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSnapshot:
+    partition: Partition
+    now: float
+    demand: Demand
+    pools: Mapping[PoolId, PoolView]
+    instances: tuple[Instance, ...]  # this partition's non-terminal records
+    plan: Plan | None = None

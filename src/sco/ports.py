@@ -1,0 +1,252 @@
+"""Ports: the narrow interfaces the runtime needs from the outside world.
+
+Each adapter package implements some of these; the controller knows only
+these. Errors are typed by what the caller should do next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from sco.domain.demand import Demand, Partition
+from sco.domain.instances import Change, Instance
+from sco.domain.plans import Plan
+from sco.domain.pools import Pool, PoolId
+
+# ---------------------------------------------------------------- errors
+
+
+class ProviderError(Exception):
+    """Base of everything a provider raises."""
+
+
+class InsufficientCapacity(ProviderError):
+    """The pool has no room now: try another pool; this one may recover."""
+
+    def __init__(self, pool: PoolId, message: str = "") -> None:
+        super().__init__(message or f"insufficient capacity in {pool}")
+        self.pool = pool
+
+
+class QuotaExceeded(ProviderError):
+    """A quota would be exceeded: nothing will fit until something is released."""
+
+
+class RetryableProviderError(ProviderError):
+    """A transient failure (5xx, timeout): the same call may succeed later.
+
+    After a timeout the call may or may not have taken effect; tags make the
+    outcome observable on the next list.
+    """
+
+
+class PermanentProviderError(ProviderError):
+    """The request is wrong (bad flavor, bad credential): retrying will not help."""
+
+
+class StateConflict(Exception):
+    """A compare-and-swap lost: someone else changed the row. Reload and retry."""
+
+
+# ---------------------------------------------------------------- time
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch of this clock."""
+        ...
+
+
+# ---------------------------------------------------------------- provider
+
+
+class ServerStatus(StrEnum):
+    BUILD = "build"
+    ACTIVE = "active"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    """A server as the provider lists it, with the tags sco put on it."""
+
+    server_id: str
+    partition: str
+    pool: PoolId
+    request_id: str
+    plan_generation: int
+    status: ServerStatus
+    created_at: float
+    notice_deadline: float | None = None  # set when the provider announced a reclaim
+    fault: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    """Servers the provider accepted; fewer than asked when the pool ran short."""
+
+    server_ids: tuple[str, ...]
+    shortfall_reason: str = ""
+
+
+class Provider(Protocol):
+    def pools(self) -> Sequence[Pool]:
+        """Every pool this provider offers."""
+        ...
+
+    def headroom(self, pools: Sequence[PoolId]) -> Mapping[PoolId, int]:
+        """How many more instances of each pool fit now (>= 0)."""
+        ...
+
+    def prices(self, pools: Sequence[PoolId]) -> Mapping[PoolId, float]:
+        """Current price per instance-hour of each pool."""
+        ...
+
+    def create(
+        self, pool: PoolId, count: int, request_id: str, partition: str, plan_generation: int
+    ) -> CreateResult:
+        """Create up to `count` servers in `pool`, tagged for adoption.
+
+        Accepts part of a batch when the pool is short. Raises
+        InsufficientCapacity when none fit, QuotaExceeded, RetryableProviderError
+        (the outcome is unknown; list to find out) or PermanentProviderError.
+        """
+        ...
+
+    def delete(self, server_ids: Sequence[str]) -> None:
+        """Delete servers; deleting one already gone is not an error."""
+        ...
+
+    def list(self, partition: str) -> Sequence[ServerView]:
+        """Servers tagged with `partition`, as they are now."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    joined: bool
+    drained: bool
+
+
+class SchedulerCluster(Protocol):
+    """The node plane as the controller sees it: membership and draining."""
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        """Node state by server id."""
+        ...
+
+    def drain(self, partition: str, server_id: str, drain_by: float) -> None:
+        """Tell a node to leave its scheduler by `drain_by`."""
+        ...
+
+
+# ---------------------------------------------------------------- demand
+
+
+class DemandSource(Protocol):
+    def partitions(self) -> Sequence[Partition]: ...
+
+    def demand(self, partition: str, now: float) -> Demand: ...
+
+    def next_change_after(self, now: float) -> float | None:
+        """When some partition's demand next changes, if known (simulation uses it)."""
+        ...
+
+
+# ---------------------------------------------------------------- fleet state
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    request_id: str
+    pool: PoolId
+    partition: str
+    count: int
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRecord:
+    """A pool row's compare-and-swap version and its pending reservations."""
+
+    version: int
+    reserved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewRequest:
+    """A create about to be sent: its reservation and the records it will fill."""
+
+    reservation: Reservation
+    instances: tuple[Instance, ...]
+    pool_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    instance_id: str
+    partition: str
+    pool: PoolId
+    at: float
+    from_state: str | None
+    to_state: str
+    trigger: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCounts:
+    instances_by_state: Mapping[str, int] = field(default_factory=dict)
+    history_rows: int = 0
+    plans: int = 0
+    reservations: int = 0
+
+
+class FleetStore(Protocol):
+    def upsert_pools(self, pools: Sequence[Pool]) -> None: ...
+
+    def pool_records(self) -> Mapping[PoolId, PoolRecord]:
+        """Pools with their CAS version and pending reservation counts."""
+        ...
+
+    def instances(self, partition: str) -> list[Instance]:
+        """Non-terminal records of `partition`."""
+        ...
+
+    def record(self, changes: Sequence[Change]) -> None:
+        """Persist changes with compare-and-swap and one history row each, atomically.
+
+        Raises StateConflict if any record's version moved; nothing is written then.
+        """
+        ...
+
+    def reserve(self, request: NewRequest) -> None:
+        """Write a reservation and its REQUESTED records, if the pool's version still matches.
+
+        Raises StateConflict when another writer reserved in the pool meanwhile.
+        """
+        ...
+
+    def settle_reservation(self, request_id: str, count: int) -> None:
+        """Shrink a reservation to `count` (servers accepted but not yet observed); 0 drops it."""
+        ...
+
+    def reservations(self) -> list[Reservation]: ...
+
+    def sweep_reservations(self, now: float) -> int:
+        """Drop expired reservations; returns how many."""
+        ...
+
+    def latest_plan(self, partition: str) -> Plan | None: ...
+
+    def save_plan(self, plan: Plan) -> None:
+        """Store a new generation; raises StateConflict if that generation exists."""
+        ...
+
+    def history(self, instance_id: str | None = None) -> list[HistoryRow]: ...
+
+    def counts(self) -> FleetCounts: ...

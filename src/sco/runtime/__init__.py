@@ -1,0 +1,1 @@
+"""The imperative shell: controllers, runners, and what they need at run time."""

@@ -1,0 +1,473 @@
+"""One controller per partition: observe, sync, plan, arbitrate, act, publish.
+
+Decisions are the pure functions of `sco.decide`; this module does the I/O
+around them. It keeps the partition's records in memory (it is their only
+writer) and writes every change through the store's compare-and-swap; on a
+conflict it drops its cache and reloads on the next cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sco.decide.acquirer import ActConfig, Actions, Create, diff
+from sco.decide.policies import Decision, Policy
+from sco.domain.demand import Partition
+from sco.domain.instances import Change, Instance, created, step
+from sco.domain.lifecycle import HAS_SERVER, State, Trigger
+from sco.domain.plans import Plan
+from sco.domain.pools import CapacityClass, Pool, PoolId
+from sco.domain.snapshot import PartitionSnapshot, PoolView
+from sco.ports import (
+    Clock,
+    DemandSource,
+    FleetStore,
+    InsufficientCapacity,
+    NewRequest,
+    NodeView,
+    PoolRecord,
+    PermanentProviderError,
+    Provider,
+    ProviderError,
+    QuotaExceeded,
+    Reservation,
+    RetryableProviderError,
+    SchedulerCluster,
+    ServerStatus,
+    ServerView,
+    StateConflict,
+)
+from sco.runtime.clock import IdSource
+from sco.runtime.signals import ReclaimMemory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    act: ActConfig = field(default_factory=ActConfig)
+    reservation_ttl_s: float = 600.0  # a reservation not seen as servers by then is swept
+    list_grace_s: float = 60.0  # a new server may take this long to show in listings
+    sweep_every_s: float = 300.0  # how often stale reservations are swept
+    pool_refresh_s: float = 300.0  # planning may use pool reservation counts this old;
+    # a create always re-reads them before it reserves
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    partition: str
+    at: float
+    plan_generation: int
+    transitions: int
+    created: int
+    drained: int
+    deleted: int
+    degraded: str = ""
+    notes: tuple[str, ...] = ()
+
+
+class PartitionController:
+    """Reconciles one partition toward its plan, one cycle at a time."""
+
+    def __init__(
+        self,
+        partition: Partition,
+        *,
+        provider: Provider,
+        nodes: SchedulerCluster,
+        store: FleetStore,
+        demand: DemandSource,
+        policy: Policy,
+        clock: Clock,
+        ids: IdSource,
+        config: ControllerConfig | None = None,
+        reclaims: ReclaimMemory | None = None,
+    ) -> None:
+        self.partition = partition
+        self.provider = provider
+        self.nodes = nodes
+        self.store = store
+        self.demand = demand
+        self.policy = policy
+        self.clock = clock
+        self.ids = ids
+        self.config = config or ControllerConfig()
+        self.reclaims = reclaims or ReclaimMemory()
+        self._pools: dict[PoolId, Pool] = {
+            p.id: p for p in provider.pools() if partition.accepts(p.flavor)
+        }
+        self._records: dict[str, Instance] | None = None
+        self._plan: Plan | None = None
+        self._plan_loaded = False
+        self._open_requests: set[str] = set()
+        self._last_sweep = float("-inf")
+        self._pool_records: Mapping[PoolId, PoolRecord] = {}
+        self._pool_records_at = float("-inf")
+
+    # ------------------------------------------------------------ the cycle
+
+    def cycle(self) -> CycleReport:
+        now = self.clock.now()
+        try:
+            servers = self.provider.list(self.partition.name)
+            nodes = self.nodes.nodes(self.partition.name)
+        except ProviderError as e:
+            log.warning("partition %s: observe failed, not acting: %s", self.partition.name, e)
+            return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
+        records = self._load()
+        synced = self._sync(records, servers, nodes, now)
+        snapshot = self._snapshot(now)
+        decision = self.policy.decide(snapshot)
+        plan = self._publish_plan(decision, now)
+        drained = frozenset(
+            i.id
+            for i in self._live()
+            if i.state is State.DRAINING and i.server_id and nodes.get(i.server_id, _GONE).drained
+        )
+        actions = diff(snapshot, plan.targets(), self.config.act, drained)
+        transitions, created_n = self._act(actions, snapshot, plan, now)
+        self._sweep(now)
+        return self._report(now, synced + transitions, actions, created_n, notes=decision.notes)
+
+    def _report(
+        self,
+        now: float,
+        transitions: int,
+        actions: Actions,
+        created_n: int,
+        degraded: str = "",
+        notes: tuple[str, ...] = (),
+    ) -> CycleReport:
+        return CycleReport(
+            partition=self.partition.name,
+            at=now,
+            plan_generation=self._plan.generation if self._plan else 0,
+            transitions=transitions,
+            created=created_n,
+            drained=len(actions.drains),
+            deleted=len(actions.deletes),
+            degraded=degraded,
+            notes=notes,
+        )
+
+    # ------------------------------------------------------------ state cache
+
+    def _load(self) -> dict[str, Instance]:
+        if self._records is None:
+            self._records = {i.id: i for i in self.store.instances(self.partition.name)}
+            self._open_requests = {
+                r.request_id
+                for r in self.store.reservations()
+                if r.partition == self.partition.name
+            }
+        if not self._plan_loaded:
+            self._plan = self.store.latest_plan(self.partition.name)
+            self._plan_loaded = True
+        return self._records
+
+    def _live(self) -> list[Instance]:
+        return list((self._records or {}).values())
+
+    def _commit(self, changes: Sequence[Change]) -> int:
+        """Persist changes and update the cache; on conflict drop the cache."""
+        if not changes:
+            return 0
+        try:
+            self.store.record(changes)
+        except StateConflict as e:
+            log.warning("partition %s: %s; reloading", self.partition.name, e)
+            self._records = None
+            return 0
+        assert self._records is not None
+        for ch in changes:
+            if ch.after.state is State.GONE:
+                self._records.pop(ch.after.id, None)
+            else:
+                self._records[ch.after.id] = ch.after
+        return len(changes)
+
+    # ------------------------------------------------------------ sync
+
+    def _sync(
+        self,
+        records: Mapping[str, Instance],
+        servers: Sequence[ServerView],
+        nodes: Mapping[str, NodeView],
+        now: float,
+    ) -> int:
+        """Apply what was observed: passive transitions, adoption, disappearance."""
+        by_server = {i.server_id: i for i in records.values() if i.server_id}
+        requested: dict[str, list[Instance]] = {}
+        for i in records.values():
+            if i.state is State.REQUESTED:
+                requested.setdefault(i.request_id, []).append(i)
+        changes: list[Change] = []
+        seen_requests: set[str] = set()
+        for view in servers:
+            seen_requests.add(view.request_id)
+            inst = by_server.get(view.server_id)
+            if inst is None:
+                waiting = requested.get(view.request_id)
+                if waiting:
+                    ch = step(waiting.pop(0), Trigger.CREATE_ACCEPTED, now,
+                              "server found by request id", server_id=view.server_id)
+                else:
+                    ch = created(self._adopt(view, now), "adopted: tagged server without record")
+                changes.append(ch)
+                inst = ch.after
+            changes.extend(self._observed(inst, view, nodes.get(view.server_id, _GONE), now))
+        listed = {v.server_id for v in servers}
+        for inst in records.values():
+            if inst.server_id and inst.server_id not in listed and inst.state in HAS_SERVER:
+                if now - inst.created_at < self.config.list_grace_s:
+                    continue  # listings lag creates
+                changes.append(self._vanished(inst, now))
+        for request_id in seen_requests & self._open_requests:
+            self.store.settle_reservation(request_id, 0)
+            self._open_requests.discard(request_id)
+        return self._commit(changes)
+
+    def _adopt(self, view: ServerView, now: float) -> Instance:
+        pool = self._pools.get(view.pool)
+        if pool is None:
+            log.warning("adopting %s in unknown pool %s", view.server_id, view.pool)
+        state = State.ACTIVE if view.status is ServerStatus.ACTIVE else State.CREATING
+        return Instance(
+            id=self.ids.new("inst"),
+            partition=self.partition.name,
+            pool=view.pool,
+            capacity_class=pool.capacity_class if pool else CapacityClass.SPOT,
+            units=pool.units_per_instance if pool else 1,
+            state=state,
+            version=0,
+            request_id=view.request_id,
+            plan_generation=view.plan_generation,
+            created_at=view.created_at,
+            state_since=now,
+            server_id=view.server_id,
+            reason="adopted",
+        )
+
+    def _observed(
+        self, inst: Instance, view: ServerView, node: NodeView, now: float
+    ) -> list[Change]:
+        """Passive transitions of one listed server, chained (CREATING may reach READY)."""
+        out: list[Change] = []
+
+        def go(trigger: Trigger, reason: str, **fields: object) -> None:
+            nonlocal inst
+            ch = step(inst, trigger, now, reason, **fields)
+            out.append(ch)
+            inst = ch.after
+
+        if view.status is ServerStatus.ERROR and inst.state in _CAN_ERROR:
+            go(Trigger.SERVER_ERROR, view.fault or "server in ERROR")
+            return out
+        if view.notice_deadline is not None and inst.state in _CAN_NOTICE:
+            self.reclaims.note(inst.pool, now)
+            go(Trigger.RECLAIM_NOTICE, "reclaim notice", notice_deadline=view.notice_deadline)
+            return out
+        if view.status is ServerStatus.ACTIVE and inst.state is State.CREATING:
+            go(Trigger.SERVER_ACTIVE, "server ACTIVE")
+        if node.joined and inst.state is State.ACTIVE:
+            go(Trigger.NODE_JOINED, "node joined its scheduler")
+        return out
+
+    def _vanished(self, inst: Instance, now: float) -> Change:
+        if inst.state in (State.TERMINATING, State.FAILED):
+            return step(inst, Trigger.SERVER_GONE, now, "server deleted")
+        if inst.is_spot:
+            self.reclaims.note(inst.pool, now)
+        return step(inst, Trigger.SERVER_VANISHED, now, "server vanished without our delete")
+
+    # ------------------------------------------------------------ plan
+
+    def _snapshot(self, now: float) -> PartitionSnapshot:
+        ids = list(self._pools)
+        headroom = self.provider.headroom(ids)
+        prices = self.provider.prices(ids)
+        records = self._records_of_pools(now)
+        views = {
+            p: PoolView(
+                pool=pool,
+                headroom=headroom.get(p, 0),
+                reserved=records[p].reserved if p in records else 0,
+                price_per_h=prices.get(p),
+                recent_reclaims=self.reclaims.count(p, now),
+                version=records[p].version if p in records else 0,
+            )
+            for p, pool in self._pools.items()
+        }
+        return PartitionSnapshot(
+            partition=self.partition,
+            now=now,
+            demand=self.demand.demand(self.partition.name, now),
+            pools=views,
+            instances=tuple(self._live()),
+            plan=self._plan,
+        )
+
+    def _records_of_pools(self, now: float, fresh: bool = False) -> Mapping[PoolId, PoolRecord]:
+        if fresh or now - self._pool_records_at >= self.config.pool_refresh_s:
+            self._pool_records = self.store.pool_records()
+            self._pool_records_at = now
+        return self._pool_records
+
+    def _publish_plan(self, decision: Decision, now: float) -> Plan:
+        current = self._plan
+        if current is not None and current.same_targets(decision.spot, decision.guaranteed):
+            return current
+        plan = Plan(
+            partition=self.partition.name,
+            generation=(current.generation if current else 0) + 1,
+            created_at=now,
+            spot=dict(decision.spot),
+            guaranteed=dict(decision.guaranteed),
+            notes=decision.notes,
+        )
+        try:
+            self.store.save_plan(plan)
+        except StateConflict as e:
+            log.warning("partition %s: %s; reloading plan", self.partition.name, e)
+            self._plan_loaded = False
+            return current or plan
+        log.info(
+            "partition %s: plan generation %d spot=%s guaranteed=%s %s",
+            self.partition.name, plan.generation, plan.targets(), dict(plan.guaranteed),
+            "; ".join(plan.notes),
+        )
+        self._plan = plan
+        return plan
+
+    # ------------------------------------------------------------ act
+
+    def _act(
+        self, actions: Actions, snapshot: PartitionSnapshot, plan: Plan, now: float
+    ) -> tuple[int, int]:
+        records = self._records or {}
+        changes: list[Change] = []
+        for e in actions.expirations:
+            changes.append(step(records[e.instance_id], Trigger.EXPIRED, now, e.reason))
+        for c in actions.closes:
+            changes.append(step(records[c.instance_id], Trigger.SERVER_GONE, now, c.reason))
+        for d in actions.drains:
+            inst = records[d.instance_id]
+            if inst.server_id:
+                self.nodes.drain(self.partition.name, inst.server_id, d.drain_by)
+            changes.append(step(inst, Trigger.DRAIN_REQUESTED, now, d.reason, drain_by=d.drain_by))
+        changes.extend(self._delete(actions, records, now))
+        n = self._commit(changes)
+        created_n = 0
+        for create in actions.creates:
+            k, recorded = self._create(create, snapshot, plan, now)
+            created_n += k
+            n += recorded
+        return n, created_n
+
+    def _delete(
+        self, actions: Actions, records: Mapping[str, Instance], now: float
+    ) -> list[Change]:
+        targets = [(records[d.instance_id], d) for d in actions.deletes]
+        server_ids = [i.server_id for i, _ in targets if i.server_id]
+        if server_ids:
+            try:
+                self.provider.delete(server_ids)
+            except ProviderError as e:
+                log.warning("partition %s: delete failed, will retry: %s", self.partition.name, e)
+                return []
+        return [step(i, d.trigger, now, d.reason) for i, d in targets]
+
+    def _create(
+        self, create: Create, snapshot: PartitionSnapshot, plan: Plan, now: float
+    ) -> tuple[int, int]:
+        """Reserve, record REQUESTED, create, record the outcome. Returns (created, changes)."""
+        view = snapshot.pools[create.pool]
+        fresh = self._records_of_pools(now, fresh=True).get(create.pool)
+        if fresh is None:
+            return 0, 0
+        count = min(create.count, view.headroom - fresh.reserved)
+        if count <= 0:
+            return 0, 0
+        request_id = self.ids.new("req")
+        pool = view.pool
+        instances = tuple(
+            Instance(
+                id=self.ids.new("inst"),
+                partition=self.partition.name,
+                pool=pool.id,
+                capacity_class=pool.capacity_class,
+                units=pool.units_per_instance,
+                state=State.REQUESTED,
+                version=0,
+                request_id=request_id,
+                plan_generation=plan.generation,
+                created_at=now,
+                state_since=now,
+                reason="plan wants more",
+            )
+            for _ in range(count)
+        )
+        reservation = Reservation(
+            request_id, pool.id, self.partition.name, count, now,
+            now + self.config.reservation_ttl_s,
+        )
+        try:
+            self.store.reserve(NewRequest(reservation, instances, fresh.version))
+        except StateConflict as e:
+            log.info("partition %s: reservation lost a race: %s", self.partition.name, e)
+            return 0, 0
+        assert self._records is not None
+        for i in instances:
+            self._records[i.id] = i
+        self._open_requests.add(request_id)
+        try:
+            result = self.provider.create(
+                pool.id, count, request_id, self.partition.name, plan.generation
+            )
+        except RetryableProviderError as e:
+            # The outcome is unknown: records stay REQUESTED until listed or expired.
+            log.warning("partition %s: create %s unknown: %s", self.partition.name, request_id, e)
+            return 0, len(instances)
+        except (InsufficientCapacity, QuotaExceeded, PermanentProviderError) as e:
+            self._refused(instances, request_id, str(e), now)
+            return 0, len(instances)
+        accepted = [
+            step(inst, Trigger.CREATE_ACCEPTED, now, "create accepted", server_id=sid)
+            for inst, sid in zip(instances, result.server_ids, strict=False)
+        ]
+        refused = [
+            step(inst, Trigger.CREATE_FAILED, now, result.shortfall_reason or "not accepted")
+            for inst in instances[len(result.server_ids) :]
+        ]
+        self.store.settle_reservation(request_id, len(accepted))
+        if not accepted:
+            self._open_requests.discard(request_id)
+        return len(accepted), len(instances) + self._commit(accepted + refused)
+
+    def _refused(
+        self, instances: Sequence[Instance], request_id: str, why: str, now: float
+    ) -> None:
+        log.info("partition %s: create %s refused: %s", self.partition.name, request_id, why)
+        self.store.settle_reservation(request_id, 0)
+        self._open_requests.discard(request_id)
+        self._commit([step(i, Trigger.CREATE_FAILED, now, why) for i in instances])
+
+    def _sweep(self, now: float) -> None:
+        if now - self._last_sweep < self.config.sweep_every_s:
+            return
+        self._last_sweep = now
+        swept = self.store.sweep_reservations(now)
+        if swept:
+            log.info("swept %d stale reservations", swept)
+            self._open_requests = {
+                r.request_id
+                for r in self.store.reservations()
+                if r.partition == self.partition.name
+            }
+
+
+_GONE = NodeView(joined=False, drained=False)
+_CAN_ERROR = frozenset({State.CREATING, State.ACTIVE, State.READY})
+_CAN_NOTICE = frozenset({State.CREATING, State.ACTIVE, State.READY})
