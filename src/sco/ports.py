@@ -217,8 +217,9 @@ class FleetStore(Protocol):
         """Non-terminal records of `partition`."""
         ...
 
-    def record(self, changes: Sequence[Change]) -> None:
-        """Persist changes with compare-and-swap and one history row each, atomically.
+    def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
+        """Persist changes with compare-and-swap and one history row each, atomically,
+        with reservations settled (request id -> count still pending) in the same transaction.
 
         Raises StateConflict if any record's version moved; nothing is written then.
         """

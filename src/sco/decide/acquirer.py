@@ -6,6 +6,8 @@ Rules it keeps, whatever the inputs:
   everyone's pending reservations);
 - never take READY capacity below the floor by its own choice (reclaims and
   failures are not its choice);
+- move spot make-before-break: a ready spot node over its pool's target is
+  drained only while the partition keeps at least what it wants ready;
 - a noticed instance no longer counts, so its replacement starts at the
   notice, and it is drained to leave by its deadline;
 - a node is drained before its server is deleted.
@@ -172,6 +174,7 @@ def _toward_targets(
             live[inst.pool].append(inst)
     ready_units = sum(i.units for i in snapshot.instances if i.is_ready and i.id not in handled)
     floor = snapshot.demand.floor_units
+    keep_for_spot = max(floor, snapshot.demand.wanted_units)
     for pool_id in sorted(set(targets) | set(live)):
         want = targets.get(pool_id, 0)
         have = live.get(pool_id, [])
@@ -188,8 +191,8 @@ def _toward_targets(
             )
             for inst in victims[:surplus]:
                 if inst.state is State.READY:
-                    if ready_units - inst.units < floor:
-                        continue  # the floor outranks the plan
+                    if ready_units - inst.units < (keep_for_spot if inst.is_spot else floor):
+                        continue  # the floor outranks the plan; spot moves only once replaced
                     ready_units -= inst.units
                     acts.drains.append(Drain(inst.id, snapshot.now + cfg.drain_s, "over target"))
                 else:

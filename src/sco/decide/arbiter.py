@@ -120,9 +120,7 @@ def _shrink(
     total = sum(n * unit_of(p) for p, n in targets.items())
     for _ in range(max_release):
         # The most expensive pool with the most held goes first.
-        candidates = [
-            p for p, n in targets.items() if n > 0 and total - unit_of(p) >= keep_units
-        ]
+        candidates = [p for p, n in targets.items() if n > 0 and total - unit_of(p) >= keep_units]
         if not candidates:
             break
         p = max(candidates, key=lambda p: (views[p].price if p in views else 0.0, targets[p], p))

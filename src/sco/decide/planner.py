@@ -62,12 +62,12 @@ def score_pools(views: Iterable[PoolView], cfg: PlannerConfig) -> dict[PoolId, P
     views = list(views)
     if not views:
         return {}
-    prices = [v.price for v in views]
-    lo, hi = min(prices), max(prices)
+    lo = min(v.price for v in views)
     most_room = max(v.available for v in views) or 1
     scores: dict[PoolId, PoolScore] = {}
     for v in views:
-        cheap = 1.0 if hi == lo else (hi - v.price) / (hi - lo)
+        # A ratio, not min-max: a 5 % dearer pool scores 5 % lower, not zero.
+        cheap = lo / v.price if v.price > 0 else 1.0
         room = v.available / most_room
         calm = 1.0 / (1.0 + v.recent_reclaims)
         value = cfg.price_weight * cheap + cfg.headroom_weight * room + cfg.reclaim_weight * calm
@@ -94,9 +94,7 @@ def plan_spot(snapshot: PartitionSnapshot, cfg: PlannerConfig) -> SpotPlan:
     unit = min(v.pool.units_per_instance for v in candidates)
     need = spot_need_units(snapshot, cfg, unit)
     # An excluded pool keeps what it holds but gets nothing new.
-    capacity = {
-        v.pool.id: held[v.pool.id] + (0 if v.excluded else v.available) for v in candidates
-    }
+    capacity = {v.pool.id: held[v.pool.id] + (0 if v.excluded else v.available) for v in candidates}
     scores = score_pools(candidates, cfg)
     views = {v.pool.id: v for v in candidates}
     n_est = max(1, math.ceil(need / unit))

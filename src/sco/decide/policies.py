@@ -24,7 +24,8 @@ class Decision:
 
 
 class Policy(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def decide(self, snapshot: PartitionSnapshot) -> Decision: ...
 

@@ -60,9 +60,7 @@ class Change:
     reason: str
 
 
-def step(
-    instance: Instance, trigger: Trigger, at: float, reason: str, **fields: Any
-) -> Change:
+def step(instance: Instance, trigger: Trigger, at: float, reason: str, **fields: Any) -> Change:
     """Move `instance` along the edge named by `trigger`, setting `fields` too.
 
     Raises IllegalTransition when the table has no such edge.

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from enum import StrEnum
+from functools import cache
 
 
 class State(StrEnum):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sco.domain.demand import Demand, Partition
 from sco.domain.instances import Instance
@@ -27,10 +27,10 @@ class PoolView:
     excluded: bool = False
     recent_reclaims: int = 0
     version: int = 0
+    available: int = field(init=False, compare=False)  # headroom less reservations, >= 0
 
-    @property
-    def available(self) -> int:
-        return max(0, self.headroom - self.reserved)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "available", max(0, self.headroom - self.reserved))
 
     @property
     def price(self) -> float:

@@ -90,7 +90,10 @@ class Series:
 
 
 class Accountant:
-    """Implements the simulator's observer; `finish` gives the metrics."""
+    """Implements the simulator's observer; `finish` gives the metrics.
+
+    The observer methods take the whole event; not every metric needs every field.
+    """
 
     def __init__(
         self,
@@ -128,7 +131,9 @@ class Accountant:
                 p.ok_target_s += dt
             if p.running >= p.floor:
                 p.ok_floor_s += dt
-            p.baseline_cost += math.ceil(max(p.target, p.floor) / self.unit) * self.g_price * dt / 3600
+            p.baseline_cost += (
+                math.ceil(max(p.target, p.floor) / self.unit) * self.g_price * dt / 3600
+            )
         p.t = max(p.t, t)
 
     def _flush_pool(self, pool: PoolId, t: float) -> None:
@@ -181,7 +186,9 @@ class Accountant:
         self._pools[pool].capacity = instances
         self._pool_point(pool, t)
 
-    def reclaimed(self, t: float, partition: str, pool: PoolId, units: int, notice_s: float) -> None:
+    def reclaimed(
+        self, t: float, partition: str, pool: PoolId, units: int, notice_s: float
+    ) -> None:
         if partition in self._parts:
             p = self._parts[partition]
             p.reclaims += 1

@@ -27,8 +27,8 @@ from sco.ports import (
     InsufficientCapacity,
     NewRequest,
     NodeView,
-    PoolRecord,
     PermanentProviderError,
+    PoolRecord,
     Provider,
     ProviderError,
     QuotaExceeded,
@@ -170,12 +170,13 @@ class PartitionController:
     def _live(self) -> list[Instance]:
         return list((self._records or {}).values())
 
-    def _commit(self, changes: Sequence[Change]) -> int:
-        """Persist changes and update the cache; on conflict drop the cache."""
-        if not changes:
+    def _commit(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> int:
+        """Persist changes (and settle reservations) and update the cache; on conflict
+        drop the cache."""
+        if not changes and not settle:
             return 0
         try:
-            self.store.record(changes)
+            self.store.record(changes, settle)
         except StateConflict as e:
             log.warning("partition %s: %s; reloading", self.partition.name, e)
             self._records = None
@@ -211,8 +212,13 @@ class PartitionController:
             if inst is None:
                 waiting = requested.get(view.request_id)
                 if waiting:
-                    ch = step(waiting.pop(0), Trigger.CREATE_ACCEPTED, now,
-                              "server found by request id", server_id=view.server_id)
+                    ch = step(
+                        waiting.pop(0),
+                        Trigger.CREATE_ACCEPTED,
+                        now,
+                        "server found by request id",
+                        server_id=view.server_id,
+                    )
                 else:
                     ch = created(self._adopt(view, now), "adopted: tagged server without record")
                 changes.append(ch)
@@ -224,10 +230,9 @@ class PartitionController:
                 if now - inst.created_at < self.config.list_grace_s:
                     continue  # listings lag creates
                 changes.append(self._vanished(inst, now))
-        for request_id in seen_requests & self._open_requests:
-            self.store.settle_reservation(request_id, 0)
-            self._open_requests.discard(request_id)
-        return self._commit(changes)
+        observed = seen_requests & self._open_requests
+        self._open_requests -= observed
+        return self._commit(changes, dict.fromkeys(observed, 0))
 
     def _adopt(self, view: ServerView, now: float) -> Instance:
         pool = self._pools.get(view.pool)
@@ -335,7 +340,10 @@ class PartitionController:
             return current or plan
         log.info(
             "partition %s: plan generation %d spot=%s guaranteed=%s %s",
-            self.partition.name, plan.generation, plan.targets(), dict(plan.guaranteed),
+            self.partition.name,
+            plan.generation,
+            plan.targets(),
+            dict(plan.guaranteed),
             "; ".join(plan.notes),
         )
         self._plan = plan
@@ -410,7 +418,11 @@ class PartitionController:
             for _ in range(count)
         )
         reservation = Reservation(
-            request_id, pool.id, self.partition.name, count, now,
+            request_id,
+            pool.id,
+            self.partition.name,
+            count,
+            now,
             now + self.config.reservation_ttl_s,
         )
         try:
@@ -441,18 +453,17 @@ class PartitionController:
             step(inst, Trigger.CREATE_FAILED, now, result.shortfall_reason or "not accepted")
             for inst in instances[len(result.server_ids) :]
         ]
-        self.store.settle_reservation(request_id, len(accepted))
         if not accepted:
             self._open_requests.discard(request_id)
-        return len(accepted), len(instances) + self._commit(accepted + refused)
+        recorded = self._commit(accepted + refused, {request_id: len(accepted)})
+        return len(accepted), len(instances) + recorded
 
     def _refused(
         self, instances: Sequence[Instance], request_id: str, why: str, now: float
     ) -> None:
         log.info("partition %s: create %s refused: %s", self.partition.name, request_id, why)
-        self.store.settle_reservation(request_id, 0)
         self._open_requests.discard(request_id)
-        self._commit([step(i, Trigger.CREATE_FAILED, now, why) for i in instances])
+        self._commit([step(i, Trigger.CREATE_FAILED, now, why) for i in instances], {request_id: 0})
 
     def _sweep(self, now: float) -> None:
         if now - self._last_sweep < self.config.sweep_every_s:

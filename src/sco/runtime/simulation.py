@@ -134,6 +134,7 @@ class Simulation:
             unit=spot_units,
         )
         region.observer = accountant
+        region.report_capacities()
         store = SqlFleetStore(state_url)
         try:
             store.upsert_pools(pools)
@@ -202,7 +203,10 @@ class Simulation:
                 for c in controllers:
                     c.cycle()
                 cycles += 1
-                next_cycle = self.start_s + math.floor((t - self.start_s) / self.spec.cycle_s + 1) * self.spec.cycle_s
+                next_cycle = (
+                    self.start_s
+                    + math.floor((t - self.start_s) / self.spec.cycle_s + 1) * self.spec.cycle_s
+                )
                 accountant.maybe_sample(t)
                 if progress is not None and cycles % 200 == 0:
                     progress((t - self.start_s) / span)

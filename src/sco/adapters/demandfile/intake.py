@@ -43,7 +43,8 @@ class DemandFileError(ValueError):
         self.field = field
 
 
-NonNegative = Annotated[int, Field(ge=0)]
+# Strict: `true` or "3" in a demand file is a mistake, not a number.
+NonNegative = Annotated[int, Field(ge=0, strict=True)]
 
 
 class _Daily(BaseModel):
@@ -87,6 +88,23 @@ class _PartitionSpec(BaseModel):
     floor_units: Value = 0
     max_units: NonNegative
     guaranteed_budget_units: NonNegative | None = None
+
+    @field_validator("target_units", "floor_units", mode="before")
+    @classmethod
+    def _one_form(cls, v: object) -> object:
+        """Pick the form by its key, so an error speaks of that form and not of the others."""
+        if not isinstance(v, dict):
+            return v
+        forms: dict[str, type[BaseModel]] = {"daily": _Daily, "steps": _Steps}
+        if len(v) != 1 or next(iter(v)) not in forms:
+            raise ValueError("must be a number, {daily: {HH:MM: n}} or {steps: [[offset_s, n]]}")
+        key = next(iter(v))
+        try:
+            return forms[key].model_validate(v)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"{where}: {err['msg']}") from None
 
 
 class _DemandFile(BaseModel):
@@ -217,12 +235,14 @@ def read_demand_file(path: Path | str, region: str) -> list[PartitionDemand]:
         target, floor = _series(p.target_units), _series(p.floor_units)
         if max(floor.values()) > p.max_units:
             raise DemandFileError(
-                path, f"{where}.floor_units",
+                path,
+                f"{where}.floor_units",
                 f"floor {max(floor.values())} exceeds max_units {p.max_units}",
             )
         if max(target.values()) > p.max_units:
             raise DemandFileError(
-                path, f"{where}.target_units",
+                path,
+                f"{where}.target_units",
                 f"target {max(target.values())} exceeds max_units {p.max_units}",
             )
         budget = p.max_units if p.guaranteed_budget_units is None else p.guaranteed_budget_units

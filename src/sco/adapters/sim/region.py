@@ -70,7 +70,9 @@ class SimObserver(Protocol):
 
     def capacity(self, t: float, pool: PoolId, instances: int) -> None: ...
 
-    def reclaimed(self, t: float, partition: str, pool: PoolId, units: int, notice_s: float) -> None:
+    def reclaimed(
+        self, t: float, partition: str, pool: PoolId, units: int, notice_s: float
+    ) -> None:
         """A reclaim announced (`notice_s` ahead) or done without notice (0)."""
         ...
 
@@ -156,14 +158,28 @@ class SimRegion:
         for i, s in enumerate(self.traces.series):
             hall = spec.hall_of.get(s.name, halls[i % len(halls)])
             price = s.prices[0] if s.prices else spot_default
-            pool = Pool(region, hall, spec.flavor, CapacityClass.SPOT, spec.units_per_instance,
-                        price, aggregate=s.name)
+            pool = Pool(
+                region,
+                hall,
+                spec.flavor,
+                CapacityClass.SPOT,
+                spec.units_per_instance,
+                price,
+                aggregate=s.name,
+            )
             self._add_pool(pool, price)
             self._series_of[pool.id] = i
             self._schedule_series(pool.id, i)
         for hall in sorted(set(halls) | set(spec.hall_of.values())):
-            pool = Pool(region, hall, spec.flavor, CapacityClass.GUARANTEED,
-                        spec.units_per_instance, g_price, aggregate="guaranteed")
+            pool = Pool(
+                region,
+                hall,
+                spec.flavor,
+                CapacityClass.GUARANTEED,
+                spec.units_per_instance,
+                g_price,
+                aggregate="guaranteed",
+            )
             self._add_pool(pool, g_price)
             self._capacity[pool.id] = spec.guaranteed_quota_per_hall
         self._apply_due()
@@ -195,7 +211,9 @@ class SimRegion:
             self._pending_capacity[(pool_id, t)] = n
             self._push(t, _Kind.CAPACITY, pool_id)
             if self.config.notice_s > 0 and t > self.now:
-                self._push(max(self.now, t - self.config.notice_s), _Kind.NOTICE, f"{pool_id}@{t!r}")
+                self._push(
+                    max(self.now, t - self.config.notice_s), _Kind.NOTICE, f"{pool_id}@{t!r}"
+                )
         for t, p in _from(s.price_changes(), self.now):
             self._pending_price[(pool_id, t)] = p
             self._push(t, _Kind.PRICE, pool_id)
@@ -268,8 +286,9 @@ class SimRegion:
             victims = sorted(alive, key=lambda s: (s.notice_deadline is None, -s.created_at))
             for s in victims[:excess]:
                 if s.notice_deadline is None and self.observer:
-                    self.observer.reclaimed(self.now, s.partition, pool_id,
-                                            s.pool.units_per_instance, 0.0)
+                    self.observer.reclaimed(
+                        self.now, s.partition, pool_id, s.pool.units_per_instance, 0.0
+                    )
                 self._remove(s)
 
     def _announce(self, pool_id: PoolId, at: float) -> None:
@@ -279,20 +298,21 @@ class SimRegion:
             return
         self._announced[pool_id].append((at, future))
         staying = [
-            s for s in self._holding(pool_id)
-            if s.notice_deadline is None or s.notice_deadline > at
+            s for s in self._holding(pool_id) if s.notice_deadline is None or s.notice_deadline > at
         ]
         excess = len(staying) - future
         if excess <= 0:
             return
-        fresh = sorted((s for s in staying if s.notice_deadline is None),
-                       key=lambda s: -s.created_at)
+        fresh = sorted(
+            (s for s in staying if s.notice_deadline is None), key=lambda s: -s.created_at
+        )
         for s in fresh[:excess]:
             s.notice_deadline = at
             self._push(at, _Kind.RECLAIM, s.server_id)
             if self.observer:
-                self.observer.reclaimed(self.now, s.partition, pool_id,
-                                        s.pool.units_per_instance, at - self.now)
+                self.observer.reclaimed(
+                    self.now, s.partition, pool_id, s.pool.units_per_instance, at - self.now
+                )
 
     def _holding(self, pool_id: PoolId) -> list[_Server]:
         return self._by_pool[pool_id]
@@ -357,7 +377,9 @@ class SimRegion:
         if room <= 0:
             raise InsufficientCapacity(pool)
         n = min(count, room)
-        ids = tuple(self._new_server(pool, partition, request_id, plan_generation) for _ in range(n))
+        ids = tuple(
+            self._new_server(pool, partition, request_id, plan_generation) for _ in range(n)
+        )
         if self.observer:
             self.observer.created(self.now, partition, pool, n)
         if timed_out:
@@ -426,6 +448,12 @@ class SimRegion:
         self._push(start + self.config.drain_s, _Kind.DRAINED, server_id)
 
     # ------------------------------------------------------------ inspection
+
+    def report_capacities(self) -> None:
+        """Tell the observer every pool's capacity now (after attaching it)."""
+        if self.observer:
+            for pool_id, n in self._capacity.items():
+                self.observer.capacity(self.now, pool_id, n)
 
     def capacity_of(self, pool: PoolId) -> int:
         return self._capacity[pool]

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import bisect
 import csv
+import itertools
 import json
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,9 +146,7 @@ def load_traces(folder: Path | str) -> TraceSet:
     if len(set(names)) != len(names):
         raise TraceError(folder, "folder", f"series names repeat: {sorted(names)}")
     prices = _read_prices(folder / PRICES_FILE, {s.name: len(s.values) for s in series})
-    series = [
-        Series(s.name, s.times, s.values, s.tick_s, prices.get(s.name)) for s in series
-    ]
+    series = [Series(s.name, s.times, s.values, s.tick_s, prices.get(s.name)) for s in series]
     region = _read_region(folder / REGION_FILE)
     for name in region.hall_of:
         if name not in names:
@@ -164,7 +164,7 @@ def _read_series(path: Path) -> Series:
         times, values = _read_json(path)
     if not values:
         raise TraceError(path, "data", "no values")
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     if any(g <= 0 for g in gaps):
         raise TraceError(path, "date", "times must increase strictly")
     tick_s = statistics.median(gaps) if gaps else 60.0
@@ -187,7 +187,9 @@ def _read_csv(path: Path) -> tuple[list[float], list[int]]:
             try:
                 at = datetime.fromisoformat(row[0].strip())
             except ValueError:
-                raise TraceError(path, f"line {line}: date", f"not a timestamp: {row[0]!r}") from None
+                raise TraceError(
+                    path, f"line {line}: date", f"not a timestamp: {row[0]!r}"
+                ) from None
             # Naive timestamps are UTC; subtracting the epoch is the fast way there.
             times.append((at - _EPOCH).total_seconds() if at.tzinfo is None else at.timestamp())
             values.append(_count(path, f"line {line}: availability", row[1].strip()))
@@ -201,7 +203,11 @@ def _read_json(path: Path) -> tuple[list[float], list[int]]:
         raise TraceError(path, "json", str(e)) from None
     if not isinstance(doc, dict):
         raise TraceError(path, "json", "expected an object with metadata and data")
-    gap = doc.get("metadata", {}).get("gap_seconds") if isinstance(doc.get("metadata"), dict) else None
+    gap = (
+        doc.get("metadata", {}).get("gap_seconds")
+        if isinstance(doc.get("metadata"), dict)
+        else None
+    )
     if not isinstance(gap, int | float) or isinstance(gap, bool) or gap <= 0:
         raise TraceError(path, "metadata.gap_seconds", f"must be a positive number, got {gap!r}")
     data = doc.get("data")
@@ -222,7 +228,7 @@ def _count(path: Path, field: str, raw: object) -> int:
         value = float(raw) if isinstance(raw, str | int | float) else float("nan")
     except ValueError:
         raise TraceError(path, field, f"not a count: {raw!r}") from None
-    if value != value or value < 0 or value != int(value):
+    if math.isnan(value) or value < 0 or value != int(value):
         raise TraceError(path, field, f"must be a whole number >= 0, got {raw!r}")
     return int(value)
 

@@ -15,7 +15,18 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from sco.adapters.sqlstate import schema as t
@@ -33,6 +44,20 @@ from sco.ports import (
 )
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+
+# Built once: the hot paths reuse SQLAlchemy's compiled form instead of
+# constructing a statement per row.
+_INSERT_INSTANCE = insert(t.instances)
+_UPDATE_INSTANCE = update(t.instances).where(
+    t.instances.c.id == bindparam("b_id"), t.instances.c.version == bindparam("b_version")
+)
+_INSERT_HISTORY = insert(t.instance_history)
+_DROP_RESERVATION = delete(t.reservations).where(t.reservations.c.request_id == bindparam("rid"))
+_SHRINK_RESERVATION = (
+    update(t.reservations)
+    .where(t.reservations.c.request_id == bindparam("rid"))
+    .values(count=bindparam("n"))
+)
 
 
 def sqlite_url(path: Path | str) -> str:
@@ -91,13 +116,10 @@ class SqlFleetStore:
     def pool_records(self) -> Mapping[PoolId, PoolRecord]:
         with self.engine.connect() as conn:
             versions = conn.execute(select(t.pools.c.id, t.pools.c.version)).all()
-            reserved = dict(
-                conn.execute(
-                    select(t.reservations.c.pool, func.sum(t.reservations.c.count)).group_by(
-                        t.reservations.c.pool
-                    )
-                ).all()
+            sums = select(t.reservations.c.pool, func.sum(t.reservations.c.count)).group_by(
+                t.reservations.c.pool
             )
+            reserved: dict[str, int] = {pool: int(n or 0) for pool, n in conn.execute(sums)}
         return {pid: PoolRecord(int(v), int(reserved.get(pid) or 0)) for pid, v in versions}
 
     def pools(self) -> list[Pool]:
@@ -118,11 +140,14 @@ class SqlFleetStore:
             r = conn.execute(select(t.instances).where(t.instances.c.id == instance_id)).first()
             return _instance_of(r) if r else None
 
-    def record(self, changes: Sequence[Change]) -> None:
-        if not changes:
+    def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
+        if not changes and not settle:
             return
         with self.engine.begin() as conn:
-            _record(conn, changes)
+            if changes:
+                _record(conn, changes)
+            for request_id, count in (settle or {}).items():
+                _settle(conn, request_id, count)
 
     # ------------------------------------------------------------ reservations
 
@@ -141,11 +166,7 @@ class SqlFleetStore:
 
     def settle_reservation(self, request_id: str, count: int) -> None:
         with self.engine.begin() as conn:
-            where = t.reservations.c.request_id == request_id
-            if count <= 0:
-                conn.execute(delete(t.reservations).where(where))
-            else:
-                conn.execute(update(t.reservations).where(where).values(count=count))
+            _settle(conn, request_id, count)
 
     def reservations(self) -> list[Reservation]:
         with self.engine.connect() as conn:
@@ -241,14 +262,10 @@ def _record(conn: Connection, changes: Sequence[Change]) -> None:
     for ch in changes:
         row = _instance_row(ch.after)
         if ch.before is None:
-            conn.execute(insert(t.instances).values(**row))
+            conn.execute(_INSERT_INSTANCE, row)
         else:
-            done = conn.execute(
-                update(t.instances)
-                .where(t.instances.c.id == ch.before.id, t.instances.c.version == ch.before.version)
-                .values(**row)
-            )
-            if done.rowcount != 1:
+            row["b_id"], row["b_version"] = ch.before.id, ch.before.version
+            if conn.execute(_UPDATE_INSTANCE, row).rowcount != 1:
                 raise StateConflict(
                     f"instance {ch.before.id} moved past version {ch.before.version}"
                 )
@@ -264,7 +281,15 @@ def _record(conn: Connection, changes: Sequence[Change]) -> None:
                 "reason": ch.reason,
             }
         )
-    conn.execute(insert(t.instance_history), history)
+    if history:
+        conn.execute(_INSERT_HISTORY, history)
+
+
+def _settle(conn: Connection, request_id: str, count: int) -> None:
+    if count <= 0:
+        conn.execute(_DROP_RESERVATION, {"rid": request_id})
+    else:
+        conn.execute(_SHRINK_RESERVATION, {"rid": request_id, "n": count})
 
 
 def _pool_row(p: Pool) -> dict[str, Any]:

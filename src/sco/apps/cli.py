@@ -1,0 +1,349 @@
+"""The `sco` command.
+
+Errors in what the user gave (files, options) print one line naming the file
+or option and the field, and exit with status 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sco.adapters.demandfile.intake import DemandFileError
+from sco.adapters.sim.region import SimConfig
+from sco.adapters.sim.traces import TraceError
+from sco.adapters.sqlstate.store import sqlite_url
+from sco.decide.policies import POLICIES, UnknownPolicy
+from sco.runtime.accounting import PartitionMetrics
+from sco.runtime.simulation import (
+    Simulation,
+    SimulationInputError,
+    SimulationResult,
+    SimulationSpec,
+)
+
+EXIT_BAD_INPUT = 2
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def bundled(*parts: str) -> Path:
+    """A path inside the installed package's data folder."""
+    return Path(str(resources.files("sco").joinpath("data", *parts)))
+
+
+def parse_duration(text: str, option: str) -> float:
+    m = _DURATION.match(text)
+    if not m:
+        raise click.UsageError(f"{option}: {text!r} is not a duration like 90s, 30m, 12h or 7d")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+class BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+
+@contextmanager
+def _input_errors() -> Iterator[None]:
+    try:
+        yield
+    except (TraceError, DemandFileError, SimulationInputError, ValueError) as e:
+        raise BadInput(str(e)) from None
+    except UnknownPolicy as e:
+        raise BadInput(f"--policy: {e}") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """sco: harvest idle OpenStack capacity as spot instances for Kubernetes and Slurm."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@cli.command()
+def policies() -> None:
+    """List the placement policies known by name."""
+    for name in sorted(POLICIES):
+        click.echo(name)
+
+
+@cli.command()
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Report folder (default: reports/demo-<time>).",
+)
+@click.option(
+    "--days",
+    type=float,
+    default=None,
+    help="Simulate only this many days (default: the whole 45-day trace).",
+)
+def demo(out: Path | None, days: float | None) -> None:
+    """Two clusters on a region simulated from the bundled 9-zone V100 trace."""
+    spec = SimulationSpec(
+        traces=bundled("traces", "apache", "v100-9zone"),
+        demand=bundled("demand", "demo.yaml"),
+        policy="sco",
+        duration_s=days * 86400 if days else None,
+        cycle_s=60.0,
+    )
+    with _input_errors():
+        sim = Simulation.build(spec)
+    folder = out or Path("reports") / f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    console = _console(stderr=False)
+    console.print(
+        f"[bold]sco demo[/]: {len(list(sim.demand.partitions()))} partitions on "
+        f"{len(sim.traces.series)} spot pools from {spec.traces.name}, "
+        f"{(sim.end_s - sim.start_s) / 86400:.1f} simulated days"
+    )
+    result = _run(sim, folder / "state.db", quiet=False)
+    _print_summary(console, result)
+    path = _write_report(result, folder)
+    console.print(f"report: {path}")
+
+
+@cli.command()
+@click.option(
+    "--traces",
+    "traces",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Folder of traces (CSV date,availability or JSON with gap_seconds).",
+)
+@click.option(
+    "--demand",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Demand file (YAML). Default: one service wanting 3 units, floor 3.",
+)
+@click.option("--policy", default="sco", show_default=True, help="Placement policy by name.")
+@click.option("--duration", default=None, help="How long to simulate: 90s, 30m, 12h, 7d.")
+@click.option(
+    "--start-offset", default="0", show_default=True, help="Start this far into the traces."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for faults.")
+@click.option(
+    "--cycle-s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds between controller cycles.",
+)
+@click.option(
+    "--cold-start-s",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Seconds from create to a running server.",
+)
+@click.option(
+    "--notice-s",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Reclaim notice lead time in seconds (0: no notice).",
+)
+@click.option(
+    "--pool-size",
+    type=int,
+    default=None,
+    help="Instances a 1 stands for in 0/1 traces (default: region.yaml, else 8).",
+)
+@click.option(
+    "--error-rate",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Chance that a provider call fails with a retryable error.",
+)
+@click.option(
+    "--report",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write an HTML report to this folder.",
+)
+@click.option(
+    "--state",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="SQLite fleet-state file to keep (default: a temporary one).",
+)
+@click.option("--json", "as_json", is_flag=True, help="End with one JSON line of results.")
+def simulate(
+    traces: Path,
+    demand: Path | None,
+    policy: str,
+    duration: str | None,
+    start_offset: str,
+    seed: int,
+    cycle_s: float,
+    cold_start_s: float,
+    notice_s: float,
+    pool_size: int | None,
+    error_rate: float,
+    report: Path | None,
+    state: Path | None,
+    as_json: bool,
+) -> None:
+    """Run the controllers against a region simulated from a folder of traces."""
+    if pool_size is not None and pool_size < 1:
+        raise BadInput(f"--pool-size: must be >= 1, got {pool_size}")
+    with _input_errors():
+        sim_cfg = SimConfig(
+            cold_start_s=cold_start_s,
+            notice_s=notice_s,
+            pool_size=pool_size,
+            error_rate=error_rate,
+            seed=seed,
+        )
+        spec = SimulationSpec(
+            traces=traces,
+            demand=demand or bundled("demand", "default.yaml"),
+            policy=policy,
+            duration_s=parse_duration(duration, "--duration") if duration else None,
+            start_offset_s=parse_duration(start_offset, "--start-offset"),
+            seed=seed,
+            cycle_s=cycle_s,
+            sim=sim_cfg,
+        )
+        sim = Simulation.build(spec)
+    console = _console(stderr=as_json)
+    if state is None:
+        with tempfile.TemporaryDirectory(prefix="sco-sim-") as tmp:
+            result = _run(sim, Path(tmp) / "state.db", quiet=as_json)
+    else:
+        result = _run(sim, state, quiet=as_json)
+    _print_summary(console, result)
+    if report is not None:
+        console.print(f"report: {_write_report(result, report)}")
+    if as_json:
+        line = {
+            **result.aggregate(),
+            "partitions": {n: m.as_dict() for n, m in result.partitions.items()},
+        }
+        click.echo(json.dumps(line, sort_keys=True))
+
+
+def _console(stderr: bool) -> Console:
+    """Rich output; wide enough for the summary table when not on a terminal (logs, CI)."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 132)
+
+
+def _run(sim: Simulation, state_path: Path, quiet: bool) -> SimulationResult:
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    with _progress(quiet) as progress:
+        return sim.run(sqlite_url(state_path), progress=progress)
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Callable[[float], None] | None]:
+    """A live bar on a terminal; a line every 10 % elsewhere (CI logs)."""
+    if quiet:
+        yield None
+        return
+    if sys.stderr.isatty():
+        from rich.progress import BarColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            "[progress.percentage]{task.percentage:>3.0f}%",
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as bar:
+            task = bar.add_task("simulating", total=1.0)
+            yield lambda f: bar.update(task, completed=f)
+        return
+    shown = [-1]
+
+    def step(f: float) -> None:
+        tenth = int(f * 10)
+        if tenth > shown[0]:
+            shown[0] = tenth
+            click.echo(f"simulated {tenth * 10}%", err=True)
+
+    yield step
+
+
+def _write_report(result: SimulationResult, folder: Path) -> Path:
+    from sco.apps.report import write_report
+
+    return write_report(result, folder)
+
+
+def _pct(x: float) -> str:
+    return f"{x:.2%}"
+
+
+def _print_summary(console: Console, result: SimulationResult) -> None:
+    table = Table(
+        title=f"sco simulate — policy {result.spec.policy}, "
+        f"{(result.end_s - result.start_s) / 3600:.1f} h simulated in "
+        f"{result.wall_s:.1f} s"
+    )
+    for col in (
+        "partition",
+        "availability",
+        "floor avail.",
+        "cost vs guar.",
+        "reclaims",
+        "creates",
+        "guar. share",
+        "mean replace",
+    ):
+        table.add_column(col, justify="right" if col != "partition" else "left")
+    for m in result.partitions.values():
+        table.add_row(*_row(m))
+    console.print(table)
+
+
+def _row(m: PartitionMetrics) -> list[str]:
+    replace = f"{m.mean_replace_s:.0f} s ({m.replaced})" if m.mean_replace_s is not None else "—"
+    return [
+        m.partition,
+        _pct(m.availability),
+        _pct(m.floor_availability),
+        _pct(m.cost_vs_guaranteed),
+        str(m.reclaims),
+        str(m.creates),
+        _pct(m.guaranteed_share),
+        replace,
+    ]
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.UsageError as e:
+        click.echo(f"sco: error: {e.format_message()}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.ClickException as e:
+        click.echo(f"sco: error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("sco: aborted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Builders and fakes for tests of every layer. Real code, no mocks."""

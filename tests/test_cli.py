@@ -1,0 +1,150 @@
+"""The command line: results on success, one clear line and exit 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sco.apps.cli import bundled, parse_duration
+from sco.testing.builders import write_json_trace, write_yaml
+
+V100_4NODE = bundled("traces", "apache", "v100-4node")
+
+
+def sco(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sco.apps.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def test_simulate_json_ends_with_the_numbers(tmp_path: Path) -> None:
+    out = sco("simulate", "--traces", V100_4NODE, "--duration", "12h", "--json")
+    assert out.returncode == 0, out.stderr
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    for key in ("availability", "floor_availability", "cost_vs_guaranteed"):
+        assert isinstance(last[key], float)
+        assert 0.0 <= last[key] <= 1.5
+    assert isinstance(last["reclaims"], int)
+    assert last["creates"] >= 3
+    assert last["simulated_hours"] == pytest.approx(12.0)
+
+
+def test_simulate_report_and_state(tmp_path: Path) -> None:
+    report, state = tmp_path / "rep", tmp_path / "state.db"
+    out = sco(
+        "simulate", "--traces", V100_4NODE, "--duration", "6h", "--report", report, "--state", state
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"report: {report / 'index.html'}" in out.stdout
+    html = (report / "index.html").read_text()
+    assert "data:image/png;base64," in html
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["partitions"]["service"]["creates"] >= 3
+    assert state.exists()
+
+
+def _no_output_files(tmp_path: Path, before: set[Path]) -> None:
+    assert set(tmp_path.rglob("*")) == before, "bad input must write nothing"
+
+
+def _bad(tmp_path: Path, *args: str | Path) -> str:
+    before = set(tmp_path.rglob("*"))
+    out = sco("simulate", *args, "--report", tmp_path / "rep", "--state", tmp_path / "s.db")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("sco: error: ")
+    _no_output_files(tmp_path, before)
+    return lines[0]
+
+
+def test_missing_trace_folder(tmp_path: Path) -> None:
+    line = _bad(tmp_path, "--traces", tmp_path / "nope")
+    assert str(tmp_path / "nope") in line
+    assert "folder" in line
+
+
+def test_malformed_trace(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "z.json").write_text('{"metadata": {}, "data": [1]}')
+    line = _bad(tmp_path, "--traces", tmp_path / "t")
+    assert "z.json" in line
+    assert "metadata.gap_seconds" in line
+
+
+def test_missing_demand_file(tmp_path: Path) -> None:
+    line = _bad(tmp_path, "--traces", V100_4NODE, "--demand", tmp_path / "none.yaml")
+    assert "none.yaml" in line
+
+
+def test_floor_above_max(tmp_path: Path) -> None:
+    demand = write_yaml(
+        tmp_path / "d.yaml",
+        {
+            "partitions": [
+                {"name": "p", "kind": "slurm", "target_units": 2, "floor_units": 9, "max_units": 4},
+            ]
+        },
+    )
+    line = _bad(tmp_path, "--traces", V100_4NODE, "--demand", demand)
+    assert "d.yaml" in line
+    assert "partitions[0].floor_units" in line
+
+
+def test_negative_floor(tmp_path: Path) -> None:
+    demand = write_yaml(
+        tmp_path / "d.yaml",
+        {
+            "partitions": [
+                {
+                    "name": "p",
+                    "kind": "slurm",
+                    "target_units": 2,
+                    "floor_units": -1,
+                    "max_units": 4,
+                },
+            ]
+        },
+    )
+    line = _bad(tmp_path, "--traces", V100_4NODE, "--demand", demand)
+    assert "partitions[0].floor_units" in line
+
+
+def test_unknown_policy(tmp_path: Path) -> None:
+    line = _bad(tmp_path, "--traces", V100_4NODE, "--policy", "magic")
+    assert "--policy" in line
+    assert "magic" in line
+    assert "sco" in line
+
+
+def test_bad_duration_and_options(tmp_path: Path) -> None:
+    assert "--duration" in _bad(tmp_path, "--traces", V100_4NODE, "--duration", "soon")
+    assert "--pool-size" in _bad(tmp_path, "--traces", V100_4NODE, "--pool-size", "0")
+    assert "--seed" in _bad(tmp_path, "--traces", V100_4NODE, "--seed", "x")
+    assert "error_rate" in _bad(tmp_path, "--traces", V100_4NODE, "--error-rate", "2")
+
+
+def test_start_past_the_end(tmp_path: Path) -> None:
+    write_json_trace(tmp_path / "t", "a", [1, 1], gap_s=60)
+    assert "--start-offset" in _bad(tmp_path, "--traces", tmp_path / "t", "--start-offset", "1h")
+
+
+def test_policies_listed() -> None:
+    out = sco("policies")
+    assert out.returncode == 0
+    assert out.stdout.split() == ["all-guaranteed", "sco"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("30m", 1800), ("12h", 43200), ("1.5d", 129600)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text, "--duration") == seconds

@@ -1,0 +1,191 @@
+"""One partition's controller against the simulated region and a real SQLite store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sco.adapters.demandfile.intake import FileDemandSource
+from sco.adapters.sim.region import SimConfig, SimRegion
+from sco.adapters.sim.traces import load_traces
+from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.decide.policies import ScoPolicy
+from sco.domain.instances import Instance
+from sco.domain.lifecycle import State
+from sco.ports import NewRequest, Reservation
+from sco.runtime.clock import CountingIds, ManualClock
+from sco.runtime.controller import ControllerConfig, PartitionController
+from sco.testing.builders import write_json_trace, write_yaml
+
+
+class World:
+    """A region with two spot pools, a store, a demand file, and a clock."""
+
+    def __init__(self, tmp: Path, target: int = 3, sim: SimConfig | None = None) -> None:
+        traces = tmp / "traces"
+        write_json_trace(traces, "a", [4] * 50, gap_s=600)
+        write_json_trace(traces, "b", [4] * 50, gap_s=600)
+        write_yaml(traces / "region.yaml", {"halls": 2, "guaranteed_quota_per_hall": 2})
+        demand = write_yaml(
+            tmp / "demand.yaml",
+            {
+                "partitions": [
+                    {"name": "p1", "kind": "slurm", "target_units": target, "max_units": 10},
+                ]
+            },
+        )
+        self.region = SimRegion(load_traces(traces), sim or SimConfig())
+        self.clock = ManualClock(0.0)
+        self.store = SqlFleetStore(sqlite_url(tmp / "state.db"))
+        self.store.upsert_pools(self.region.pools())
+        self.demand = FileDemandSource.load(demand, "traces", 0.0)
+        self.ids = CountingIds()
+
+    def controller(self) -> PartitionController:
+        """A fresh controller process: nothing in memory, everything from the store."""
+        return PartitionController(
+            self.demand.partitions()[0],
+            provider=self.region,
+            nodes=self.region,
+            store=self.store,
+            demand=self.demand,
+            policy=ScoPolicy(),
+            clock=self.clock,
+            ids=self.ids,
+            config=ControllerConfig(),
+        )
+
+    def at(self, t: float) -> None:
+        self.region.advance_to(t)
+        self.clock.set(t)
+
+    def records(self) -> list[Instance]:
+        return self.store.instances("p1")
+
+
+def test_fills_the_target_and_reaches_ready(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    c = w.controller()
+    report = c.cycle()
+    assert report.created == 3
+    assert report.plan_generation == 1
+    assert {i.state for i in w.records()} == {State.CREATING}
+    w.at(150.0)
+    c.cycle()
+    assert [i.state for i in w.records()] == [State.READY] * 3
+    assert w.store.reservations() == []  # dropped once the servers were observed
+    assert c.cycle().plan_generation == 1  # nothing changed: no new generation
+
+
+def test_adopts_tagged_servers_it_has_no_record_of(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    pool = next(p for p in w.region.pools() if p.is_spot)
+    w.region.create(pool.id, 2, "req-lost", "p1", 7)
+    w.at(5.0)
+    report = w.controller().cycle()
+    adopted = [i for i in w.records() if i.reason == "adopted"]
+    assert len(adopted) == 2
+    assert {i.request_id for i in adopted} == {"req-lost"}
+    assert report.created == 1  # 2 adopted + 1 new = target 3
+    assert w.region.server_count() == 3
+
+
+def test_restart_after_create_before_recording_does_not_create_twice(tmp_path: Path) -> None:
+    # The crashed process had reserved, written REQUESTED records and sent the create,
+    # then died before recording the answer.
+    w = World(tmp_path)
+    pool = next(p for p in w.region.pools() if p.is_spot)
+    versions = w.store.pool_records()
+    records = tuple(
+        Instance(
+            id=f"inst-{n}",
+            partition="p1",
+            pool=pool.id,
+            capacity_class=pool.capacity_class,
+            units=1,
+            state=State.REQUESTED,
+            version=0,
+            request_id="req-1",
+            plan_generation=1,
+            created_at=0.0,
+            state_since=0.0,
+        )
+        for n in range(2)
+    )
+    w.store.reserve(
+        NewRequest(
+            Reservation("req-1", pool.id, "p1", 2, 0.0, 600.0), records, versions[pool.id].version
+        )
+    )
+    w.region.create(pool.id, 2, "req-1", "p1", 1)
+    w.at(30.0)
+    report = w.controller().cycle()
+    assert report.created == 1  # the third, in the other pool; none again for req-1
+    assert w.region.server_count() == 3
+    got = [i for i in w.records() if i.request_id == "req-1"]
+    assert {i.id for i in got} == {r.id for r in records}
+    assert {i.state for i in got} == {State.CREATING}
+    assert not [i for i in w.records() if i.reason == "adopted"]
+    assert all(i.server_id for i in got)
+    assert "req-1" not in {r.request_id for r in w.store.reservations()}
+
+
+def test_vanished_server_is_closed_and_replaced(tmp_path: Path) -> None:
+    w = World(tmp_path, target=2)
+    c = w.controller()
+    c.cycle()
+    w.at(200.0)
+    c.cycle()
+    victim = w.records()[0]
+    assert victim.server_id is not None
+    w.region.delete([victim.server_id])  # someone else deleted it: looks like a reclaim
+    w.at(300.0)
+    report = c.cycle()
+    assert report.created == 1
+    rows = w.store.history(victim.id)
+    assert (rows[-1].to_state, rows[-1].trigger) == ("gone", "server_vanished")
+
+
+def test_stale_reservations_are_swept(tmp_path: Path) -> None:
+    w = World(tmp_path, target=0)
+    pool = next(p for p in w.region.pools() if p.is_spot)
+    w.store.reserve(
+        NewRequest(
+            Reservation("req-dead", pool.id, "other", 2, 0.0, 600.0),
+            (),
+            w.store.pool_records()[pool.id].version,
+        )
+    )
+    c = w.controller()
+    c.cycle()
+    assert len(w.store.reservations()) == 1
+    w.at(601.0)
+    c.cycle()
+    assert w.store.reservations() == []
+
+
+def test_provider_errors_degrade_without_acting(tmp_path: Path) -> None:
+    w = World(tmp_path, sim=SimConfig(error_rate=1.0))
+    report = w.controller().cycle()
+    assert report.degraded.startswith("observe failed")
+    assert report.created == 0
+    assert w.records() == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_flaky_provider_never_leaks_or_duplicates(tmp_path: Path, seed: int) -> None:
+    w = World(tmp_path, sim=SimConfig(error_rate=0.3, timeout_rate=0.3, seed=seed))
+    c = w.controller()
+    for k in range(1, 120):
+        c.cycle()
+        w.at(k * 30.0)
+    w.region.config = SimConfig()  # the weather clears
+    for k in range(120, 200):
+        c.cycle()
+        w.at(k * 30.0)
+    live = [i for i in w.records() if i.state in (State.READY,)]
+    assert len(live) == 3
+    assert w.region.server_count() == 3, "no server leaked, none created twice"
+    tracked = {i.server_id for i in w.records()}
+    assert {s.server_id for s in w.region.list("p1")} <= tracked

@@ -1,0 +1,325 @@
+"""Planner, arbiter and acquirer: unit cases and the invariants as properties."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sco.decide.acquirer import ActConfig, diff
+from sco.decide.arbiter import ArbiterConfig, arbitrate
+from sco.decide.planner import PlannerConfig, plan_spot
+from sco.decide.policies import AllGuaranteedPolicy, ScoPolicy, UnknownPolicy, policy_named
+from sco.domain.lifecycle import State, Trigger
+from sco.domain.snapshot import PoolView
+from sco.testing.builders import demand, guaranteed_pool, instance, snapshot, spot_pool
+
+A = spot_pool("hall-1", "a", price=1.0)
+B = spot_pool("hall-2", "b", price=1.0)
+C = spot_pool("hall-3", "c", price=1.0)
+G1 = guaranteed_pool("hall-1")
+G2 = guaranteed_pool("hall-2")
+
+# ---------------------------------------------------------------- planner
+
+
+def test_planner_spreads_over_equal_pools() -> None:
+    snap = snapshot([PoolView(p, headroom=10) for p in (A, B, C)], want=demand(target=6))
+    plan = plan_spot(snap, PlannerConfig())
+    assert plan.targets == {A.id: 2, B.id: 2, C.id: 2}
+    assert plan.unplaced_units == 0
+
+
+def test_planner_respects_headroom_and_reports_unplaced() -> None:
+    snap = snapshot([PoolView(A, headroom=1), PoolView(B, headroom=0)], want=demand(target=3))
+    plan = plan_spot(snap, PlannerConfig())
+    assert plan.targets == {A.id: 1}
+    assert plan.unplaced_units == 2
+    assert any("unplaced" in n for n in plan.notes)
+
+
+def test_planner_skips_excluded_pools_but_keeps_what_they_hold() -> None:
+    held = [instance(A), instance(A)]
+    snap = snapshot(
+        [PoolView(A, headroom=10, excluded=True), PoolView(B, headroom=10)],
+        held,
+        want=demand(target=6),
+    )
+    plan = plan_spot(snap, PlannerConfig())
+    assert plan.targets[A.id] == 2
+    assert plan.targets[B.id] == 4
+
+
+def test_planner_strict_caps_leave_demand_unplaced() -> None:
+    snap = snapshot([PoolView(A, headroom=10)], want=demand(target=4))
+    strict = plan_spot(snap, PlannerConfig(max_pool_share=0.5, strict_caps=True))
+    assert strict.targets == {A.id: 2}
+    relaxed = plan_spot(snap, PlannerConfig(max_pool_share=0.5))
+    assert relaxed.targets == {A.id: 4}
+    assert any("caps relaxed" in n for n in relaxed.notes)
+
+
+def test_planner_prefers_cheap_and_calm_pools() -> None:
+    cheap = spot_pool("hall-1", "cheap", price=0.5)
+    dear = spot_pool("hall-2", "dear", price=2.0)
+    snap = snapshot([PoolView(cheap, headroom=5), PoolView(dear, headroom=5)], want=demand(1))
+    assert plan_spot(snap, PlannerConfig()).targets == {cheap.id: 1}
+    stormy = PoolView(cheap, headroom=5, recent_reclaims=5)
+    snap = snapshot([stormy, PoolView(dear, headroom=5)], want=demand(1))
+    assert plan_spot(snap, PlannerConfig()).targets == {dear.id: 1}
+
+
+def test_planner_keeps_held_instances_where_they_are() -> None:
+    # C is slightly cheaper, but moving there would be churn for a small gain.
+    a = PoolView(spot_pool("hall-1", "a", price=1.05), headroom=5)
+    b = PoolView(spot_pool("hall-2", "b", price=1.05), headroom=5)
+    c = PoolView(spot_pool("hall-3", "c", price=1.0), headroom=5)
+    held = [instance(a.pool), instance(b.pool)]
+    snap = snapshot([a, b, c], held, want=demand(target=2))
+    assert plan_spot(snap, PlannerConfig()).targets == {a.pool.id: 1, b.pool.id: 1}
+    fresh = snapshot([a, b, c], [], want=demand(target=2))
+    assert c.pool.id in plan_spot(fresh, PlannerConfig()).targets
+
+
+def test_noticed_instances_do_not_count_as_held() -> None:
+    noticed = instance(A, State.NOTICED)
+    snap = snapshot([PoolView(A, headroom=1)], [noticed], want=demand(target=1))
+    assert plan_spot(snap, PlannerConfig()).targets == {A.id: 1}
+
+
+# ---------------------------------------------------------------- arbiter
+
+
+def test_arbiter_covers_the_floor_gap_counting_only_ready_spot() -> None:
+    spot = [instance(A), instance(A, State.CREATING), instance(A, State.NOTICED)]
+    snap = snapshot(
+        [PoolView(A, 5), PoolView(G1, 5), PoolView(G2, 5)], spot, want=demand(target=4, floor=3)
+    )
+    g = arbitrate(snap, ArbiterConfig())
+    assert sum(g.targets.values()) == 2  # one ready spot; floor 3
+    assert set(g.targets) == {G1.id, G2.id}  # spread over halls
+
+
+def test_arbiter_respects_budget_and_quota() -> None:
+    snap = snapshot([PoolView(G1, 1)], want=demand(target=5, floor=5, budget=3))
+    g = arbitrate(snap, ArbiterConfig())
+    assert g.targets == {G1.id: 1}
+    assert any("floor needs" in n for n in g.notes)
+    assert any("floor at risk" in n for n in g.notes)
+
+
+def test_arbiter_releases_only_after_spot_is_stable_and_one_at_a_time() -> None:
+    now = 10_000.0
+    fresh = [instance(A, ready_at=now - 60) for _ in range(3)]
+    held = [instance(G1) for _ in range(3)]
+    cfg = ArbiterConfig(release_after_s=600, max_release_per_cycle=1)
+    snap = snapshot(
+        [PoolView(A, 0), PoolView(G1, 0)], fresh + held, want=demand(target=3, floor=3), now=now
+    )
+    assert arbitrate(snap, cfg).targets == {G1.id: 3}
+    stable = [instance(A, ready_at=now - 601) for _ in range(3)]
+    snap = snapshot(
+        [PoolView(A, 0), PoolView(G1, 0)], stable + held, want=demand(target=3, floor=3), now=now
+    )
+    assert arbitrate(snap, cfg).targets == {G1.id: 2}
+
+
+def test_policies_by_name() -> None:
+    assert isinstance(policy_named("sco"), ScoPolicy)
+    assert isinstance(policy_named("all-guaranteed"), AllGuaranteedPolicy)
+    with pytest.raises(UnknownPolicy, match="all-guaranteed"):
+        policy_named("nope")
+
+
+def test_all_guaranteed_covers_the_target_without_spot() -> None:
+    snap = snapshot([PoolView(A, 9), PoolView(G1, 9)], want=demand(target=4, floor=1))
+    d = AllGuaranteedPolicy().decide(snap)
+    assert d.spot == {}
+    assert sum(d.guaranteed.values()) == 4
+
+
+# ---------------------------------------------------------------- acquirer
+
+
+def test_acquirer_creates_within_available_and_batch() -> None:
+    snap = snapshot([PoolView(A, headroom=8, reserved=3)])
+    acts = diff(snap, {A.id: 10}, ActConfig(max_batch=4))
+    assert [(c.pool, c.count) for c in acts.creates] == [(A.id, 4)]
+    acts = diff(snap, {A.id: 10}, ActConfig(max_batch=50))
+    assert [(c.pool, c.count) for c in acts.creates] == [(A.id, 5)]
+
+
+def test_acquirer_replaces_from_the_notice_and_drains_by_the_deadline() -> None:
+    noticed = instance(A, State.NOTICED, notice_deadline=10_120.0, created_at=9_000.0)
+    snap = snapshot([PoolView(A, headroom=2)], [noticed, instance(A)])
+    acts = diff(snap, {A.id: 2}, ActConfig())
+    assert [(c.pool, c.count) for c in acts.creates] == [(A.id, 1)]
+    assert [(d.instance_id, d.drain_by) for d in acts.drains] == [(noticed.id, 10_120.0)]
+
+
+def test_acquirer_deletes_only_after_drain() -> None:
+    d1 = instance(A, State.DRAINING, drain_by=20_000.0)
+    d2 = instance(A, State.DRAINING, drain_by=20_000.0)
+    snap = snapshot([PoolView(A, 0)], [d1, d2])
+    acts = diff(snap, {}, ActConfig(), drained=frozenset({d1.id}))
+    assert [d.instance_id for d in acts.deletes] == [d1.id]
+    late = snapshot([PoolView(A, 0)], [d1, d2], now=20_000.0)
+    assert {d.instance_id for d in diff(late, {}, ActConfig()).deletes} == {d1.id, d2.id}
+
+
+def test_acquirer_removes_cheapest_to_lose_first() -> None:
+    ready_old = instance(A, created_at=9_001.0)
+    ready_new = instance(A, created_at=9_002.0)
+    booting = instance(A, State.CREATING, created_at=9_003.0)
+    snap = snapshot([PoolView(A, 0)], [ready_old, ready_new, booting], want=demand(target=1))
+    acts = diff(snap, {A.id: 1}, ActConfig())
+    assert [d.instance_id for d in acts.deletes] == [booting.id]
+    assert [d.instance_id for d in acts.drains] == [ready_new.id]
+
+
+def test_spot_moves_make_before_break() -> None:
+    # The plan moves one instance from A to B: B's is created, A's stays until B's is ready.
+    a1, a2 = instance(A, created_at=9_000.0), instance(A, created_at=9_001.0)
+    snap = snapshot([PoolView(A, 5), PoolView(B, 5)], [a1, a2], want=demand(target=2))
+    acts = diff(snap, {A.id: 1, B.id: 1}, ActConfig())
+    assert [(c.pool, c.count) for c in acts.creates] == [(B.id, 1)]
+    assert acts.drains == ()
+    b1 = instance(B, created_at=9_500.0)
+    snap = snapshot([PoolView(A, 5), PoolView(B, 5)], [a1, a2, b1], want=demand(target=2))
+    acts = diff(snap, {A.id: 1, B.id: 1}, ActConfig())
+    assert [d.instance_id for d in acts.drains] == [a2.id]
+
+
+def test_acquirer_never_drains_below_the_floor() -> None:
+    ready = [instance(A) for _ in range(3)]
+    snap = snapshot([PoolView(A, 0)], ready, want=demand(target=0, floor=2))
+    acts = diff(snap, {}, ActConfig())
+    assert len(acts.drains) == 1
+
+
+def test_failed_records_are_cleaned_up() -> None:
+    no_server = instance(A, State.FAILED, server=False)
+    with_server = instance(A, State.FAILED)
+    acts = diff(snapshot([PoolView(A, 0)], [no_server, with_server], now=1.0), {}, ActConfig())
+    assert [c.instance_id for c in acts.closes] == [no_server.id]
+    assert [(d.instance_id, d.trigger) for d in acts.deletes] == [
+        (with_server.id, Trigger.DELETE_SENT)
+    ]
+
+
+def test_timeouts_become_actions() -> None:
+    stuck = instance(A, State.REQUESTED, created_at=0.0)
+    acts = diff(snapshot([PoolView(A, 5)], [stuck], now=10_000.0), {A.id: 1}, ActConfig())
+    assert [e.instance_id for e in acts.expirations] == [stuck.id]
+    # The stuck record no longer counts as live: a replacement is created.
+    assert [(c.pool, c.count) for c in acts.creates] == [(A.id, 1)]
+
+
+# ---------------------------------------------------------------- properties
+
+POOLS = [spot_pool("hall-1", "a"), spot_pool("hall-2", "b"), guaranteed_pool("hall-3")]
+LIVE_STATES = [
+    State.REQUESTED,
+    State.CREATING,
+    State.ACTIVE,
+    State.READY,
+    State.NOTICED,
+    State.DRAINING,
+    State.FAILED,
+    State.TERMINATING,
+]
+
+
+@st.composite
+def situations(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+    views = [
+        PoolView(p, headroom=draw(st.integers(0, 12)), reserved=draw(st.integers(0, 12)))
+        for p in POOLS
+    ]
+    insts = [
+        instance(
+            POOLS[draw(st.integers(0, len(POOLS) - 1))],
+            draw(st.sampled_from(LIVE_STATES)),
+            created_at=draw(st.floats(0, 9_000)),
+            drain_by=draw(st.one_of(st.none(), st.floats(0, 20_000))),
+        )
+        for _ in range(draw(st.integers(0, 15)))
+    ]
+    floor = draw(st.integers(0, 10))
+    target = draw(st.integers(floor, 14))
+    targets = {p.id: draw(st.integers(0, 12)) for p in POOLS}
+    return views, insts, demand(target=target, floor=floor, max_units=20), targets
+
+
+@settings(max_examples=300, deadline=None)
+@given(situations(), st.integers(1, 20))
+def test_acquirer_never_asks_beyond_available(sit, batch) -> None:  # type: ignore[no-untyped-def]
+    views, insts, want, targets = sit
+    snap = snapshot(views, insts, want=want)
+    acts = diff(snap, targets, ActConfig(max_batch=batch))
+    asked = Counter[str]()
+    for c in acts.creates:
+        assert c.count > 0
+        asked[c.pool] += c.count
+    for pool, n in asked.items():
+        assert n <= snap.pools[pool].available
+        assert n <= batch
+
+
+@settings(max_examples=300, deadline=None)
+@given(situations())
+def test_acquirer_never_takes_ready_capacity_below_the_floor(sit) -> None:  # type: ignore[no-untyped-def]
+    views, insts, want, targets = sit
+    snap = snapshot(views, insts, want=want)
+    acts = diff(snap, targets, ActConfig())
+    ready = {i.id: i for i in insts if i.state is State.READY}
+    timed_out = {e.instance_id for e in acts.expirations}
+    removed_by_choice = [d.instance_id for d in acts.drains if d.instance_id in ready]
+    removed_by_choice += [d.instance_id for d in acts.deletes if d.instance_id in ready]
+    before = sum(i.units for i in ready.values() if i.id not in timed_out)
+    after = before - sum(ready[i].units for i in removed_by_choice)
+    assert after >= min(before, want.floor_units)
+
+
+@settings(max_examples=300, deadline=None)
+@given(situations())
+def test_every_action_follows_an_edge_of_the_table(sit) -> None:  # type: ignore[no-untyped-def]
+    from sco.domain.lifecycle import can
+
+    views, insts, want, targets = sit
+    acts = diff(snapshot(views, insts, want=want), targets, ActConfig())
+    by_id = {i.id: i for i in insts}
+    for d in acts.drains:
+        assert can(by_id[d.instance_id].state, Trigger.DRAIN_REQUESTED)
+    for d in acts.deletes:
+        assert can(by_id[d.instance_id].state, d.trigger)
+    for e in acts.expirations:
+        assert can(by_id[e.instance_id].state, Trigger.EXPIRED)
+    for c in acts.closes:
+        assert can(by_id[c.instance_id].state, Trigger.SERVER_GONE)
+    touched = [d.instance_id for d in acts.drains] + [d.instance_id for d in acts.deletes]
+    touched += [e.instance_id for e in acts.expirations] + [c.instance_id for c in acts.closes]
+    assert len(touched) == len(set(touched)), "one action per instance per cycle"
+
+
+@settings(max_examples=200, deadline=None)
+@given(situations(), st.floats(0.2, 1.0), st.floats(0.2, 1.0))
+def test_planner_targets_are_non_negative_and_within_capacity(sit, pool_share, hall_share) -> None:  # type: ignore[no-untyped-def]
+    views, insts, want, _ = sit
+    snap = snapshot(views, insts, want=want)
+    cfg = PlannerConfig(max_pool_share=pool_share, max_hall_share=hall_share, strict_caps=True)
+    plan = plan_spot(snap, cfg)
+    held = Counter(i.pool for i in insts if i.is_live and i.is_spot)
+    total = sum(plan.targets.values())
+    for pool, n in plan.targets.items():
+        assert n >= 0
+        assert n <= held[pool] + snap.pools[pool].available
+        assert snap.pools[pool].pool.is_spot
+    if total:
+        import math
+
+        need = min(want.wanted_units, want.max_units)
+        assert max(plan.targets.values()) <= max(1, math.ceil(pool_share * need))
+    assert total <= min(want.wanted_units, want.max_units)
