@@ -50,8 +50,8 @@ class ControllerConfig:
     act: ActConfig = field(default_factory=ActConfig)
     reservation_ttl_s: float = 600.0  # a reservation not seen as servers by then is swept
     list_grace_s: float = 60.0  # a new server may take this long to show in listings
-    sweep_every_s: float = 300.0  # how often stale reservations are swept
-    pool_refresh_s: float = 300.0  # planning may use pool reservation counts this old;
+    sweep_every_s: float = 600.0  # how often stale reservations are swept
+    pool_refresh_s: float = 600.0  # planning may use pool reservation counts this old;
     # a create always re-reads them before it reserves
 
 
