@@ -69,8 +69,9 @@ def test_migrations_run_on_open(db: Path) -> None:
     try:
         tables = set(inspect(s.engine).get_table_names())
         assert {"pools", "instances", "instance_history", "reservations", "plans"} <= tables
+        assert {"outbox", "event_log", "consumer_offsets", "dead_letters", "exclusions"} <= tables
         with s.engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
     finally:
         s.close()
 

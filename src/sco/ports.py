@@ -12,9 +12,11 @@ from enum import StrEnum
 from typing import Protocol
 
 from sco.domain.demand import Demand, Partition
+from sco.domain.events import LifecycleEvent
 from sco.domain.instances import Change, Instance
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
+from sco.domain.signals import Exclusion, PoolScore
 
 # ---------------------------------------------------------------- errors
 
@@ -251,3 +253,63 @@ class FleetStore(Protocol):
     def history(self, instance_id: str | None = None) -> list[HistoryRow]: ...
 
     def counts(self) -> FleetCounts: ...
+
+    # --- the transactional outbox: events written with the changes that cause them
+
+    def outbox_batch(self, limit: int) -> list[tuple[int, LifecycleEvent]]:
+        """The oldest unrelayed events, with their outbox ids."""
+        ...
+
+    def outbox_done(self, up_to_id: int) -> None:
+        """Forget relayed events up to and including `up_to_id`."""
+        ...
+
+    def emit(self, events: Sequence[LifecycleEvent]) -> None:
+        """Put events with no state change of their own (pool signals) in the outbox."""
+        ...
+
+    # --- signals shared by every controller
+
+    def exclusions(self) -> dict[PoolId, Exclusion]: ...
+
+    def put_exclusion(self, exclusion: Exclusion, event: LifecycleEvent) -> Exclusion:
+        """Write an exclusion if its version is still current (CAS), with its event.
+
+        Returns it with the version bumped; raises StateConflict otherwise.
+        """
+        ...
+
+    def save_scores(self, scores: Sequence[PoolScore]) -> int:
+        """Store one generation of scores; returns its number."""
+        ...
+
+    def latest_scores(self) -> dict[PoolId, PoolScore]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One entry of the event log, as read: the raw payload, so consumers see bad ones."""
+
+    offset: int
+    payload: str
+
+
+class EventLog(Protocol):
+    """An append-only stream of lifecycle events with per-consumer offsets."""
+
+    def append(self, events: Sequence[LifecycleEvent]) -> None:
+        """Append; an event id already in the log is not appended again where the log can
+        tell (consumers still dedupe by event id)."""
+        ...
+
+    def read(self, consumer: str, limit: int) -> list[LogRecord]:
+        """Up to `limit` records after the consumer's committed offset."""
+        ...
+
+    def commit(self, consumer: str, offset: int) -> None:
+        """Everything up to and including `offset` is done for `consumer`."""
+        ...
+
+    def dead_letter(self, consumer: str, record: LogRecord, error: str) -> None:
+        """Park a record the consumer could not read."""
+        ...

@@ -80,3 +80,60 @@ plans = Table(
     Column("guaranteed", Text, nullable=False),
     Column("notes", Text, nullable=False),
 )
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(128), nullable=False, unique=True),
+    Column("pool", String(255), nullable=False),
+    Column("payload", Text, nullable=False),
+)
+
+event_log = Table(
+    "event_log",
+    metadata,
+    Column("offset", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(128), nullable=False, unique=True),
+    Column("pool", String(255), nullable=False),
+    Column("payload", Text, nullable=False),
+)
+
+consumer_offsets = Table(
+    "consumer_offsets",
+    metadata,
+    Column("consumer", String(128), primary_key=True),
+    Column("offset", Integer, nullable=False),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("consumer", String(128), nullable=False),
+    Column("offset", Integer, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("error", Text, nullable=False),
+)
+
+exclusions = Table(
+    "exclusions",
+    metadata,
+    Column("pool", String(255), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("since", Float, nullable=False),
+    Column("until", Float, nullable=False),
+    Column("cooldown_s", Float, nullable=False),
+    Column("last_crossing", Float, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+)
+
+pool_scores = Table(
+    "pool_scores",
+    metadata,
+    Column("generation", Integer, primary_key=True),
+    Column("pool", String(255), primary_key=True),
+    Column("computed_at", Float, nullable=False),
+    Column("body", Text, nullable=False),
+)

@@ -30,10 +30,12 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from sco.adapters.sqlstate import schema as t
+from sco.domain.events import LifecycleEvent, event_of, parse_event
 from sco.domain.instances import Change, Instance, created
 from sco.domain.lifecycle import State
 from sco.domain.plans import Plan
 from sco.domain.pools import CapacityClass, Pool, PoolId
+from sco.domain.signals import Exclusion, ExclusionState, PoolScore
 from sco.ports import (
     FleetCounts,
     HistoryRow,
@@ -52,6 +54,7 @@ _UPDATE_INSTANCE = update(t.instances).where(
     t.instances.c.id == bindparam("b_id"), t.instances.c.version == bindparam("b_version")
 )
 _INSERT_HISTORY = insert(t.instance_history)
+_INSERT_OUTBOX = insert(t.outbox)
 _DROP_RESERVATION = delete(t.reservations).where(t.reservations.c.request_id == bindparam("rid"))
 _SHRINK_RESERVATION = (
     update(t.reservations)
@@ -253,8 +256,125 @@ class SqlFleetStore:
             res = conn.execute(select(func.count()).select_from(t.reservations)).scalar()
         return FleetCounts(by_state, int(history or 0), int(plans or 0), int(res or 0))
 
+    # ------------------------------------------------------------ outbox
+
+    def outbox_batch(self, limit: int) -> list[tuple[int, LifecycleEvent]]:
+        q = select(t.outbox.c.id, t.outbox.c.payload).order_by(t.outbox.c.id).limit(limit)
+        with self.engine.connect() as conn:
+            return [(r.id, parse_event(r.payload)) for r in conn.execute(q)]
+
+    def outbox_done(self, up_to_id: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.outbox).where(t.outbox.c.id <= up_to_id))
+
+    def emit(self, events: Sequence[LifecycleEvent]) -> None:
+        if events:
+            with self.engine.begin() as conn:
+                conn.execute(_INSERT_OUTBOX, [_outbox_row(e) for e in events])
+
+    # ------------------------------------------------------------ signals
+
+    def exclusions(self) -> dict[PoolId, Exclusion]:
+        with self.engine.connect() as conn:
+            return {r.pool: _exclusion_of(r) for r in conn.execute(select(t.exclusions))}
+
+    def put_exclusion(self, exclusion: Exclusion, event: LifecycleEvent) -> Exclusion:
+        row = _exclusion_row(exclusion)
+        row["version"] = exclusion.version + 1
+        with self.engine.begin() as conn:
+            if exclusion.version == 0:
+                try:
+                    conn.execute(insert(t.exclusions).values(**row))
+                except IntegrityError:
+                    raise StateConflict(f"exclusion of {exclusion.pool} exists") from None
+            else:
+                done = conn.execute(
+                    update(t.exclusions)
+                    .where(
+                        t.exclusions.c.pool == exclusion.pool,
+                        t.exclusions.c.version == exclusion.version,
+                    )
+                    .values(**row)
+                )
+                if done.rowcount != 1:
+                    raise StateConflict(f"exclusion of {exclusion.pool} moved")
+            conn.execute(_INSERT_OUTBOX, [_outbox_row(event)])
+        return _exclusion_of_row(row)
+
+    def save_scores(self, scores: Sequence[PoolScore]) -> int:
+        with self.engine.begin() as conn:
+            last = conn.execute(select(func.max(t.pool_scores.c.generation))).scalar()
+            generation = int(last or 0) + 1
+            if scores:
+                conn.execute(
+                    insert(t.pool_scores),
+                    [
+                        {
+                            "generation": generation,
+                            "pool": sc.pool,
+                            "computed_at": sc.computed_at,
+                            "body": json.dumps(_score_body(sc)),
+                        }
+                        for sc in scores
+                    ],
+                )
+        return generation
+
+    def latest_scores(self) -> dict[PoolId, PoolScore]:
+        with self.engine.connect() as conn:
+            last = conn.execute(select(func.max(t.pool_scores.c.generation))).scalar()
+            if last is None:
+                return {}
+            q = select(t.pool_scores).where(t.pool_scores.c.generation == last)
+            return {r.pool: _score_of(r) for r in conn.execute(q)}
+
 
 # ---------------------------------------------------------------- rows
+
+_SCORE_FIELDS = (
+    "hazard_per_h",
+    "exposure_h",
+    "reclaims",
+    "survival",
+    "success_ratio",
+    "attempts",
+    "ready_p50_s",
+    "ready_n",
+    "headroom",
+    "headroom_n",
+    "value",
+    "why",
+)
+
+
+def _score_body(sc: PoolScore) -> dict[str, Any]:
+    return {f: getattr(sc, f) for f in _SCORE_FIELDS}
+
+
+def _score_of(r: Any) -> PoolScore:
+    body = json.loads(r.body)
+    return PoolScore(pool=r.pool, generation=r.generation, computed_at=r.computed_at, **body)
+
+
+def _exclusion_row(e: Exclusion) -> dict[str, Any]:
+    return {
+        "pool": e.pool,
+        "state": e.state.value,
+        "since": e.since,
+        "until": e.until,
+        "cooldown_s": e.cooldown_s,
+        "last_crossing": e.last_crossing,
+        "reason": e.reason,
+        "version": e.version,
+    }
+
+
+def _exclusion_of_row(r: dict[str, Any]) -> Exclusion:
+    return Exclusion(**{**r, "state": ExclusionState(r["state"])})
+
+
+def _exclusion_of(r: Any) -> Exclusion:
+    return _exclusion_of_row(dict(r._mapping))
 
 
 def _record(conn: Connection, changes: Sequence[Change]) -> None:
@@ -283,6 +403,11 @@ def _record(conn: Connection, changes: Sequence[Change]) -> None:
         )
     if history:
         conn.execute(_INSERT_HISTORY, history)
+        conn.execute(_INSERT_OUTBOX, [_outbox_row(event_of(ch)) for ch in changes])
+
+
+def _outbox_row(e: LifecycleEvent) -> dict[str, Any]:
+    return {"event_id": e.event_id, "pool": e.pool, "payload": e.dumps()}
 
 
 def _settle(conn: Connection, request_id: str, count: int) -> None:

@@ -1,0 +1,144 @@
+"""Exclusion watcher throughput and detection delay on the embedded event log.
+
+A producer process (standing in for the controllers' outbox relays) pushes
+lifecycle events for 200 pools through the embedded log (SQLite, WAL) as fast
+as the log takes them, with threshold crossings mixed in; the watcher, in this
+process as in production, consumes at the same time. events_per_s is events
+over the time from the first append to the last event consumed. Detection
+delay is from the commit of the batch holding a crossing event to the commit
+of the exclusion it causes. Prints one JSON object as its last line:
+{"events_per_s": ..., "detect_p99_s": ...}.
+
+    .venv/bin/python bench/exclusion.py [--events 300000] [--batch 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from multiprocessing import Process, Queue
+from pathlib import Path
+
+from sco.adapters.sqlstate.eventlog import SqlEventLog
+from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.decide.exclusion import ExclusionConfig
+from sco.domain.events import LifecycleEvent
+from sco.domain.pools import CapacityClass, Pool
+from sco.runtime.watcher import ExclusionWatcher
+
+POOLS = 200
+
+
+def pools() -> list[Pool]:
+    return [
+        Pool(
+            "bench",
+            f"hall-{i % 3 + 1}",
+            f"flavor-{i % 4}",
+            CapacityClass.SPOT,
+            1,
+            1.0,
+            aggregate=f"z{i}",
+        )
+        for i in range(POOLS)
+    ]
+
+
+Batch = tuple[list[tuple[str, str, str]], list[str]]
+
+
+def make_batches(rng: random.Random, ps: list[Pool], events: int, size: int) -> list[Batch]:
+    """Batches of (event_id, pool, payload); about every other one ends with a pool's
+    three reclaims in a row, which crosses the threshold."""
+    doomed = rng.sample(range(POOLS), 150)
+    out: list[Batch] = []
+    n, sim_t = 0, 0.0
+    while n < events:
+        rows: list[tuple[str, str, str]] = []
+        crossing = [ps[doomed.pop()].id] if doomed and rng.random() < 0.5 else []
+        for k in range(size):
+            sim_t += 0.001
+            if crossing and k >= size - 3:
+                pool, kind = crossing[0], "server_vanished"
+            else:
+                pool = ps[rng.randrange(POOLS)].id
+                kind = "create_accepted" if rng.random() < 0.9 else "node_joined"
+            e = LifecycleEvent(f"e{n}", sim_t, "bench", pool, f"i-{n}", kind, "bench")
+            rows.append((e.event_id, e.pool, e.dumps()))
+            n += 1
+        out.append((rows, crossing))
+    return out
+
+
+def produce(db: str, batches: list[Batch], commits: Queue) -> None:  # type: ignore[type-arg]
+    store = SqlFleetStore(db, run_migrations=False)
+    log = SqlEventLog(store.engine)
+    for rows, crossing_pools in batches:
+        log.append_raw(rows)
+        committed = time.time()
+        for pool in crossing_pools:
+            commits.put((pool, committed))
+    store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--batch", type=int, default=5_000)
+    args = ap.parse_args()
+    rng = random.Random(1)
+    ps = pools()
+    # Payloads are made before the clock starts: what is timed is the log and the watcher.
+    batches = make_batches(rng, ps, args.events, args.batch)
+    total = sum(len(rows) for rows, _ in batches)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = sqlite_url(Path(tmp) / "state.db")
+        store = SqlFleetStore(db)
+        log = SqlEventLog(store.engine)
+        persisted: dict[str, float] = {}
+        # Short window and a cooldown longer than the run: each pool is excluded once.
+        cfg = ExclusionConfig(window_s=60, max_reclaims=3, base_cooldown_s=1e9, max_cooldown_s=1e9)
+        watcher = ExclusionWatcher(
+            log, store, ps, cfg, on_change=lambda ex: persisted.setdefault(ex.pool, time.time())
+        )
+        commits: Queue = Queue()  # type: ignore[type-arg]
+        producer = Process(target=produce, args=(db, batches, commits))
+        start = time.time()
+        producer.start()
+        consumed = 0
+        while consumed < total:
+            got = watcher.poll(limit=args.batch).read
+            consumed += got
+            if not got:
+                time.sleep(0.001)
+        elapsed = time.time() - start
+        producer.join()
+        excluded = len(store.exclusions())
+        store.close()
+    delays = []
+    while not commits.empty():
+        pool, committed = commits.get()
+        if pool in persisted:
+            delays.append(persisted[pool] - committed)
+    delays.sort()
+    p99 = delays[min(len(delays) - 1, int(0.99 * len(delays)))] if delays else None
+    print(
+        json.dumps(
+            {
+                "events": total,
+                "pools": POOLS,
+                "exclusions": excluded,
+                "events_per_s": round(total / elapsed),
+                "detect_p50_s": round(statistics.median(delays), 4) if delays else None,
+                "detect_p99_s": round(p99, 4) if p99 is not None else None,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
