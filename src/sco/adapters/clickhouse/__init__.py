@@ -1,0 +1,1 @@
+"""Pool history in ClickHouse through clickhouse-connect; chDB (`chdb://`) embedded."""

@@ -1,0 +1,141 @@
+"""Pool history: lifecycle events by pool and time, for the scorer.
+
+The same client code talks to an embedded chDB (`chdb:///path`) and to a
+ClickHouse server (`http://host:8123`). The table is a ReplacingMergeTree
+keyed by (pool, at, event_id), read with FINAL, so loading an event twice
+counts it once. chDB allows one engine path per process; several histories
+in one process share it through separate databases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sco.decide.scorer import PoolStats
+from sco.domain.events import RECLAIM_KINDS, LifecycleEvent
+
+TABLE = "pool_events"
+_COLUMNS = [
+    "event_id",
+    "at",
+    "partition",
+    "pool",
+    "instance",
+    "kind",
+    "from_state",
+    "to_state",
+    "value",
+]
+_LEAVING = ("noticed", "draining", "terminating", "gone", "failed")
+
+
+class ClickHouseHistory:
+    def __init__(self, dsn: str, database: str = "sco") -> None:
+        import clickhouse_connect  # heavy and optional: only when history is used
+
+        if not database.isidentifier():
+            raise ValueError(f"database must be an identifier, got {database!r}")
+        self.dsn = dsn
+        self.client: Any = clickhouse_connect.get_client(dsn=dsn)
+        self.client.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+        self.table = f"{database}.{TABLE}"
+        self.client.command(
+            f"""CREATE TABLE IF NOT EXISTS {self.table} (
+                event_id String,
+                at Float64,
+                partition LowCardinality(String),
+                pool LowCardinality(String),
+                instance String,
+                kind LowCardinality(String),
+                from_state LowCardinality(String),
+                to_state LowCardinality(String),
+                value Nullable(Float64)
+            ) ENGINE = ReplacingMergeTree ORDER BY (pool, at, event_id)"""
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def load(self, events: Sequence[LifecycleEvent]) -> int:
+        if not events:
+            return 0
+        rows = [
+            [
+                e.event_id,
+                e.at,
+                e.partition,
+                e.pool,
+                e.instance or "",
+                e.kind,
+                e.from_state or "",
+                e.to_state or "",
+                e.value,
+            ]
+            for e in events
+        ]
+        self.client.insert(self.table, rows, column_names=_COLUMNS)
+        return len(rows)
+
+    def count(self) -> int:
+        return int(self.client.command(f"SELECT count() FROM {self.table} FINAL"))
+
+    def pool_stats(self, now: float, window_s: float) -> list[PoolStats]:
+        """Counts per pool over [now - window_s, now]; exposure clipped to the window."""
+        lo = now - window_s
+        params = {"lo": lo, "now": now}
+        reclaim_kinds = ", ".join(f"'{k}'" for k in sorted(RECLAIM_KINDS))
+        leaving = ", ".join(f"'{s}'" for s in _LEAVING)
+        instances = self.client.query(
+            f"""
+            SELECT pool,
+                   sum(greatest(0, least(ifNull(left_at, {{now:Float64}}), {{now:Float64}})
+                       - greatest(ready_at, {{lo:Float64}}))) / 3600 AS exposure_h,
+                   sum(reclaimed) AS reclaims,
+                   quantileIf(0.5)(ready_at - born, isNotNull(born)
+                       AND ready_at >= {{lo:Float64}}) AS ready_p50,
+                   countIf(isNotNull(born) AND ready_at >= {{lo:Float64}}) AS ready_n
+            FROM (
+                SELECT pool, instance,
+                       minIfOrNull(at, from_state = '') AS born,
+                       minIfOrNull(at, to_state = 'ready') AS ready_at,
+                       minIfOrNull(at, to_state IN ({leaving})) AS left_at,
+                       max(kind IN ({reclaim_kinds}) AND at >= {{lo:Float64}}) AS reclaimed
+                FROM {self.table} FINAL
+                WHERE instance != '' AND at <= {{now:Float64}}
+                GROUP BY pool, instance
+            )
+            WHERE isNotNull(ready_at) OR reclaimed
+            GROUP BY pool
+            """,
+            parameters=params,
+        ).result_rows
+        events = self.client.query(
+            f"""
+            SELECT pool,
+                   countIf(kind IN ('create_accepted', 'create_failed')) AS attempts,
+                   countIf(kind = 'create_accepted') AS successes,
+                   avgIf(value, kind = 'headroom') AS headroom,
+                   countIf(kind = 'headroom') AS headroom_n
+            FROM {self.table} FINAL
+            WHERE at >= {{lo:Float64}} AND at <= {{now:Float64}}
+            GROUP BY pool
+            """,
+            parameters=params,
+        ).result_rows
+        stats: dict[str, dict[str, Any]] = {}
+        for pool, exposure_h, reclaims, p50, ready_n in instances:
+            stats[pool] = {
+                "exposure_h": float(exposure_h or 0.0),
+                "reclaims": int(reclaims or 0),
+                "ready_p50_s": float(p50) if ready_n else None,
+                "ready_n": int(ready_n),
+            }
+        for pool, attempts, successes, headroom, headroom_n in events:
+            stats.setdefault(pool, {}).update(
+                attempts=int(attempts),
+                successes=int(successes),
+                headroom=float(headroom) if headroom_n else None,
+                headroom_n=int(headroom_n),
+            )
+        return [PoolStats(pool, **fields) for pool, fields in sorted(stats.items())]
