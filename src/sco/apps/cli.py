@@ -113,6 +113,7 @@ def demo(out: Path | None, days: float | None) -> None:
     )
     result = _run(sim, folder / "state.db", quiet=False)
     _print_summary(console, result)
+    console.print(f"exclusions: {result.exclusions} (pools taken out or degraded by the watcher)")
     path = _write_report(result, folder)
     console.print(f"report: {path}")
 
@@ -229,6 +230,7 @@ def simulate(
     else:
         result = _run(sim, state, quiet=as_json)
     _print_summary(console, result)
+    console.print(f"exclusions: {result.exclusions}")
     if report is not None:
         console.print(f"report: {_write_report(result, report)}")
     if as_json:

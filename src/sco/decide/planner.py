@@ -29,6 +29,7 @@ class PlannerConfig:
     headroom_weight: float = 1.0
     reclaim_weight: float = 2.0
     stickiness: float = 0.5  # added to a pool's value for each instance already held there
+    degraded_factor: float = 0.5  # a degraded pool's score is multiplied by this
 
     def __post_init__(self) -> None:
         for name in ("max_pool_share", "max_hall_share"):
@@ -71,7 +72,11 @@ def score_pools(views: Iterable[PoolView], cfg: PlannerConfig) -> dict[PoolId, P
         room = v.available / most_room
         calm = 1.0 / (1.0 + v.recent_reclaims)
         value = cfg.price_weight * cheap + cfg.headroom_weight * room + cfg.reclaim_weight * calm
+        if v.degraded:
+            value *= cfg.degraded_factor
         why = f"cheap={cheap:.2f} room={room:.2f} calm={calm:.2f} (reclaims={v.recent_reclaims})"
+        if v.degraded:
+            why += f" degraded x{cfg.degraded_factor:g}"
         scores[v.pool.id] = PoolScore(value=value, why=why)
     return scores
 

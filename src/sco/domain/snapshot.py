@@ -24,7 +24,8 @@ class PoolView:
     headroom: int
     reserved: int = 0
     price_per_h: float | None = None
-    excluded: bool = False
+    excluded: bool = False  # the watcher took it out: nothing new goes there
+    degraded: bool = False  # failing, but among the last candidates: placed with less weight
     recent_reclaims: int = 0
     version: int = 0
     available: int = field(init=False, compare=False)  # headroom less reservations, >= 0

@@ -19,6 +19,7 @@ from sco.domain.instances import Change, Instance, created, step
 from sco.domain.lifecycle import HAS_SERVER, State, Trigger
 from sco.domain.plans import Plan
 from sco.domain.pools import CapacityClass, Pool, PoolId
+from sco.domain.signals import ExclusionState
 from sco.domain.snapshot import PartitionSnapshot, PoolView
 from sco.ports import (
     Clock,
@@ -40,7 +41,7 @@ from sco.ports import (
     StateConflict,
 )
 from sco.runtime.clock import IdSource
-from sco.runtime.signals import ReclaimMemory
+from sco.runtime.signals import PoolSignals, ReclaimMemory
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class PartitionController:
         ids: IdSource,
         config: ControllerConfig | None = None,
         reclaims: ReclaimMemory | None = None,
+        signals: PoolSignals | None = None,
     ) -> None:
         self.partition = partition
         self.provider = provider
@@ -95,6 +97,7 @@ class PartitionController:
         self.ids = ids
         self.config = config or ControllerConfig()
         self.reclaims = reclaims or ReclaimMemory()
+        self.signals = signals or PoolSignals()
         self._pools: dict[PoolId, Pool] = {
             p.id: p for p in provider.pools() if partition.accepts(p.flavor)
         }
@@ -302,6 +305,8 @@ class PartitionController:
                 price_per_h=prices.get(p),
                 recent_reclaims=self.reclaims.count(p, now),
                 version=records[p].version if p in records else 0,
+                excluded=self.signals.state(p, now) is ExclusionState.EXCLUDED,
+                degraded=self.signals.state(p, now) is ExclusionState.DEGRADED,
             )
             for p, pool in self._pools.items()
         }

@@ -20,3 +20,5 @@ def relay(store: FleetStore, log: EventLog, batch: int = 1000) -> int:
         log.append([event for _, event in rows])
         store.outbox_done(rows[-1][0])
         moved += len(rows)
+        if len(rows) < batch:
+            return moved

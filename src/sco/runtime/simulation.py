@@ -17,13 +17,16 @@ from pathlib import Path
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.sim.region import SimConfig, SimRegion
 from sco.adapters.sim.traces import TraceSet, load_traces
+from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import Policy, policy_named
 from sco.ports import FleetCounts
 from sco.runtime.accounting import Accountant, PartitionMetrics
 from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import ControllerConfig, PartitionController
-from sco.runtime.signals import ReclaimMemory
+from sco.runtime.outbox import relay
+from sco.runtime.signals import PoolSignals, ReclaimMemory
+from sco.runtime.watcher import ExclusionWatcher
 
 Progress = Callable[[float], None]
 
@@ -56,6 +59,7 @@ class SimulationResult:
     counts: FleetCounts
     cycles: int
     wall_s: float
+    exclusions: int = 0  # exclusions and degradations the watcher wrote
 
     def aggregate(self) -> dict[str, float | int]:
         """One line for scripts: availabilities averaged over partitions, costs summed."""
@@ -68,6 +72,7 @@ class SimulationResult:
             "cost_vs_guaranteed": cost / baseline if baseline else 0.0,
             "reclaims": sum(m.reclaims for m in ms),
             "creates": sum(m.creates for m in ms),
+            "exclusions": self.exclusions,
             "cost": cost,
             "guaranteed_only_cost": baseline,
             "simulated_hours": (self.end_s - self.start_s) / 3600.0,
@@ -140,6 +145,10 @@ class Simulation:
             store.upsert_pools(pools)
             ids = CountingIds()
             reclaims = ReclaimMemory()
+            signals = PoolSignals()
+            watcher = ExclusionWatcher(
+                SqlEventLog(store.engine), store, pools, on_change=signals.update
+            )
             controllers = [
                 PartitionController(
                     partition,
@@ -152,10 +161,12 @@ class Simulation:
                     ids=ids,
                     config=self.spec.controller,
                     reclaims=reclaims,
+                    signals=signals,
                 )
                 for partition in self.demand.partitions()
             ]
-            cycles = self._loop(region, clock, controllers, accountant, progress)
+            cycles = self._loop(region, clock, controllers, accountant, progress, watcher)
+            exclusions = signals.episodes
             metrics = accountant.finish(self.end_s)
             counts = store.counts()
         finally:
@@ -170,6 +181,7 @@ class Simulation:
             counts=counts,
             cycles=cycles,
             wall_s=time.perf_counter() - wall0,
+            exclusions=exclusions,
         )
 
     def _loop(
@@ -179,6 +191,7 @@ class Simulation:
         controllers: list[PartitionController],
         accountant: Accountant,
         progress: Progress | None,
+        watcher: ExclusionWatcher,
     ) -> int:
         span = self.end_s - self.start_s
         next_cycle = self.start_s
@@ -200,8 +213,13 @@ class Simulation:
                 accountant.demand_changed(t)
                 next_demand = self.demand.next_change_after(t)
             if t >= next_cycle:
+                acted = False
                 for c in controllers:
-                    c.cycle()
+                    report = c.cycle()
+                    acted = acted or bool(report.transitions or report.created)
+                # Events of this cycle reach the watcher before the next cycle plans.
+                if acted and relay(watcher.store, watcher.log, batch=100_000):
+                    watcher.poll(limit=100_000)
                 cycles += 1
                 next_cycle = (
                     self.start_s
