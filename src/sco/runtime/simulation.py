@@ -24,7 +24,6 @@ from sco.ports import FleetCounts
 from sco.runtime.accounting import Accountant, PartitionMetrics
 from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import ControllerConfig, PartitionController
-from sco.runtime.outbox import relay
 from sco.runtime.signals import PoolSignals, ReclaimMemory
 from sco.runtime.watcher import ExclusionWatcher
 
@@ -146,9 +145,8 @@ class Simulation:
             ids = CountingIds()
             reclaims = ReclaimMemory()
             signals = PoolSignals()
-            watcher = ExclusionWatcher(
-                SqlEventLog(store.engine), store, pools, on_change=signals.update
-            )
+            event_log = SqlEventLog(store.engine)
+            watcher = ExclusionWatcher(event_log, store, pools, on_change=signals.update)
             controllers = [
                 PartitionController(
                     partition,
@@ -165,7 +163,9 @@ class Simulation:
                 )
                 for partition in self.demand.partitions()
             ]
-            cycles = self._loop(region, clock, controllers, accountant, progress, watcher)
+            cycles = self._loop(
+                region, clock, controllers, accountant, progress, watcher, event_log
+            )
             exclusions = signals.episodes
             metrics = accountant.finish(self.end_s)
             counts = store.counts()
@@ -192,6 +192,7 @@ class Simulation:
         accountant: Accountant,
         progress: Progress | None,
         watcher: ExclusionWatcher,
+        event_log: SqlEventLog,
     ) -> int:
         span = self.end_s - self.start_s
         next_cycle = self.start_s
@@ -218,7 +219,7 @@ class Simulation:
                     report = c.cycle()
                     acted = acted or bool(report.transitions or report.created)
                 # Events of this cycle reach the watcher before the next cycle plans.
-                if acted and relay(watcher.store, watcher.log, batch=100_000):
+                if acted and event_log.absorb_outbox():
                     watcher.poll(limit=100_000)
                 cycles += 1
                 next_cycle = (

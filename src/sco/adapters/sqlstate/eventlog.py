@@ -20,6 +20,7 @@ from sco.ports import LogRecord
 class SqlEventLog:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._offsets: dict[str, int] = {}  # what this process committed: no re-read
         dialect = sqlite if engine.dialect.name == "sqlite" else postgresql
         mark = "?" if engine.dialect.name == "sqlite" else "%s"
         conflict = "ON CONFLICT (event_id) DO NOTHING"
@@ -50,7 +51,26 @@ class SqlEventLog:
             finally:
                 cur.close()
 
+    def absorb_outbox(self) -> int:
+        """Relay the outbox of the same database in one transaction; returns how many.
+
+        The log and the outbox share a database here, so the at-least-once relay of
+        `sco.runtime.outbox` can be one INSERT ... SELECT and one DELETE.
+        """
+        with self.engine.begin() as conn:
+            last = conn.exec_driver_sql("SELECT max(id) FROM outbox").scalar()
+            if last is None:
+                return 0
+            moved = conn.exec_driver_sql(
+                "INSERT INTO event_log (event_id, pool, payload) SELECT event_id, pool, payload "
+                f"FROM outbox WHERE id <= {int(last)} ORDER BY id ON CONFLICT (event_id) DO NOTHING"
+            ).rowcount
+            conn.exec_driver_sql(f"DELETE FROM outbox WHERE id <= {int(last)}")
+            return int(moved or 0)
+
     def committed(self, consumer: str) -> int:
+        if consumer in self._offsets:
+            return self._offsets[consumer]
         q = select(t.consumer_offsets.c.offset).where(t.consumer_offsets.c.consumer == consumer)
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar() or 0)
@@ -68,6 +88,7 @@ class SqlEventLog:
     def commit(self, consumer: str, offset: int) -> None:
         with self.engine.begin() as conn:
             conn.execute(self._commit, {"consumer": consumer, "offset": offset})
+        self._offsets[consumer] = offset
 
     def dead_letter(self, consumer: str, record: LogRecord, error: str) -> None:
         with self.engine.begin() as conn:
