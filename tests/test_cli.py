@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sco.adapters.sim.traces import load_traces
 from sco.apps.cli import bundled, parse_duration
 from sco.testing.builders import write_json_trace, write_yaml
 
@@ -49,6 +50,42 @@ def test_simulate_report_and_state(tmp_path: Path) -> None:
     summary = json.loads((report / "summary.json").read_text())
     assert summary["partitions"]["service"]["creates"] >= 3
     assert state.exists()
+
+
+def test_pools_ranks_what_a_run_scored(tmp_path: Path) -> None:
+    state = tmp_path / "state.db"
+    history = f"chdb://{tmp_path / 'history'}"
+    out = sco(
+        "simulate", "--traces", V100_4NODE, "--duration", "1d", "--state", state,
+        "--history", history,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "pool scoring runs: " in out.stdout
+    assert f"events in {history}" in out.stdout
+    listed = sco("pools", "--state", state, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    values = [r["score"]["value"] for r in rows]
+    assert values == sorted(values, reverse=True)
+    assert len(rows) == len(load_traces(V100_4NODE).series)  # each spot pool, ranked
+    assert all(r["score"]["why"].startswith("hazard ") for r in rows)
+    table = sco("pools", "--state", state)
+    assert table.returncode == 0, table.stderr
+    assert rows[0]["pool"] in table.stdout
+    assert "survival" in table.stdout
+
+
+def test_pools_on_bad_state(tmp_path: Path) -> None:
+    missing = sco("pools", "--state", tmp_path / "none.db")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"sco: error: --state: {tmp_path / 'none.db'}: no such file"
+    assert not (tmp_path / "none.db").exists()
+    other = tmp_path / "other.db"
+    other.write_bytes(b"")  # an empty file: SQLite, but not sco's
+    out = sco("pools", "--state", other)
+    assert out.returncode == 2
+    assert out.stderr.startswith("sco: error: --state: cannot read fleet state")
 
 
 def _no_output_files(tmp_path: Path, before: set[Path]) -> None:

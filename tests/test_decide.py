@@ -13,6 +13,7 @@ from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.planner import PlannerConfig, plan_spot
 from sco.decide.policies import AllGuaranteedPolicy, ScoPolicy, UnknownPolicy, policy_named
 from sco.domain.lifecycle import State, Trigger
+from sco.domain.signals import PoolScore as DomainScore
 from sco.domain.snapshot import PoolView
 from sco.testing.builders import demand, guaranteed_pool, instance, snapshot, spot_pool
 
@@ -69,6 +70,38 @@ def test_planner_prefers_cheap_and_calm_pools() -> None:
     stormy = PoolView(cheap, headroom=5, recent_reclaims=5)
     snap = snapshot([stormy, PoolView(dear, headroom=5)], want=demand(1))
     assert plan_spot(snap, PlannerConfig()).targets == {dear.id: 1}
+
+
+def test_planner_ranks_by_what_history_says() -> None:
+    # Same price and room; the scorer says A's instances rarely survive the hour.
+    shaky = PoolView(A, headroom=5, score=_score(A.id, survival=0.2))
+    steady = PoolView(B, headroom=5, score=_score(B.id, survival=0.95))
+    plan = plan_spot(snapshot([shaky, steady], want=demand(1)), PlannerConfig())
+    assert plan.targets == {B.id: 1}
+    # Recent reclaims still damp a pool that history rates well.
+    stormy = PoolView(B, headroom=5, recent_reclaims=6, score=_score(B.id, survival=0.95))
+    plan = plan_spot(snapshot([shaky, stormy], want=demand(1)), PlannerConfig())
+    assert plan.targets == {A.id: 1}
+
+
+def _score(pool: str, survival: float, success: float = 1.0) -> DomainScore:
+    return DomainScore(
+        pool=pool,
+        generation=1,
+        computed_at=0.0,
+        hazard_per_h=0.1,
+        exposure_h=10.0,
+        reclaims=1,
+        survival=survival,
+        success_ratio=success,
+        attempts=10,
+        ready_p50_s=None,
+        ready_n=0,
+        headroom=None,
+        headroom_n=0,
+        value=survival * success,
+        why="",
+    )
 
 
 def test_planner_keeps_held_instances_where_they_are() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.decide.scorer import PoolStats, ScorerConfig, beta_prior, gamma_prior, score_pools
 from sco.domain.events import LifecycleEvent as E
-from sco.runtime.signals_jobs import HistoryLoader, score_now
+from sco.runtime.history import WindowedHistory
+from sco.runtime.signals_jobs import HistoryLoader, ScoringJob, sample_headroom, score_now
 from sco.testing.builders import guaranteed_pool, spot_pool
 
 A, B, C = spot_pool("hall-1", "a"), spot_pool("hall-2", "b"), spot_pool("hall-3", "c")
@@ -87,12 +90,6 @@ def _life(
     return out
 
 
-@pytest.fixture(scope="session")
-def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """chDB runs one engine path per process: every test gets its own database in it."""
-    return tmp_path_factory.mktemp("chdb")
-
-
 def test_history_round_trip_in_chdb(chdb_path: Path) -> None:
     h = ClickHouseHistory(f"chdb://{chdb_path}", database="round_trip")
     events = (
@@ -133,4 +130,154 @@ def test_loader_and_scores_end_to_end(tmp_path: Path, chdb_path: Path) -> None:
     assert store.latest_scores()[A.id].reclaims == 1
     assert store.latest_scores()[A.id].why == scores[[s.pool for s in scores].index(A.id)].why
     h.close()
+    store.close()
+
+
+def _random_stream(seed: int, pools: int = 4, instances: int = 400) -> list[E]:
+    """Lifecycles as the controller writes them: refused creates, readiness, reclaims
+    with and without notice, drains; each instance's events in time order."""
+    rng = random.Random(seed)
+    out: list[E] = []
+    for k in range(instances):
+        pool, inst = f"P{rng.randrange(pools)}", f"i{k}"
+        t = rng.uniform(0, 40 * 3600)
+        ev = [E(f"{inst}:0", t, "p", pool, inst, "recorded", "", None, "requested")]
+        if rng.random() < 0.2:
+            ev.append(
+                E(f"{inst}:1", t, "p", pool, inst, "create_failed", "", "requested", "failed")
+            )
+        else:
+            t_ready = t + rng.uniform(60, 400)
+            ev += [
+                E(f"{inst}:1", t, "p", pool, inst, "create_accepted", "", "requested", "creating"),
+                E(f"{inst}:2", t + 50, "p", pool, inst, "server_active", "", "creating", "active"),
+                E(f"{inst}:3", t_ready, "p", pool, inst, "node_joined", "", "active", "ready"),
+            ]
+            end = t_ready + rng.expovariate(1 / 20000)
+            how = rng.choice(["vanished", "notice", "drain", "live"])
+            if how == "vanished":
+                ev.append(
+                    E(f"{inst}:4", end, "p", pool, inst, "server_vanished", "", "ready", "gone")
+                )
+            elif how == "notice":
+                ev.append(
+                    E(f"{inst}:4", end, "p", pool, inst, "reclaim_notice", "", "ready", "noticed")
+                )
+                ev.append(
+                    E(
+                        f"{inst}:5",
+                        end + 90,
+                        "p",
+                        pool,
+                        inst,
+                        "server_vanished",
+                        "",
+                        "noticed",
+                        "gone",
+                    )
+                )
+            elif how == "drain":
+                ev.append(
+                    E(f"{inst}:4", end, "p", pool, inst, "drain_requested", "", "ready", "draining")
+                )
+        out += ev
+    for k in range(200):
+        at = rng.uniform(0, 40 * 3600)
+        out.append(
+            E(
+                f"h{k}",
+                at,
+                "",
+                f"P{rng.randrange(pools)}",
+                None,
+                "headroom",
+                "",
+                None,
+                None,
+                float(rng.randrange(9)),
+            )
+        )
+    out.sort(key=lambda e: e.at)
+    return out
+
+
+def test_windowed_history_answers_as_chdb_does(chdb_path: Path) -> None:
+    events = _random_stream(seed=7)
+    window = 6 * 3600.0
+    h = ClickHouseHistory(f"chdb://{chdb_path}", database="windowed")
+    h.load(events)
+    w = WindowedHistory(window)
+    fed = 0
+    for now in [3600.0 * k for k in range(2, 48, 5)]:
+        batch = [e for e in events[fed:] if e.at <= now]
+        w.load(batch + batch[:3])  # redelivered events count once
+        fed += len(batch)
+        assert _nonzero(w.pool_stats(now, window)) == _nonzero(h.pool_stats(now, window)), now
+    h.close()
+
+
+def _nonzero(stats: list[PoolStats]) -> dict[str, PoolStats]:
+    def rounded(s: PoolStats) -> PoolStats:
+        return dataclasses.replace(
+            s,
+            exposure_h=round(s.exposure_h, 6),
+            ready_p50_s=None if s.ready_p50_s is None else round(s.ready_p50_s, 6),
+            headroom=None if s.headroom is None else round(s.headroom, 6),
+        )
+
+    return {s.pool: rounded(s) for s in stats if s != PoolStats(s.pool)}
+
+
+class _Rooms:
+    """A provider's headroom and nothing else: all `sample_headroom` asks."""
+
+    def __init__(self, room: dict[str, int]) -> None:
+        self.room = room
+
+    def headroom(self, pools: list[str]) -> dict[str, int]:
+        return {p: self.room[p] for p in pools}
+
+
+def test_scoring_job_writes_a_generation_only_when_it_says_something_new(tmp_path: Path) -> None:
+    store = SqlFleetStore(sqlite_url(tmp_path / "state.db"))
+    log = SqlEventLog(store.engine)
+    handed: list[float] = []
+    job = ScoringJob(
+        HistoryLoader(log, WindowedHistory(CFG.window_s)),
+        store,
+        POOLS,
+        CFG,
+        every_s=300.0,
+        on_scores=lambda now, scores: handed.append(now),
+    )
+    assert job.due(0.0)
+    first = job.run(0.0)
+    assert [s.generation for s in first] == [1, 1, 1]
+    assert not job.due(200.0)
+    assert job.due(300.0)
+    job.run(300.0)  # nothing happened: the planner is told, nothing is written
+    assert (job.saved, handed) == (1, [0.0, 300.0])
+    log.append(_life(A.id, "i1", 300.0, 400.0, 4000.0, reclaimed=True))
+    moved = {s.pool: s for s in job.run(4200.0)}
+    assert job.saved == 2
+    assert moved[A.id].generation == 2
+    assert moved[A.id].reclaims == 1
+    assert store.latest_scores()[A.id].reclaims == 1
+    job.run(4200.0 + 3600.0)  # an hour on, a generation is written even if unchanged
+    assert job.saved == 3
+    store.close()
+
+
+def test_sampled_headroom_reaches_the_scores(tmp_path: Path) -> None:
+    store = SqlFleetStore(sqlite_url(tmp_path / "state.db"))
+    log = SqlEventLog(store.engine)
+    rooms = _Rooms({A.id: 4, B.id: 0, C.id: 2})
+    assert sample_headroom(rooms, store, list(POOLS.values()), 100.0) == 3  # type: ignore[arg-type]
+    rooms.room[A.id] = 6
+    sample_headroom(rooms, store, list(POOLS.values()), 200.0)  # type: ignore[arg-type]
+    log.absorb_outbox()
+    job = ScoringJob(HistoryLoader(log, WindowedHistory(CFG.window_s)), store, POOLS, CFG)
+    scores = {s.pool: s for s in job.run(300.0)}
+    assert (scores[A.id].headroom, scores[A.id].headroom_n) == (5.0, 2)
+    assert scores[B.id].headroom == 0.0
     store.close()

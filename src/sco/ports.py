@@ -279,8 +279,9 @@ class FleetStore(Protocol):
         """
         ...
 
-    def save_scores(self, scores: Sequence[PoolScore]) -> int:
-        """Store one generation of scores; returns its number."""
+    def save_scores(self, scores: Sequence[PoolScore], keep: int = 288) -> int:
+        """Store one generation of scores and keep only the last `keep`; returns its
+        number."""
         ...
 
     def latest_scores(self) -> dict[PoolId, PoolScore]: ...

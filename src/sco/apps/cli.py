@@ -93,18 +93,25 @@ def policies() -> None:
     default=None,
     help="Simulate only this many days (default: the whole 45-day trace).",
 )
-def demo(out: Path | None, days: float | None) -> None:
+@click.option(
+    "--history",
+    default=None,
+    help="Pool history DSN (default: chdb://<report folder>/history, embedded).",
+)
+def demo(out: Path | None, days: float | None, history: str | None) -> None:
     """Two clusters on a region simulated from the bundled 9-zone V100 trace."""
+    folder = out or Path("reports") / f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     spec = SimulationSpec(
         traces=bundled("traces", "apache", "v100-9zone"),
         demand=bundled("demand", "demo.yaml"),
         policy="sco",
         duration_s=days * 86400 if days else None,
         cycle_s=60.0,
+        idle_resync_s=300.0,
+        history_dsn=history or f"chdb://{folder.resolve() / 'history'}",
     )
     with _input_errors():
         sim = Simulation.build(spec)
-    folder = out or Path("reports") / f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     console = _console(stderr=False)
     console.print(
         f"[bold]sco demo[/]: {len(list(sim.demand.partitions()))} partitions on "
@@ -113,7 +120,8 @@ def demo(out: Path | None, days: float | None) -> None:
     )
     result = _run(sim, folder / "state.db", quiet=False)
     _print_summary(console, result)
-    console.print(f"exclusions: {result.exclusions} (pools taken out or degraded by the watcher)")
+    _print_signals(console, result)
+    console.print(f"pool ranking: sco pools --state {folder / 'state.db'}")
     path = _write_report(result, folder)
     console.print(f"report: {path}")
 
@@ -184,6 +192,18 @@ def demo(out: Path | None, days: float | None) -> None:
     default=None,
     help="SQLite fleet-state file to keep (default: a temporary one).",
 )
+@click.option(
+    "--idle-resync-s",
+    type=float,
+    default=None,
+    help="Event-driven controllers: skip idle cycles, but cycle at least this often "
+    "(default: every cycle).",
+)
+@click.option(
+    "--history",
+    default=None,
+    help="Also keep pool history here: chdb:///path or http://clickhouse:8123.",
+)
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON line of results.")
 def simulate(
     traces: Path,
@@ -199,6 +219,8 @@ def simulate(
     error_rate: float,
     report: Path | None,
     state: Path | None,
+    idle_resync_s: float | None,
+    history: str | None,
     as_json: bool,
 ) -> None:
     """Run the controllers against a region simulated from a folder of traces."""
@@ -221,6 +243,8 @@ def simulate(
             seed=seed,
             cycle_s=cycle_s,
             sim=sim_cfg,
+            idle_resync_s=idle_resync_s,
+            history_dsn=history,
         )
         sim = Simulation.build(spec)
     console = _console(stderr=as_json)
@@ -230,7 +254,7 @@ def simulate(
     else:
         result = _run(sim, state, quiet=as_json)
     _print_summary(console, result)
-    console.print(f"exclusions: {result.exclusions}")
+    _print_signals(console, result)
     if report is not None:
         console.print(f"report: {_write_report(result, report)}")
     if as_json:
@@ -239,6 +263,43 @@ def simulate(
             "partitions": {n: m.as_dict() for n, m in result.partitions.items()},
         }
         click.echo(json.dumps(line, sort_keys=True))
+
+
+def _print_signals(console: Console, result: SimulationResult) -> None:
+    console.print(
+        f"exclusions: {result.exclusions} (pools taken out or degraded by the watcher); "
+        f"pool scoring runs: {result.scorings}"
+    )
+    if result.history_events is not None:
+        console.print(f"pool history: {result.history_events} events in {result.spec.history_dsn}")
+
+
+@cli.command()
+@click.option(
+    "--state",
+    required=True,
+    help="Fleet state: a SQLite file path or a database URL.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def pools(state: str, as_json: bool) -> None:
+    """The pools ranked by their latest scores, why, and their exclusions."""
+    from sco.apps.pools import PoolRow, load_rows, render
+
+    with _input_errors():
+        rows: list[PoolRow] = load_rows(_state_url(state))
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in rows], sort_keys=True))
+    else:
+        render(_console(stderr=False), rows)
+
+
+def _state_url(state: str) -> str:
+    if "://" in state:
+        return state
+    path = Path(state)
+    if not path.is_file():
+        raise BadInput(f"--state: {state}: no such file")
+    return sqlite_url(path)
 
 
 def _console(stderr: bool) -> Console:

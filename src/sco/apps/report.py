@@ -28,6 +28,7 @@ def write_report(result: SimulationResult, folder: Path) -> Path:
         ("The first days, closer", _capacity_figure(result, zoom_s)),
         ("Holdings against capacity, per pool", _pools_figure(result)),
         ("Cumulative cost against guaranteed-only", _cost_figure(result)),
+        ("Pool scores and exclusions over time", _signals_figure(result)),
     ]
     page = _page(result, summary, figures)
     path = folder / "index.html"
@@ -55,6 +56,26 @@ def summary_dict(result: SimulationResult) -> dict[str, Any]:
         },
         "partitions": {n: m.as_dict() for n, m in result.partitions.items()},
         "total": result.aggregate(),
+        "signals": {
+            "scoring_runs": result.scorings,
+            "exclusions": result.exclusions,
+            "history_events": result.history_events,
+            "history": spec.history_dsn,
+            "last_scores": [
+                {
+                    "pool": s.pool,
+                    "value": round(s.value, 4),
+                    "hazard_per_h": round(s.hazard_per_h, 4),
+                    "exposure_h": round(s.exposure_h, 1),
+                    "reclaims": s.reclaims,
+                    "survival": round(s.survival, 4),
+                    "success_ratio": round(s.success_ratio, 4),
+                    "attempts": s.attempts,
+                    "why": s.why,
+                }
+                for s in result.scores
+            ],
+        },
     }
 
 
@@ -181,7 +202,64 @@ img{{max-width:100%}}pre{{background:#f6f6f6;padding:1em}}</style></head><body>
 <code>{html.escape(str(result.spec.traces))}</code>,
 {days:.1f} simulated days in {result.wall_s:.1f} s.</p>
 <table><tr>{head}</tr>{rows}</table>
+{_scores_table(result)}
 {imgs}
 <h2>Run</h2><pre>{meta}</pre>
 </body></html>
 """
+
+
+def _scores_table(result: SimulationResult) -> str:
+    if not result.scores:
+        return ""
+    head = "".join(
+        f"<th>{c}</th>" for c in ("rank", "pool", "score", "hazard/h", "survival", "success", "why")
+    )
+    rows = "".join(
+        f"<tr><td>{k}</td><td>{html.escape(s.pool)}</td><td>{s.value:.3f}</td>"
+        f"<td>{s.hazard_per_h:.3f}</td><td>{s.survival:.3f}</td><td>{s.success_ratio:.2f}</td>"
+        f"<td style='text-align:left'>{html.escape(s.why)}</td></tr>"
+        for k, s in enumerate(result.scores, 1)
+    )
+    return f"<h2>Pool ranking at the end ({result.scorings} scoring runs)</h2>" + (
+        f"<table><tr>{head}</tr>{rows}</table>"
+    )
+
+
+def _signals_figure(result: SimulationResult) -> str:
+    """One row per spot pool: its score over time as a line, exclusions as bands."""
+    import matplotlib.pyplot as plt
+
+    pools = sorted(
+        {p for _, p, _ in result.timeline.scores} | {e.pool for e in result.timeline.exclusions}
+    )
+    if not pools:
+        pools = [p.id for p in result.region.pools() if p.is_spot]
+    fig, axes = plt.subplots(
+        len(pools),
+        1,
+        figsize=(12, 0.9 * len(pools) + 0.6),
+        squeeze=False,
+        sharex=True,
+        layout="constrained",
+    )
+    colors = {"excluded": "tab:red", "degraded": "tab:orange"}
+    for ax, pool in zip(axes[:, 0], pools, strict=True):
+        pts = [(t, v) for t, p, v in result.timeline.scores if p == pool]
+        ax.plot([_days(t, result.start_s) for t, _ in pts], [v for _, v in pts], lw=0.9)
+        for e in result.timeline.exclusions:
+            if e.pool == pool:
+                ax.axvspan(
+                    _days(e.since, result.start_s),
+                    _days(min(e.until, result.end_s), result.start_s),
+                    color=colors.get(str(e.state), "grey"),
+                    alpha=0.35,
+                    lw=0,
+                )
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel(pool, rotation=0, ha="right", fontsize=7)
+        ax.tick_params(labelsize=7)
+    axes[-1, 0].set_xlabel(
+        "day (line: score = survival x create success; red: excluded, orange: degraded)"
+    )
+    return _png(fig)

@@ -41,7 +41,7 @@ class PlannerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class PoolScore:
+class PoolRank:
     value: float
     why: str
 
@@ -58,27 +58,39 @@ def held_by_pool(instances: Iterable[Instance]) -> Counter[PoolId]:
     return Counter(i.pool for i in instances if i.is_live)
 
 
-def score_pools(views: Iterable[PoolView], cfg: PlannerConfig) -> dict[PoolId, PoolScore]:
+def rank_pools(views: Iterable[PoolView], cfg: PlannerConfig) -> dict[PoolId, PoolRank]:
     """Weighted sum of normalised pool qualities: cheap, roomy, rarely reclaimed."""
     views = list(views)
     if not views:
         return {}
     lo = min(v.price for v in views)
     most_room = max(v.available for v in views) or 1
-    scores: dict[PoolId, PoolScore] = {}
+    scores: dict[PoolId, PoolRank] = {}
     for v in views:
         # A ratio, not min-max: a 5 % dearer pool scores 5 % lower, not zero.
         cheap = lo / v.price if v.price > 0 else 1.0
         room = v.available / most_room
-        calm = 1.0 / (1.0 + v.recent_reclaims)
+        calm, said = _calm(v)
         value = cfg.price_weight * cheap + cfg.headroom_weight * room + cfg.reclaim_weight * calm
         if v.degraded:
             value *= cfg.degraded_factor
-        why = f"cheap={cheap:.2f} room={room:.2f} calm={calm:.2f} (reclaims={v.recent_reclaims})"
+        why = f"cheap={cheap:.2f} room={room:.2f} calm={calm:.2f} ({said})"
         if v.degraded:
             why += f" degraded x{cfg.degraded_factor:g}"
-        scores[v.pool.id] = PoolScore(value=value, why=why)
+        scores[v.pool.id] = PoolRank(value=value, why=why)
     return scores
+
+
+def _calm(v: PoolView) -> tuple[float, str]:
+    """How little the pool takes back: its history's survival x create success once
+    scored, damped by what it reclaimed within the hour; until then only the latter."""
+    recent = 1.0 / (1.0 + v.recent_reclaims)
+    if v.score is None:
+        return recent, f"reclaims={v.recent_reclaims}, not scored yet"
+    return v.score.value * recent, (
+        f"survival={v.score.survival:.2f} success={v.score.success_ratio:.2f} "
+        f"reclaims={v.recent_reclaims}"
+    )
 
 
 def spot_need_units(snapshot: PartitionSnapshot, cfg: PlannerConfig, unit: int) -> int:
@@ -100,7 +112,7 @@ def plan_spot(snapshot: PartitionSnapshot, cfg: PlannerConfig) -> SpotPlan:
     need = spot_need_units(snapshot, cfg, unit)
     # An excluded pool keeps what it holds but gets nothing new.
     capacity = {v.pool.id: held[v.pool.id] + (0 if v.excluded else v.available) for v in candidates}
-    scores = score_pools(candidates, cfg)
+    scores = rank_pools(candidates, cfg)
     views = {v.pool.id: v for v in candidates}
     n_est = max(1, math.ceil(need / unit))
     caps = _Caps(
@@ -130,7 +142,7 @@ class _Caps:
 def _fill(
     need: int,
     views: Mapping[PoolId, PoolView],
-    scores: Mapping[PoolId, PoolScore],
+    scores: Mapping[PoolId, PoolRank],
     held: Mapping[PoolId, int],
     capacity: Mapping[PoolId, int],
     caps: _Caps,

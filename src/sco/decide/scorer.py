@@ -100,20 +100,45 @@ def beta_prior(group: Sequence[PoolStats], source: str, cfg: ScorerConfig) -> Be
     return BetaPrior(mean, strength, source)
 
 
-def peers_of(
-    pool: Pool, pools: Mapping[PoolId, Pool], stats: Mapping[PoolId, PoolStats], need: int = 2
-) -> tuple[list[PoolStats], str]:
-    """The pool's peers with history: same flavor, else same hall, else all spot pools."""
-    spot = [p for p in pools.values() if p.is_spot]
-    for source, members in (
-        (f"flavor {pool.flavor}", [p for p in spot if p.flavor == pool.flavor]),
-        (f"hall {pool.hall}", [p for p in spot if p.hall == pool.hall]),
-        ("all pools", spot),
-    ):
-        group = [stats.get(p.id, PoolStats(p.id)) for p in members]
-        if sum(1 for s in group if s.exposure_h > 0 or s.attempts > 0) >= need:
-            return group, source
-    return [stats.get(p.id, PoolStats(p.id)) for p in spot], "all pools"
+class Peers:
+    """A pool's peers with history: same flavor, else same hall, else all spot pools.
+
+    Built once per scoring run; each group's priors are fitted once.
+    """
+
+    def __init__(
+        self,
+        pools: Mapping[PoolId, Pool],
+        stats: Mapping[PoolId, PoolStats],
+        cfg: ScorerConfig,
+        need: int = 2,
+    ) -> None:
+        self.cfg = cfg
+        self.need = need
+        self.groups: dict[str, list[PoolStats]] = {}
+        for p in pools.values():
+            if p.is_spot:
+                s = stats.get(p.id, PoolStats(p.id))
+                for key in (f"flavor {p.flavor}", f"hall {p.hall}", "all pools"):
+                    self.groups.setdefault(key, []).append(s)
+        self._priors: dict[str, tuple[GammaPrior, BetaPrior]] = {}
+
+    def source(self, pool: Pool) -> str:
+        for key in (f"flavor {pool.flavor}", f"hall {pool.hall}"):
+            group = self.groups.get(key, [])
+            if sum(1 for s in group if s.exposure_h > 0 or s.attempts > 0) >= self.need:
+                return key
+        return "all pools"
+
+    def priors(self, pool: Pool) -> tuple[GammaPrior, BetaPrior]:
+        key = self.source(pool)
+        if key not in self._priors:
+            group = self.groups.get(key, [])
+            self._priors[key] = (
+                gamma_prior(group, key, self.cfg),
+                beta_prior(group, key, self.cfg),
+            )
+        return self._priors[key]
 
 
 def score_pools(
@@ -125,14 +150,13 @@ def score_pools(
 ) -> list[PoolScore]:
     """One score per spot pool in `pools`, ranked best first."""
     by_pool = {s.pool: s for s in stats}
+    peers = Peers(pools, by_pool, cfg)
     out: list[PoolScore] = []
     for pool in pools.values():
         if not pool.is_spot:
             continue
         own = by_pool.get(pool.id, PoolStats(pool.id))
-        group, source = peers_of(pool, pools, by_pool)
-        g = gamma_prior(group, source, cfg)
-        b = beta_prior(group, source, cfg)
+        g, b = peers.priors(pool)
         alpha, beta_h = g.alpha + own.reclaims, g.beta_h + own.exposure_h
         hazard = alpha / beta_h
         survival = (beta_h / (beta_h + cfg.horizon_h)) ** alpha

@@ -9,6 +9,7 @@ from sco.domain.demand import Demand, Partition
 from sco.domain.instances import Instance
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
+from sco.domain.signals import PoolScore
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class PoolView:
     excluded: bool = False  # the watcher took it out: nothing new goes there
     degraded: bool = False  # failing, but among the last candidates: placed with less weight
     recent_reclaims: int = 0
+    score: PoolScore | None = None  # the scorer's latest word on this pool, if any yet
     version: int = 0
     available: int = field(init=False, compare=False)  # headroom less reservations, >= 0
 

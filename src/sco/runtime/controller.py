@@ -304,6 +304,7 @@ class PartitionController:
                 reserved=records[p].reserved if p in records else 0,
                 price_per_h=prices.get(p),
                 recent_reclaims=self.reclaims.count(p, now),
+                score=self.signals.score(p),
                 version=records[p].version if p in records else 0,
                 excluded=self.signals.state(p, now) is ExclusionState.EXCLUDED,
                 degraded=self.signals.state(p, now) is ExclusionState.DEGRADED,

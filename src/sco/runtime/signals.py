@@ -1,7 +1,7 @@
-"""Recent reclaims per pool, shared by the controllers of one process.
+"""Pool signals as the controllers of one process see them.
 
-A first signal for the planner until the pool scorer and exclusion watcher
-replace it: how many reclaims each pool had in the last window.
+Recent reclaims per pool (what the controllers saw themselves, within the
+last hour), exclusions from the watcher and scores from the scorer.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 
 from sco.domain.pools import PoolId
-from sco.domain.signals import Exclusion, ExclusionState
+from sco.domain.signals import Exclusion, ExclusionState, PoolScore
 
 
 class ReclaimMemory:
@@ -30,19 +30,32 @@ class ReclaimMemory:
 
 
 class PoolSignals:
-    """Exclusions as the controllers of one process see them.
+    """Exclusions and the latest scores as the controllers of one process see them.
 
-    The watcher, when it runs in the same process, hands each change over at
-    once; otherwise `replace` is fed from fleet state.
+    The watcher and the scorer, when they run in the same process, hand each
+    change over at once; otherwise `replace` and `set_scores` are fed from
+    fleet state.
     """
 
     def __init__(self) -> None:
         self._exclusions: dict[PoolId, Exclusion] = {}
+        self._scores: dict[PoolId, PoolScore] = {}
         self.episodes = 0  # exclusions and degradations begun
+        self.changes = 0  # exclusion changes and new score generations seen
+
+    def set_scores(self, scores: list[PoolScore]) -> None:
+        before = next(iter(self._scores.values())).generation if self._scores else None
+        self._scores = {s.pool: s for s in scores}
+        if scores and scores[0].generation != before:
+            self.changes += 1
+
+    def score(self, pool: PoolId) -> PoolScore | None:
+        return self._scores.get(pool)
 
     def update(self, exclusion: Exclusion) -> None:
         if exclusion.since == exclusion.last_crossing:
             self.episodes += 1
+        self.changes += 1
         self._exclusions[exclusion.pool] = exclusion
 
     def replace(self, exclusions: dict[PoolId, Exclusion]) -> None:

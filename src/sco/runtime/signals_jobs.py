@@ -1,21 +1,24 @@
 """The slow clock of the signals: load the event log into pool history, score pools.
 
 `HistoryLoader` is a consumer of the event log like the watcher (own offsets,
-dead letters); `score_now` reads history and writes one generation of scores.
+dead letters); `score_now` reads history and writes one generation of scores;
+`ScoringJob` does both every 5 minutes of its clock and hands the scores to
+the planner. `sample_headroom` puts each pool's headroom into the stream, the
+"recent headroom" the scorer reports.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from sco.decide.scorer import PoolStats, ScorerConfig, score_pools
 from sco.domain.events import LifecycleEvent, MalformedEvent, parse_event
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import PoolScore
-from sco.ports import EventLog, FleetStore
+from sco.ports import EventLog, FleetStore, Provider
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +72,91 @@ def score_now(
     scores = score_pools(stats, pools, now, cfg)
     generation = store.save_scores(scores)
     return [dataclasses.replace(s, generation=generation) for s in scores]
+
+
+class ScoringJob:
+    """Scores pools every `every_s` of the caller's clock from what the log holds.
+
+    A generation is written when the ranking changes, when a pool's value moves
+    by more than `save_delta`, or `save_every_s` after the last one; the planner
+    is handed every run's scores either way.
+    """
+
+    def __init__(
+        self,
+        loader: HistoryLoader,
+        store: FleetStore,
+        pools: Mapping[PoolId, Pool],
+        cfg: ScorerConfig | None = None,
+        every_s: float = 300.0,
+        on_scores: Callable[[float, list[PoolScore]], None] | None = None,
+        save_delta: float = 0.01,
+        save_every_s: float = 3600.0,
+    ) -> None:
+        if every_s <= 0:
+            raise ValueError(f"every_s must be > 0, got {every_s}")
+        self.loader = loader
+        self.store = store
+        self.pools = dict(pools)
+        self.cfg = cfg or ScorerConfig()
+        self.every_s = every_s
+        self.on_scores = on_scores
+        self.save_delta = save_delta
+        self.save_every_s = save_every_s
+        self.last_run = float("-inf")
+        self.runs = 0
+        self.saved = 0
+        self._saved: list[PoolScore] = []
+        self._saved_at = float("-inf")
+
+    def due(self, now: float) -> bool:
+        return now - self.last_run >= self.every_s
+
+    def run(self, now: float) -> list[PoolScore]:
+        self.loader.drain()
+        stats = self.loader.history.pool_stats(now, self.cfg.window_s)
+        scores = score_pools(stats, self.pools, now, self.cfg)
+        if self._worth_saving(scores, now):
+            generation = self.store.save_scores(scores)
+            scores = [dataclasses.replace(s, generation=generation) for s in scores]
+            self._saved, self._saved_at = scores, now
+            self.saved += 1
+        else:
+            generation = self._saved[0].generation if self._saved else 0
+            scores = [dataclasses.replace(s, generation=generation) for s in scores]
+        self.last_run = now
+        self.runs += 1
+        if self.on_scores is not None:
+            self.on_scores(now, scores)
+        return scores
+
+    def _worth_saving(self, scores: list[PoolScore], now: float) -> bool:
+        if now - self._saved_at >= self.save_every_s or len(scores) != len(self._saved):
+            return True
+        return any(
+            a.pool != b.pool or abs(a.value - b.value) > self.save_delta
+            for a, b in zip(scores, self._saved, strict=True)
+        )
+
+
+def sample_headroom(
+    provider: Provider, store: FleetStore, pools: Sequence[Pool], now: float
+) -> int:
+    """Emit one `headroom` pool event per spot pool; returns how many."""
+    spot = [p.id for p in pools if p.is_spot]
+    room = provider.headroom(spot)
+    events = [
+        LifecycleEvent(
+            event_id=f"headroom:{pid}:{now:.3f}",
+            at=now,
+            partition="",
+            pool=pid,
+            instance=None,
+            kind="headroom",
+            reason="sampled",
+            value=float(room.get(pid, 0)),
+        )
+        for pid in spot
+    ]
+    store.emit(events)
+    return len(events)

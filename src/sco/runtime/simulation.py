@@ -4,6 +4,13 @@
 trace, demand file or policy fails fast. `run` advances a virtual clock to
 the next thing that happens — a region event, a demand change, a controller
 cycle — and never sleeps.
+
+The signals run on the same clock: after a cycle that changed something the
+outbox is relayed and the exclusion watcher reads the log; every
+`score_every_s` the scorer loads the log into an in-process history and
+scores the pools, and the controllers plan with those scores from their next
+cycle. With `history_dsn` the whole event log is also loaded into pool
+history in ClickHouse or chDB at the end, and the last scores come from there.
 """
 
 from __future__ import annotations
@@ -20,11 +27,21 @@ from sco.adapters.sim.traces import TraceSet, load_traces
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import Policy, policy_named
+from sco.decide.scorer import ScorerConfig
+from sco.domain.pools import Pool, PoolId
+from sco.domain.signals import Exclusion, PoolScore
 from sco.ports import FleetCounts
 from sco.runtime.accounting import Accountant, PartitionMetrics
 from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import ControllerConfig, PartitionController
+from sco.runtime.history import WindowedHistory
 from sco.runtime.signals import PoolSignals, ReclaimMemory
+from sco.runtime.signals_jobs import (
+    HistoryLoader,
+    ScoringJob,
+    sample_headroom,
+    score_now,
+)
 from sco.runtime.watcher import ExclusionWatcher
 
 Progress = Callable[[float], None]
@@ -45,6 +62,33 @@ class SimulationSpec:
     cycle_s: float = 30.0
     sim: SimConfig = field(default_factory=SimConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
+    scorer: ScorerConfig = field(default_factory=ScorerConfig)
+    score_every_s: float = 300.0
+    headroom_every_s: float = 1800.0  # how often each pool's headroom enters the stream
+    history_dsn: str | None = None  # e.g. chdb:///path: also keep pool history there
+    # None: every controller cycles every cycle_s. A number: a controller cycles at a
+    # tick only when something happened since its last cycle (a region event, a demand
+    # change, a new exclusion or score generation, or its last cycle acted), and at
+    # least this often otherwise, as an event-driven controller with a resync would.
+    idle_resync_s: float | None = None
+
+
+@dataclass
+class SignalTimeline:
+    """What the report plots of the signals: scores sampled hourly, every exclusion."""
+
+    every_s: float = 3600.0
+    scores: list[tuple[float, PoolId, float]] = field(default_factory=list)
+    exclusions: list[Exclusion] = field(default_factory=list)
+    _last: float = float("-inf")
+
+    def scored(self, now: float, scores: list[PoolScore]) -> None:
+        if now - self._last >= self.every_s:
+            self._last = now
+            self.scores.extend((now, s.pool, s.value) for s in scores)
+
+    def excluded(self, exclusion: Exclusion) -> None:
+        self.exclusions.append(exclusion)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +103,10 @@ class SimulationResult:
     cycles: int
     wall_s: float
     exclusions: int = 0  # exclusions and degradations the watcher wrote
+    timeline: SignalTimeline = field(default_factory=SignalTimeline)
+    scores: tuple[PoolScore, ...] = ()  # the last generation, best first
+    scorings: int = 0
+    history_events: int | None = None  # events in the ClickHouse/chDB history, if kept
 
     def aggregate(self) -> dict[str, float | int]:
         """One line for scripts: availabilities averaged over partitions, costs summed."""
@@ -106,6 +154,10 @@ class Simulation:
         policy = policy_named(spec.policy)
         if spec.cycle_s <= 0:
             raise SimulationInputError(f"--cycle-s: must be > 0, got {spec.cycle_s}")
+        if spec.score_every_s <= 0 or spec.headroom_every_s <= 0:
+            raise SimulationInputError("score_every_s and headroom_every_s must be > 0")
+        if spec.idle_resync_s is not None and spec.idle_resync_s <= 0:
+            raise SimulationInputError(f"--idle-resync-s: must be > 0, got {spec.idle_resync_s}")
         if spec.start_offset_s < 0:
             raise SimulationInputError(f"--start-offset: must be >= 0, got {spec.start_offset_s}")
         start_s = traces.start_s + spec.start_offset_s
@@ -145,8 +197,26 @@ class Simulation:
             ids = CountingIds()
             reclaims = ReclaimMemory()
             signals = PoolSignals()
+            timeline = SignalTimeline()
             event_log = SqlEventLog(store.engine)
-            watcher = ExclusionWatcher(event_log, store, pools, on_change=signals.update)
+
+            def on_exclusion(ex: Exclusion) -> None:
+                signals.update(ex)
+                timeline.excluded(ex)
+
+            def on_scores(now: float, scores: list[PoolScore]) -> None:
+                signals.set_scores(scores)
+                timeline.scored(now, scores)
+
+            watcher = ExclusionWatcher(event_log, store, pools, on_change=on_exclusion)
+            scorer = ScoringJob(
+                HistoryLoader(event_log, WindowedHistory(self.spec.scorer.window_s)),
+                store,
+                {p.id: p for p in pools},
+                self.spec.scorer,
+                self.spec.score_every_s,
+                on_scores,
+            )
             controllers = [
                 PartitionController(
                     partition,
@@ -163,12 +233,18 @@ class Simulation:
                 )
                 for partition in self.demand.partitions()
             ]
-            cycles = self._loop(
-                region, clock, controllers, accountant, progress, watcher, event_log
+            loop = _Signals(
+                watcher, scorer, event_log, store, pools, self.spec.headroom_every_s, region
             )
+            pacer = _Pacer(region, signals, self.spec.idle_resync_s)
+            cycles = self._loop(region, clock, controllers, accountant, progress, loop, pacer)
             exclusions = signals.episodes
             metrics = accountant.finish(self.end_s)
             counts = store.counts()
+            last = scorer.run(self.end_s)
+            history_events = None
+            if self.spec.history_dsn:
+                last, history_events = self._keep_history(event_log, store, pools)
         finally:
             store.close()
         return SimulationResult(
@@ -182,7 +258,28 @@ class Simulation:
             cycles=cycles,
             wall_s=time.perf_counter() - wall0,
             exclusions=exclusions,
+            timeline=timeline,
+            scores=tuple(last),
+            scorings=scorer.runs,
+            history_events=history_events,
         )
+
+    def _keep_history(
+        self, event_log: SqlEventLog, store: SqlFleetStore, pools: list[Pool]
+    ) -> tuple[list[PoolScore], int]:
+        """Load the whole log into ClickHouse/chDB history and score from there."""
+        from sco.adapters.clickhouse.history import ClickHouseHistory  # optional extra
+
+        assert self.spec.history_dsn is not None
+        history = ClickHouseHistory(self.spec.history_dsn)
+        try:
+            HistoryLoader(event_log, history, consumer="history-clickhouse").drain()
+            scores = score_now(
+                history, store, {p.id: p for p in pools}, self.end_s, self.spec.scorer
+            )
+            return scores, history.count()
+        finally:
+            history.close()
 
     def _loop(
         self,
@@ -191,8 +288,8 @@ class Simulation:
         controllers: list[PartitionController],
         accountant: Accountant,
         progress: Progress | None,
-        watcher: ExclusionWatcher,
-        event_log: SqlEventLog,
+        signals: _Signals,
+        pacer: _Pacer,
     ) -> int:
         span = self.end_s - self.start_s
         next_cycle = self.start_s
@@ -213,14 +310,17 @@ class Simulation:
             if next_demand is not None and t >= next_demand:
                 accountant.demand_changed(t)
                 next_demand = self.demand.next_change_after(t)
+                pacer.poke()
             if t >= next_cycle:
                 acted = False
-                for c in controllers:
+                for k, c in enumerate(controllers):
+                    if not pacer.due(k, t):
+                        continue
                     report = c.cycle()
-                    acted = acted or bool(report.transitions or report.created)
-                # Events of this cycle reach the watcher before the next cycle plans.
-                if acted and event_log.absorb_outbox():
-                    watcher.poll(limit=100_000)
+                    did = bool(report.transitions or report.created or report.drained)
+                    pacer.ran(k, t, did or report.deleted > 0)
+                    acted = acted or did
+                signals.after_cycle(t, acted)
                 cycles += 1
                 next_cycle = (
                     self.start_s
@@ -232,3 +332,60 @@ class Simulation:
         if progress is not None:
             progress(1.0)
         return cycles
+
+
+@dataclass
+class _Signals:
+    """The signal jobs between two cycles, in the order a deployment would see them."""
+
+    watcher: ExclusionWatcher
+    scorer: ScoringJob
+    event_log: SqlEventLog
+    store: SqlFleetStore
+    pools: list[Pool]
+    headroom_every_s: float
+    region: SimRegion | None = None
+    _last_sample: float = float("-inf")
+
+    def after_cycle(self, now: float, acted: bool) -> None:
+        sampled = False
+        if self.region is not None and now - self._last_sample >= self.headroom_every_s:
+            sample_headroom(self.region, self.store, self.pools, now)
+            self._last_sample, sampled = now, True
+        # Events of this cycle reach the watcher before the next cycle plans.
+        if (acted or sampled) and self.event_log.absorb_outbox():
+            self.watcher.poll(limit=100_000)
+        if self.scorer.due(now):
+            self.scorer.run(now)
+
+
+class _Pacer:
+    """Which controllers cycle at a tick (see `SimulationSpec.idle_resync_s`)."""
+
+    def __init__(self, region: SimRegion, signals: PoolSignals, resync_s: float | None) -> None:
+        self.region = region
+        self.signals = signals
+        self.resync_s = resync_s
+        self._poked = 0
+        self._seen: dict[int, tuple[int, int, int]] = {}
+        self._last: dict[int, float] = {}
+        self._acted: set[int] = set()
+
+    def poke(self) -> None:
+        self._poked += 1
+
+    def _world(self) -> tuple[int, int, int]:
+        return (self.region.events_applied, self.signals.changes, self._poked)
+
+    def due(self, k: int, now: float) -> bool:
+        if self.resync_s is None or k not in self._seen or k in self._acted:
+            return True
+        return self._seen[k] != self._world() or now - self._last[k] >= self.resync_s
+
+    def ran(self, k: int, now: float, acted: bool) -> None:
+        self._seen[k] = self._world()
+        self._last[k] = now
+        if acted:
+            self._acted.add(k)
+        else:
+            self._acted.discard(k)

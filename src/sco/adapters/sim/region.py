@@ -137,6 +137,7 @@ class SimRegion:
         self.now = self.traces.start_s if self.start_s is None else self.start_s
         self._rng = random.Random(self.config.seed)
         self._seq = itertools.count()
+        self.events_applied = 0  # lets a runner tell whether anything happened
         self._ids = itertools.count(1)
         self._events: list[tuple[float, int, int, str]] = []
         self._servers: dict[str, _Server] = {}
@@ -233,6 +234,7 @@ class SimRegion:
         while self._events and self._events[0][0] <= t:
             at, kind, _, key = heapq.heappop(self._events)
             self.now = at
+            self.events_applied += 1
             self._apply(_Kind(kind), key)
         self.now = t
 

@@ -301,7 +301,9 @@ class SqlFleetStore:
             conn.execute(_INSERT_OUTBOX, [_outbox_row(event)])
         return _exclusion_of_row(row)
 
-    def save_scores(self, scores: Sequence[PoolScore]) -> int:
+    def save_scores(self, scores: Sequence[PoolScore], keep: int = 288) -> int:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
         with self.engine.begin() as conn:
             last = conn.execute(select(func.max(t.pool_scores.c.generation))).scalar()
             generation = int(last or 0) + 1
@@ -318,6 +320,9 @@ class SqlFleetStore:
                         for sc in scores
                     ],
                 )
+            conn.execute(
+                delete(t.pool_scores).where(t.pool_scores.c.generation <= generation - keep)
+            )
         return generation
 
     def latest_scores(self) -> dict[PoolId, PoolScore]:
