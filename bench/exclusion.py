@@ -1,9 +1,10 @@
 """Exclusion watcher throughput and detection delay on the embedded event log.
 
 A producer process (standing in for the controllers' outbox relays) pushes
-lifecycle events for 200 pools through the embedded log (SQLite, WAL) as fast
-as the log takes them, with threshold crossings mixed in; the watcher, in this
-process as in production, consumes at the same time. events_per_s is events
+lifecycle events for 200 pools through the embedded log (SQLite, WAL, a file of
+its own as a multi-process deployment keeps it) as fast as the log takes them,
+with threshold crossings mixed in; the watcher, in this process, consumes at
+the same time and writes exclusions to the fleet-state database. events_per_s is events
 over the time from the first append to the last event consumed. Detection
 delay is from the commit of the batch holding a crossing event to the commit
 of the exclusion it causes. Prints one JSON object as its last line:
@@ -24,7 +25,7 @@ from multiprocessing import Process, Queue
 from pathlib import Path
 
 from sco.adapters.sqlstate.eventlog import SqlEventLog
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore, open_engine, sqlite_url
 from sco.decide.exclusion import ExclusionConfig
 from sco.domain.events import LifecycleEvent
 from sco.domain.pools import CapacityClass, Pool
@@ -74,15 +75,15 @@ def make_batches(rng: random.Random, ps: list[Pool], events: int, size: int) -> 
     return out
 
 
-def produce(db: str, batches: list[Batch], commits: Queue) -> None:  # type: ignore[type-arg]
-    store = SqlFleetStore(db, run_migrations=False)
-    log = SqlEventLog(store.engine)
+def produce(log_db: str, batches: list[Batch], commits: Queue) -> None:  # type: ignore[type-arg]
+    log = SqlEventLog(open_engine(log_db))
     for rows, crossing_pools in batches:
         log.append_raw(rows)
         committed = time.time()
         for pool in crossing_pools:
             commits.put((pool, committed))
-    store.close()
+    commits.put(("", time.time()))  # the producer is done
+    log.close()
 
 
 def main() -> None:
@@ -96,9 +97,9 @@ def main() -> None:
     batches = make_batches(rng, ps, args.events, args.batch)
     total = sum(len(rows) for rows, _ in batches)
     with tempfile.TemporaryDirectory() as tmp:
-        db = sqlite_url(Path(tmp) / "state.db")
-        store = SqlFleetStore(db)
-        log = SqlEventLog(store.engine)
+        store = SqlFleetStore(sqlite_url(Path(tmp) / "state.db"))
+        log_db = sqlite_url(Path(tmp) / "events.db")
+        log = SqlEventLog.open(log_db)
         persisted: dict[str, float] = {}
         # Short window and a cooldown longer than the run: each pool is excluded once.
         cfg = ExclusionConfig(window_s=60, max_reclaims=3, base_cooldown_s=1e9, max_cooldown_s=1e9)
@@ -106,7 +107,7 @@ def main() -> None:
             log, store, ps, cfg, on_change=lambda ex: persisted.setdefault(ex.pool, time.time())
         )
         commits: Queue = Queue()  # type: ignore[type-arg]
-        producer = Process(target=produce, args=(db, batches, commits))
+        producer = Process(target=produce, args=(log_db, batches, commits))
         start = time.time()
         producer.start()
         consumed = 0
@@ -119,10 +120,14 @@ def main() -> None:
         producer.join()
         excluded = len(store.exclusions())
         store.close()
+        log.close()
     delays = []
+    produced_s = None
     while not commits.empty():
         pool, committed = commits.get()
-        if pool in persisted:
+        if not pool:
+            produced_s = committed - start
+        elif pool in persisted:
             delays.append(persisted[pool] - committed)
     delays.sort()
     p99 = delays[min(len(delays) - 1, int(0.99 * len(delays)))] if delays else None
@@ -133,6 +138,7 @@ def main() -> None:
                 "pools": POOLS,
                 "exclusions": excluded,
                 "events_per_s": round(total / elapsed),
+                "producer_events_per_s": round(total / produced_s) if produced_s else None,
                 "detect_p50_s": round(statistics.median(delays), 4) if delays else None,
                 "detect_p99_s": round(p99, 4) if p99 is not None else None,
             }

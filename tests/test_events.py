@@ -135,11 +135,31 @@ def test_consumer_offsets_resume(store: SqlFleetStore) -> None:
     log = SqlEventLog(store.engine)
     log.append([ev(n, POOLS[0], "node_joined", n) for n in range(5)])
     log.append([ev(0, POOLS[0], "node_joined", 0)])  # duplicate id: skipped
-    got = log.read("a", 3)
-    assert [r.offset for r in got] == [1, 2, 3]
+    got = log.read("a", 2)
+    assert [r.offset for r in got] == [1, 2]
     log.commit("a", got[-1].offset)
+    assert [r.offset for r in log.read("a", 1)] == [3]  # read on, not committed
     assert [r.offset for r in log.read("a", 10)] == [4, 5]
     assert len(log.read("b", 10)) == 5
+    # A restarted reader starts over from what was committed.
+    assert [r.offset for r in SqlEventLog(store.engine).read("a", 10)] == [3, 4, 5]
+
+
+def test_a_log_of_its_own_relays_another_databases_outbox(
+    store: SqlFleetStore, tmp_path: Path
+) -> None:
+    log = SqlEventLog.open(sqlite_url(tmp_path / "events.db"))
+    inst = instance(POOLS[0], State.REQUESTED, server=False)
+    store.record([created(inst, "new")])
+    store.emit([ev(7, POOLS[1], "headroom", 1.0)])
+    assert log.absorb_outbox(store.engine) == 2
+    assert store.outbox_batch(10) == []
+    store.emit([ev(7, POOLS[1], "headroom", 1.0)])  # relayed twice: in the log once
+    log.absorb_outbox(store.engine)
+    ids = [parse_event(r.payload).event_id for r in log.read("c", 10)]
+    assert ids == [event_of(created(inst, "new")).event_id, "e7"]
+    assert SqlEventLog(store.engine).read("c", 10) == []  # the state database has none
+    log.close()
 
 
 # ---------------------------------------------------------------- watcher

