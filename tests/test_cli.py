@@ -177,7 +177,14 @@ def test_start_past_the_end(tmp_path: Path) -> None:
 def test_policies_listed() -> None:
     out = sco("policies")
     assert out.returncode == 0
-    assert out.stdout.split() == ["all-guaranteed", "sco"]
+    assert out.stdout.split() == [
+        "all-guaranteed",
+        "cheapest",
+        "even-spread",
+        "round-robin",
+        "sco",
+        "spothedge",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.sim.region import SimConfig, SimRegion
 from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
@@ -50,7 +51,7 @@ class World:
             nodes=self.region,
             store=self.store,
             demand=self.demand,
-            policy=ScoPolicy(),
+            policy=ScoPolicy(HedgeConfig(max_spare=0)),  # no hedge: exact counts
             clock=self.clock,
             ids=self.ids,
             config=ControllerConfig(),

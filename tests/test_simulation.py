@@ -9,6 +9,8 @@ import pytest
 from sco.adapters.sim.region import SimConfig
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.apps.cli import bundled
+from sco.decide.hedge import HedgeConfig
+from sco.decide.policies import ScoPolicy
 from sco.runtime.simulation import Simulation, SimulationSpec
 from sco.testing.builders import write_json_trace, write_yaml
 
@@ -46,6 +48,10 @@ def _demand(path: Path, target: int, floor: int) -> Path:
     )
 
 
+# No spare spot: the hand-computed cases below follow instances one by one.
+EXACT = ScoPolicy(HedgeConfig(max_spare=0))
+
+
 def _run(
     tmp_path: Path, traces: Path, demand: Path, resync_s: float | None = None, **sim: float
 ) -> dict[str, float]:
@@ -53,6 +59,7 @@ def _run(
     spec = SimulationSpec(
         traces=traces,
         demand=demand,
+        policy=EXACT,
         sim=SimConfig(**sim),  # type: ignore[arg-type]
         idle_resync_s=resync_s,
     )
@@ -111,23 +118,21 @@ def test_signals_run_on_the_simulated_clock(tmp_path: Path) -> None:
 
 
 def test_floor_kept_with_guaranteed_then_given_back(tmp_path: Path) -> None:
-    # Floor 2 and a guaranteed quota. t=0: no spot is ready, so 2 spot and 2 guaranteed
-    # are created; all ready at 120 s.
-    # 600 s: one spot reclaimed; one guaranteed must stay. 720 s: the surviving spot has
-    #   been ready 600 s (stable), so the other guaranteed drains by 780 s (controller
-    #   drain_s 60), serving until 750 s (sim drain 30 s); deleted at 780 s, gone at 785 s.
-    # 1200 s: room again, a spot replacement is ready at 1320 s and stable at 1920 s: the
-    #   last guaranteed drains by 1980 s and is gone at 1985 s.
+    # Floor 2 and a guaranteed quota. t=0: 2 spot are created; guaranteed launched now
+    #   would be ready no sooner, so none is. Ready at 120 s.
+    # 600 s: one spot reclaimed and no room to replace it: 1 guaranteed, ready at 720 s.
+    # 1200 s: room again: a spot replacement, ready at 1320 s; the guaranteed stays
+    #   until then, then drains by 1380 s (controller drain_s 60) and is gone at 1385 s.
     m = _run(
         tmp_path, _region(tmp_path / "t", [2, 1, 2, 2], quota=4), _demand(tmp_path / "d.yaml", 2, 2)
     )
-    assert m["availability"] == pytest.approx((2400 - 120) / 2400)
-    assert m["floor_availability"] == pytest.approx((2400 - 120) / 2400)
+    assert m["availability"] == pytest.approx((2400 - 120 - 120) / 2400)
+    assert m["floor_availability"] == pytest.approx((2400 - 120 - 120) / 2400)
     spot = (600 + 2400 + 1200) / 3600 * 1.0
-    guaranteed = (785 + 1985) / 3600 * 3.0
+    guaranteed = (1385 - 600) / 3600 * 3.0
     assert m["cost"] == pytest.approx(spot + guaranteed)
-    assert (m["creates"], m["reclaims"]) == (5, 1)
-    assert m["mean_replace_s"] == pytest.approx(1320 - 600)
+    assert (m["creates"], m["reclaims"]) == (4, 1)
+    assert m["mean_replace_s"] == pytest.approx(720 - 600)
 
 
 def test_notice_lets_replacement_start_before_the_reclaim(tmp_path: Path) -> None:

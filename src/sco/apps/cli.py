@@ -358,7 +358,7 @@ def _pct(x: float) -> str:
 
 def _print_summary(console: Console, result: SimulationResult) -> None:
     table = Table(
-        title=f"sco simulate — policy {result.spec.policy}, "
+        title=f"sco simulate — policy {result.spec.policy_name}, "
         f"{(result.end_s - result.start_s) / 3600:.1f} h simulated in "
         f"{result.wall_s:.1f} s"
     )

@@ -41,7 +41,7 @@ def summary_dict(result: SimulationResult) -> dict[str, Any]:
     return {
         "traces": str(spec.traces),
         "demand": str(spec.demand),
-        "policy": spec.policy,
+        "policy": spec.policy_name,
         "seed": spec.seed,
         "cycle_s": spec.cycle_s,
         "cold_start_s": spec.sim.cold_start_s,
@@ -198,7 +198,7 @@ def _page(result: SimulationResult, summary: dict[str, Any], figures: list[tuple
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
 img{{max-width:100%}}pre{{background:#f6f6f6;padding:1em}}</style></head><body>
 <h1>sco simulation report</h1>
-<p>Policy <b>{html.escape(result.spec.policy)}</b> on
+<p>Policy <b>{html.escape(result.spec.policy_name)}</b> on
 <code>{html.escape(str(result.spec.traces))}</code>,
 {days:.1f} simulated days in {result.wall_s:.1f} s.</p>
 <table><tr>{head}</tr>{rows}</table>

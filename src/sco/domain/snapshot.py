@@ -28,6 +28,12 @@ class PoolView:
     excluded: bool = False  # the watcher took it out: nothing new goes there
     degraded: bool = False  # failing, but among the last candidates: placed with less weight
     recent_reclaims: int = 0
+    last_reclaim_at: float | None = None  # the latest reclaim seen in this pool
+    last_refusal_at: float | None = None  # the latest create it refused
+    # Since when the pool has continuously had capacity for spot (held + headroom > 0),
+    # from its headroom history; None when unknown. Hazard falls with this age.
+    up_since: float | None = None
+    notice_s: float = 0.0  # the reclaim notice this pool's provider guarantees (contract)
     score: PoolScore | None = None  # the scorer's latest word on this pool, if any yet
     version: int = 0
     available: int = field(init=False, compare=False)  # headroom less reservations, >= 0

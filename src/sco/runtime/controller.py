@@ -9,6 +9,7 @@ conflict it drops its cache and reloads on the next cycle.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -297,6 +298,7 @@ class PartitionController:
         headroom = self.provider.headroom(ids)
         prices = self.provider.prices(ids)
         records = self._records_of_pools(now)
+        held = Counter(i.pool for i in self._live() if i.is_live)
         views = {
             p: PoolView(
                 pool=pool,
@@ -304,6 +306,8 @@ class PartitionController:
                 reserved=records[p].reserved if p in records else 0,
                 price_per_h=prices.get(p),
                 recent_reclaims=self.reclaims.count(p, now),
+                last_reclaim_at=self.reclaims.last(p),
+                up_since=self.signals.capacity_seen(p, now, headroom.get(p, 0) + held[p] > 0),
                 score=self.signals.score(p),
                 version=records[p].version if p in records else 0,
                 excluded=self.signals.state(p, now) is ExclusionState.EXCLUDED,

@@ -20,6 +20,10 @@ class ReclaimMemory:
     def note(self, pool: PoolId, at: float) -> None:
         self._times[pool].append(at)
 
+    def last(self, pool: PoolId) -> float | None:
+        times = self._times.get(pool)
+        return times[-1] if times else None
+
     def count(self, pool: PoolId, now: float) -> int:
         times = self._times.get(pool)
         if not times:
@@ -40,8 +44,17 @@ class PoolSignals:
     def __init__(self) -> None:
         self._exclusions: dict[PoolId, Exclusion] = {}
         self._scores: dict[PoolId, PoolScore] = {}
+        self._up: dict[PoolId, float] = {}
         self.episodes = 0  # exclusions and degradations begun
         self.changes = 0  # exclusion changes and new score generations seen
+
+    def capacity_seen(self, pool: PoolId, now: float, has_capacity: bool) -> float | None:
+        """Since when `pool` has had capacity, as far as this process has seen (a pool
+        first seen counts as fresh: the cautious guess)."""
+        if not has_capacity:
+            self._up.pop(pool, None)
+            return None
+        return self._up.setdefault(pool, now)
 
     def set_scores(self, scores: list[PoolScore]) -> None:
         before = next(iter(self._scores.values())).generation if self._scores else None

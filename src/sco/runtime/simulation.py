@@ -55,7 +55,7 @@ class SimulationInputError(ValueError):
 class SimulationSpec:
     traces: Path
     demand: Path
-    policy: str = "sco"
+    policy: str | Policy = "sco"  # a name, or (tests) a policy object shared by all
     duration_s: float | None = None  # None: until the shortest series ends
     start_offset_s: float = 0.0
     seed: int = 0
@@ -71,6 +71,14 @@ class SimulationSpec:
     # change, a new exclusion or score generation, or its last cycle acted), and at
     # least this often otherwise, as an event-driven controller with a resync would.
     idle_resync_s: float | None = None
+
+    @property
+    def policy_name(self) -> str:
+        return self.policy if isinstance(self.policy, str) else self.policy.name
+
+    def new_policy(self) -> Policy:
+        """One per partition: baselines remember what they saw."""
+        return policy_named(self.policy) if isinstance(self.policy, str) else self.policy
 
 
 @dataclass
@@ -107,6 +115,10 @@ class SimulationResult:
     scores: tuple[PoolScore, ...] = ()  # the last generation, best first
     scorings: int = 0
     history_events: int | None = None  # events in the ClickHouse/chDB history, if kept
+
+    @property
+    def policy_name(self) -> str:
+        return self.spec.policy_name
 
     def aggregate(self) -> dict[str, float | int]:
         """One line for scripts: availabilities averaged over partitions, costs summed."""
@@ -151,7 +163,7 @@ class Simulation:
         """Check every input; raises TraceError, DemandFileError, UnknownPolicy or
         SimulationInputError. Writes nothing."""
         traces = load_traces(spec.traces)
-        policy = policy_named(spec.policy)
+        policy = spec.new_policy()
         if spec.cycle_s <= 0:
             raise SimulationInputError(f"--cycle-s: must be > 0, got {spec.cycle_s}")
         if spec.score_every_s <= 0 or spec.headroom_every_s <= 0:
@@ -224,7 +236,7 @@ class Simulation:
                     nodes=region,
                     store=store,
                     demand=self.demand,
-                    policy=self.policy,
+                    policy=self.spec.new_policy(),
                     clock=clock,
                     ids=ids,
                     config=self.spec.controller,

@@ -1,0 +1,59 @@
+"""Policies by name: each turns a snapshot into spot and guaranteed targets.
+
+New policies register here by name, as Cluster Autoscaler registers expanders.
+`optimal` knows the future and so runs only in `sco evaluate`
+(`sco.runtime.evaluation`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from sco.decide.policies.all_guaranteed import AllGuaranteedPolicy
+from sco.decide.policies.base import Decision, Policy
+from sco.decide.policies.cheapest import CheapestPolicy
+from sco.decide.policies.even_spread import EvenSpreadPolicy
+from sco.decide.policies.round_robin import RoundRobinPolicy
+from sco.decide.policies.sco import ScoPolicy
+from sco.decide.policies.spothedge import SpotHedgePolicy
+
+POLICIES: Mapping[str, Callable[[], Policy]] = {
+    "sco": ScoPolicy,
+    "all-guaranteed": AllGuaranteedPolicy,
+    "cheapest": CheapestPolicy,
+    "even-spread": EvenSpreadPolicy,
+    "round-robin": RoundRobinPolicy,
+    "spothedge": SpotHedgePolicy,
+}
+
+
+class UnknownPolicy(KeyError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"unknown policy {self.name!r}; known: {', '.join(sorted(POLICIES))}"
+
+
+def policy_named(name: str) -> Policy:
+    """A new policy object (baselines keep per-partition memory: one each)."""
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise UnknownPolicy(name) from None
+
+
+__all__ = [
+    "POLICIES",
+    "AllGuaranteedPolicy",
+    "CheapestPolicy",
+    "Decision",
+    "EvenSpreadPolicy",
+    "Policy",
+    "RoundRobinPolicy",
+    "ScoPolicy",
+    "SpotHedgePolicy",
+    "UnknownPolicy",
+    "policy_named",
+]

@@ -1,0 +1,79 @@
+"""What every policy shares: the decision it returns and helpers to read a snapshot.
+
+A policy is the planner + arbiter pair the controller calls each cycle: a
+snapshot in, spot and guaranteed instance targets per pool out. The `sco`
+policy is a pure function of the snapshot. Baselines that, as published,
+remember what they saw (SpotHedge's preempted zones, round robin's next
+zone) keep that memory in the policy object: one object per partition.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from sco.domain.lifecycle import State
+from sco.domain.pools import PoolId
+from sco.domain.snapshot import PartitionSnapshot, PoolView
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    spot: Mapping[PoolId, int]
+    guaranteed: Mapping[PoolId, int]
+    notes: tuple[str, ...] = ()
+
+
+class Policy(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def decide(self, snapshot: PartitionSnapshot) -> Decision: ...
+
+
+def spot_views(snapshot: PartitionSnapshot) -> list[PoolView]:
+    """The spot pools this partition may use, in a stable order."""
+    part = snapshot.partition
+    return sorted(
+        (v for v in snapshot.pools.values() if v.pool.is_spot and part.accepts(v.pool.flavor)),
+        key=lambda v: v.pool.id,
+    )
+
+
+def guaranteed_view(snapshot: PartitionSnapshot) -> PoolView | None:
+    """The cheapest guaranteed pool this partition may use."""
+    part = snapshot.partition
+    views = [
+        v for v in snapshot.pools.values() if not v.pool.is_spot and part.accepts(v.pool.flavor)
+    ]
+    return min(views, key=lambda v: (v.price, v.pool.id)) if views else None
+
+
+def live_by_pool(snapshot: PartitionSnapshot, spot: bool) -> Counter[PoolId]:
+    """Live instances (not leaving) per pool, of one capacity class."""
+    return Counter(i.pool for i in snapshot.instances if i.is_live and i.is_spot == spot)
+
+
+def ready_spot_units(snapshot: PartitionSnapshot) -> int:
+    return sum(i.units for i in snapshot.instances if i.is_spot and i.state is State.READY)
+
+
+def serving_spot_units(snapshot: PartitionSnapshot) -> int:
+    """Spot that serves now: ready, or noticed but not yet taken back."""
+    return sum(
+        i.units
+        for i in snapshot.instances
+        if i.is_spot and (i.state is State.READY or (i.state is State.NOTICED and i.ready_at))
+    )
+
+
+def gap_fallback(snapshot: PartitionSnapshot, spot_ready_units: int, cover_units: int) -> Decision:
+    """Guaranteed instances for the gap between `cover_units` and ready spot."""
+    g = guaranteed_view(snapshot)
+    if g is None:
+        return Decision({}, {}, ("no guaranteed pool",))
+    unit = g.pool.units_per_instance
+    need = max(0, cover_units - spot_ready_units)
+    return Decision({}, {g.pool.id: -(-need // unit)} if need else {})

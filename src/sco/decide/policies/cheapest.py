@@ -1,0 +1,33 @@
+"""Baseline: greedy on price. Spot in the cheapest pools with headroom; what spot
+cannot hold goes on guaranteed capacity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sco.decide.policies.base import Decision, guaranteed_view, live_by_pool, spot_views
+from sco.domain.pools import PoolId
+from sco.domain.snapshot import PartitionSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class CheapestPolicy:
+    name: str = "cheapest"
+
+    def decide(self, snapshot: PartitionSnapshot) -> Decision:
+        want = snapshot.demand.wanted_units
+        held = live_by_pool(snapshot, spot=True)
+        spot: dict[PoolId, int] = {}
+        placed = 0
+        for v in sorted(spot_views(snapshot), key=lambda v: (v.price, v.pool.id)):
+            if placed >= want:
+                break
+            room = held[v.pool.id] + (0 if v.excluded else v.available)
+            n = min(room, -(-(want - placed) // v.pool.units_per_instance))
+            if n > 0:
+                spot[v.pool.id] = n
+                placed += n * v.pool.units_per_instance
+        g = guaranteed_view(snapshot)
+        short = max(0, want - placed)
+        guaranteed = {g.pool.id: -(-short // g.pool.units_per_instance)} if g and short else {}
+        return Decision(spot, guaranteed)
