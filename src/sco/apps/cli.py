@@ -11,6 +11,7 @@ import logging
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -23,10 +24,18 @@ from rich.table import Table
 
 from sco.adapters.demandfile.intake import DemandFileError
 from sco.adapters.sim.region import SimConfig
-from sco.adapters.sim.traces import TraceError
+from sco.adapters.sim.traces import TraceError, load_traces
 from sco.adapters.sqlstate.store import sqlite_url
 from sco.decide.policies import POLICIES, UnknownPolicy
 from sco.runtime.accounting import PartitionMetrics
+from sco.runtime.evaluation import (
+    Capacity,
+    EvalConfig,
+    evaluate_named,
+    factory,
+    suite,
+    window_starts,
+)
 from sco.runtime.simulation import (
     Simulation,
     SimulationInputError,
@@ -272,6 +281,112 @@ def _print_signals(console: Console, result: SimulationResult) -> None:
     )
     if result.history_events is not None:
         console.print(f"pool history: {result.history_events} events in {result.spec.history_dsn}")
+
+
+DEFAULT_POLICIES = "optimal,sco,spothedge,round-robin,even-spread,cheapest,all-guaranteed"
+
+
+@cli.command()
+@click.option("--suite", "suite_name", default=None, help="A named suite: spothedge.")
+@click.option(
+    "--trace",
+    "traces",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="A folder of traces to run in the same setting (repeatable).",
+)
+@click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="Columns.")
+@click.option("--notice-s", type=float, default=0.0, show_default=True, help="Reclaim notice.")
+@click.option("--windows", type=int, default=10, show_default=True, help="24 h windows per trace.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of window offsets.")
+@click.option("--workers", type=int, default=2, show_default=True, help="Processes to use.")
+@click.option("--json", "as_json", is_flag=True, help="End with one JSON line of results.")
+def evaluate(
+    suite_name: str | None,
+    traces: tuple[Path, ...],
+    policies: str,
+    notice_s: float,
+    windows: int,
+    seed: int,
+    workers: int,
+    as_json: bool,
+) -> None:
+    """Policies side by side on the same traces and windows (the SkyServe setting)."""
+
+    names = [n.strip() for n in policies.split(",") if n.strip()]
+    if not names:
+        raise BadInput("--policies: name at least one policy")
+    if not suite_name and not traces:
+        raise BadInput("give --suite spothedge or --trace DIR")
+    if workers < 1:
+        raise BadInput(f"--workers: must be >= 1, got {workers}")
+    with _input_errors():
+        for name in names:
+            factory(name)
+        cfg = EvalConfig(notice_s=notice_s, windows=windows, seed=seed)
+        sets = suite(suite_name, bundled("traces", "apache")) if suite_name else []
+        sets += [Capacity.of(t.name, load_traces(t)) for t in traces]
+        for c in sets:
+            window_starts(c, cfg)  # every trace long enough, before any work
+    console = _console(stderr=as_json)
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    wall0 = time.perf_counter()
+    for c in sets:
+        res = evaluate_named(c, cfg, names, workers, _eval_progress)
+        results[c.name] = {n: r.as_dict() for n, r in res.items()}
+    _print_evaluation(console, results, cfg, time.perf_counter() - wall0)
+    if as_json:
+        setting = {
+            "target": cfg.target,
+            "od_ratio": cfg.od_ratio,
+            "cold_start_s": cfg.cold_start_s,
+            "tick_s": cfg.tick_s,
+            "window_s": cfg.window_s,
+            "windows": cfg.windows,
+            "seed": cfg.seed,
+            "notice_s": cfg.notice_s,
+        }
+        click.echo(json.dumps({"setting": setting, "traces": results}, sort_keys=True))
+
+
+def _eval_progress(trace: str, done: int, total: int) -> None:
+    if done == total or done % max(1, total // 5) == 0:
+        click.echo(f"{trace}: {done}/{total} window runs", err=True)
+
+
+def _print_evaluation(
+    console: Console,
+    results: dict[str, dict[str, dict[str, float]]],
+    cfg: EvalConfig,
+    wall_s: float,
+) -> None:
+    table = Table(
+        title=f"sco evaluate — target {cfg.target}, {cfg.windows} x {cfg.window_s / 3600:.0f} h "
+        f"windows, notice {cfg.notice_s:.0f} s, {wall_s:.0f} s"
+    )
+    for col in (
+        "trace",
+        "policy",
+        "availability",
+        "floor avail.",
+        "cost vs guar.",
+        "reclaims",
+        "guar. share",
+    ):
+        table.add_column(col, justify="left" if col in ("trace", "policy") else "right")
+    for trace, by_policy in results.items():
+        for name, m in by_policy.items():
+            table.add_row(
+                trace,
+                name,
+                f"{m['availability']:.4f}",
+                f"{m['floor_availability']:.4f}",
+                f"{m['cost_vs_guaranteed']:.3f}",
+                f"{m['reclaims']:.1f}",
+                f"{m['guaranteed_share']:.3f}",
+            )
+        table.add_section()
+    console.print(table)
 
 
 @cli.command()
