@@ -31,8 +31,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sco.domain.lifecycle import State
-from sco.domain.pools import PoolId
+from sco.decide.placement import Slot, place
+from sco.domain.lifecycle import LIVE, State
+from sco.domain.pools import CapacityClass, PoolId
 from sco.domain.snapshot import PartitionSnapshot, PoolView
 
 
@@ -48,6 +49,8 @@ class HedgeConfig:
     # anywhere within the hour: reclaims come in storms
     spare_threshold: float = 0.05  # a spare per this many expected reclaims in a cold start
     max_spare: int = 2
+    crowding_per_h: float = 10.0  # the cost of each further replica sharing a pool
+    stickiness_per_h: float = 100.0  # a replica stays unless elsewhere is this much safer
     release_after_s: float = 0.0  # spot ready this long before guaranteed goes back
     max_release_per_cycle: int = 3
 
@@ -78,6 +81,35 @@ def hazard_per_h(v: PoolView, now: float, cfg: HedgeConfig) -> float:
     return h + (cfg.full_pool_hazard if v.available == 0 else 0.0)
 
 
+@dataclass(slots=True)
+class _Tally:
+    """What the plan needs of the instances, read in one pass (partitions are large)."""
+
+    spot_held: Counter[PoolId]  # live spot per pool
+    guaranteed_held: Counter[PoolId]
+    spot_live: int = 0
+    spot_booting_units: int = 0
+    spot_ready_units: int = 0
+    ready_at: list[float] | None = None  # of ready spot
+
+
+def _tally(snapshot: PartitionSnapshot) -> _Tally:
+    # Comprehensions and Counter's C loop: a partition may hold tens of thousands.
+    spot, ready, now = CapacityClass.SPOT, State.READY, snapshot.now
+    live = [i for i in snapshot.instances if i.state in LIVE]
+    spot_live = [i for i in live if i.capacity_class is spot]
+    ready_spot = [i for i in spot_live if i.state is ready]
+    ready_units = sum(i.units for i in ready_spot)
+    return _Tally(
+        spot_held=Counter([i.pool for i in spot_live]),
+        guaranteed_held=Counter([i.pool for i in live if i.capacity_class is not spot]),
+        spot_live=len(spot_live),
+        spot_booting_units=sum(i.units for i in spot_live) - ready_units,
+        spot_ready_units=ready_units,
+        ready_at=[now if i.ready_at is None else i.ready_at for i in ready_spot],
+    )
+
+
 def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     now = snapshot.now
     demand = snapshot.demand
@@ -86,55 +118,49 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         (v for v in snapshot.pools.values() if v.pool.is_spot and part.accepts(v.pool.flavor)),
         key=lambda v: v.pool.id,
     )
-    held = Counter(i.pool for i in snapshot.instances if i.is_spot and i.is_live)
+    tally = _tally(snapshot)
+    held = tally.spot_held
     own = {v.pool.id: hazard_per_h(v, now, cfg) for v in spot_views}
     storm = cfg.region_reclaim_hazard * sum(v.recent_reclaims for v in spot_views)
     hazard = {p: h + storm for p, h in own.items()}
-    usable = [v for v in spot_views if not v.excluded and held[v.pool.id] + v.available > 0]
-    targets = _place(demand.wanted_units, spot_views, usable, held, hazard)
+    targets = _place(demand.wanted_units, spot_views, held, hazard, cfg)
     notes: list[str] = []
     spare = _spare(targets, hazard, snapshot, cfg)
     hedge_g = 0
     if spare:
-        spread = _place(demand.wanted_units + spare, spot_views, usable, held, hazard)
+        spread = _place(demand.wanted_units + spare, spot_views, held, hazard, cfg)
         # A spare in a pool that already holds replicas falls with them: where spot
         # cannot spread, the spare goes on guaranteed capacity.
         fresh = sum(1 for p, n in spread.items() if n and not targets.get(p))
         spot_spare = min(spare, fresh) if max(targets.values(), default=0) > 1 else spare
         if spot_spare:
-            targets = _place(demand.wanted_units + spot_spare, spot_views, usable, held, hazard)
+            targets = _place(demand.wanted_units + spot_spare, spot_views, held, hazard, cfg)
         # A storm elsewhere buys spare spot, not guaranteed capacity.
         hedge_g = min(spare - spot_spare, _spare(targets, own, snapshot, cfg))
         notes.append(f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed")
-    guaranteed, gnotes = _floor(snapshot, targets, cfg, hedge_g)
+    guaranteed, gnotes = _floor(snapshot, tally, targets, cfg, hedge_g)
     return HedgePlan({p: n for p, n in targets.items() if n}, guaranteed, tuple(notes + gnotes))
 
 
 def _place(
     want: int,
     views: list[PoolView],
-    usable: list[PoolView],
     held: Counter[PoolId],
     hazard: Mapping[PoolId, float],
+    cfg: HedgeConfig,
 ) -> dict[PoolId, int]:
-    """Keep what is held in usable pools, up to `want`; add one per pool, safest first."""
-    ok = {v.pool.id for v in usable}
-    keep: dict[PoolId, int] = {v.pool.id: held[v.pool.id] for v in views if v.pool.id in ok}
-    total = sum(keep.values())
-    # Over: drop from the riskiest pools, the most crowded first.
-    while total > want:
-        p = max((p for p, n in keep.items() if n), key=lambda p: (keep[p] > 1, hazard[p], p))
-        keep[p] -= 1
-        total -= 1
-    room = {v.pool.id: keep.get(v.pool.id, 0) + v.available for v in usable}
-    while total < want:
-        open_ = [p for p in keep if keep[p] < room[p]]
-        if not open_:
-            break
-        p = min(open_, key=lambda p: (keep[p], hazard[p], p))
-        keep[p] += 1
-        total += 1
-    return keep
+    """The least-cost spread (`sco.decide.placement`): an excluded pool keeps what it
+    holds but gets nothing new."""
+    slots = [
+        Slot(
+            v.pool.id,
+            hazard[v.pool.id],
+            held[v.pool.id],
+            held[v.pool.id] + (0 if v.excluded else v.available),
+        )
+        for v in views
+    ]
+    return place(slots, want, cfg.crowding_per_h, cfg.stickiness_per_h)
 
 
 def _spare(
@@ -155,6 +181,7 @@ def _spare(
 
 def _floor(
     snapshot: PartitionSnapshot,
+    tally: _Tally,
     spot_targets: Mapping[PoolId, int],
     cfg: HedgeConfig,
     hedge_units: int = 0,
@@ -169,18 +196,14 @@ def _floor(
         ),
         key=lambda v: (v.price, v.pool.id),
     )
-    held_g = Counter(i.pool for i in snapshot.instances if not i.is_spot and i.is_live)
+    held_g = tally.guaranteed_held
     if not g_views:
         return dict(held_g), ["no guaranteed pool"]
     floor = snapshot.demand.floor_units
-    # Noticed spot still serves, but is gone before anything launched now is ready.
-    serving = [i for i in snapshot.instances if i.is_spot and i.state is State.READY]
-    live_spot = [i for i in snapshot.instances if i.is_spot and i.is_live]
-    booting = sum(i.units for i in live_spot if i.state is not State.READY)
-    # Spot launched this cycle arrives with any guaranteed launched now.
-    coming = booting + max(0, sum(spot_targets.values()) - len(live_spot))
-    ready_units = sum(i.units for i in serving)
-    gap = max(0, floor - ready_units - coming) + hedge_units
+    # Noticed spot still serves, but is gone before anything launched now is ready:
+    # only READY spot counts. Spot launched this cycle arrives with guaranteed launched now.
+    coming = tally.spot_booting_units + max(0, sum(spot_targets.values()) - tally.spot_live)
+    gap = max(0, floor - tally.spot_ready_units - coming) + hedge_units
     have = sum(held_g.values())
     notes: list[str] = []
     if gap > have:
@@ -189,11 +212,8 @@ def _floor(
         targets[g.pool.id] = targets.get(g.pool.id, 0) + (gap - have)
         notes.append(f"floor: {gap - have} guaranteed for spot that cannot arrive in time")
         return targets, notes
-    stable = sum(
-        i.units
-        for i in serving
-        if i.ready_at is not None and i.ready_at <= now - cfg.release_after_s
-    )
+    settled = now - cfg.release_after_s
+    stable = sum(1 for t in tally.ready_at or () if t <= settled)
     keep = max(gap, min(have, max(0, floor - stable)))
     release = min(have - keep, cfg.max_release_per_cycle)
     targets = dict(held_g)
