@@ -76,6 +76,41 @@ def test_pools_ranks_what_a_run_scored(tmp_path: Path) -> None:
     assert "survival" in table.stdout
 
 
+def test_evaluate_prints_the_table_and_json(tmp_path: Path) -> None:
+    folder = tmp_path / "t"
+    write_json_trace(folder, "a", [4, 4, 0, 3, 4, 1, 4, 4] * 40, gap_s=300)
+    write_json_trace(folder, "b", [2, 0, 4, 4, 4, 4, 0, 4] * 40, gap_s=300)
+    out = sco(
+        "evaluate", "--trace", folder, "--policies", "sco,spothedge,optimal",
+        "--windows", "2", "--workers", "1", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(last["traces"]["t"]) == {"sco", "spothedge", "optimal"}
+    assert last["traces"]["t"]["optimal"]["availability"] == 1.0
+    for m in last["traces"]["t"].values():
+        assert 0.0 < m["cost_vs_guaranteed"] <= 1.5
+    assert last["setting"]["windows"] == 2
+    assert "spothedge" in out.stderr  # the table goes to stderr with --json
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policies", "sco,clairvoyant"], "unknown policy 'clairvoyant'"),
+        (["--windows", "0"], "windows must be >= 1"),
+        ([], "a window needs"),  # 80 minutes of trace cannot hold a 24 h window
+    ],
+)
+def test_evaluate_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
+    folder = tmp_path / "t"
+    write_json_trace(folder, "a", [1] * 16, gap_s=300)
+    out = sco("evaluate", "--trace", folder, *args)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_pools_on_bad_state(tmp_path: Path) -> None:
     missing = sco("pools", "--state", tmp_path / "none.db")
     assert missing.returncode == 2

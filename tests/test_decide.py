@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from sco.decide.acquirer import ActConfig, diff
 from sco.decide.arbiter import ArbiterConfig, arbitrate
-from sco.decide.planner import PlannerConfig, plan_spot
+from sco.decide.hedge import HedgeConfig, HedgePlan, plan
 from sco.decide.policies import AllGuaranteedPolicy, ScoPolicy, UnknownPolicy, policy_named
+from sco.domain.instances import Instance
 from sco.domain.lifecycle import State, Trigger
 from sco.domain.signals import PoolScore as DomainScore
 from sco.domain.snapshot import PoolView
@@ -23,103 +24,84 @@ C = spot_pool("hall-3", "c", price=1.0)
 G1 = guaranteed_pool("hall-1")
 G2 = guaranteed_pool("hall-2")
 
-# ---------------------------------------------------------------- planner
+# ---------------------------------------------------------------- the sco planner (hedge)
+
+NO_SPARE = HedgeConfig(max_spare=0)
 
 
-def test_planner_spreads_over_equal_pools() -> None:
-    snap = snapshot([PoolView(p, headroom=10) for p in (A, B, C)], want=demand(target=6))
-    plan = plan_spot(snap, PlannerConfig())
-    assert plan.targets == {A.id: 2, B.id: 2, C.id: 2}
-    assert plan.unplaced_units == 0
-
-
-def test_planner_respects_headroom_and_reports_unplaced() -> None:
-    snap = snapshot([PoolView(A, headroom=1), PoolView(B, headroom=0)], want=demand(target=3))
-    plan = plan_spot(snap, PlannerConfig())
-    assert plan.targets == {A.id: 1}
-    assert plan.unplaced_units == 2
-    assert any("unplaced" in n for n in plan.notes)
-
-
-def test_planner_skips_excluded_pools_but_keeps_what_they_hold() -> None:
-    held = [instance(A), instance(A)]
-    snap = snapshot(
-        [PoolView(A, headroom=10, excluded=True), PoolView(B, headroom=10)],
-        held,
-        want=demand(target=6),
+def _plan(views: list[PoolView], insts: list[Instance] | None = None, **want: int) -> HedgePlan:
+    return plan(
+        snapshot([*views, PoolView(G1, headroom=9)], insts or [], want=demand(**want)), NO_SPARE
     )
-    plan = plan_spot(snap, PlannerConfig())
-    assert plan.targets[A.id] == 2
-    assert plan.targets[B.id] == 4
 
 
-def test_planner_strict_caps_leave_demand_unplaced() -> None:
-    snap = snapshot([PoolView(A, headroom=10)], want=demand(target=4))
-    strict = plan_spot(snap, PlannerConfig(max_pool_share=0.5, strict_caps=True))
-    assert strict.targets == {A.id: 2}
-    relaxed = plan_spot(snap, PlannerConfig(max_pool_share=0.5))
-    assert relaxed.targets == {A.id: 4}
-    assert any("caps relaxed" in n for n in relaxed.notes)
+def test_hedge_spreads_over_equal_pools() -> None:
+    p = _plan([PoolView(v, headroom=10) for v in (A, B, C)], target=6)
+    assert p.spot == {A.id: 2, B.id: 2, C.id: 2}
 
 
-def test_planner_prefers_cheap_and_calm_pools() -> None:
+def test_hedge_respects_headroom_and_guaranteed_covers_the_rest() -> None:
+    p = _plan([PoolView(A, headroom=1), PoolView(B, headroom=1)], target=3, floor=3)
+    assert p.spot == {A.id: 1, B.id: 1}
+    assert p.guaranteed == {G1.id: 1}
+    assert any("cannot arrive in time" in n for n in p.notes)
+
+
+def test_hedge_keeps_what_excluded_pools_hold_but_adds_nothing_there() -> None:
+    excluded = PoolView(A, headroom=10, excluded=True)
+    p = _plan([excluded, PoolView(B, headroom=10)], [instance(A)], target=3)
+    assert p.spot == {A.id: 1, B.id: 2}
+
+
+def test_hedge_prefers_cheap_and_calm_pools() -> None:
     cheap = spot_pool("hall-1", "cheap", price=0.5)
     dear = spot_pool("hall-2", "dear", price=2.0)
-    snap = snapshot([PoolView(cheap, headroom=5), PoolView(dear, headroom=5)], want=demand(1))
-    assert plan_spot(snap, PlannerConfig()).targets == {cheap.id: 1}
+    assert _plan([PoolView(cheap, headroom=5), PoolView(dear, headroom=5)], target=1).spot == {
+        cheap.id: 1
+    }
     stormy = PoolView(cheap, headroom=5, recent_reclaims=5)
-    snap = snapshot([stormy, PoolView(dear, headroom=5)], want=demand(1))
-    assert plan_spot(snap, PlannerConfig()).targets == {dear.id: 1}
+    assert _plan([stormy, PoolView(dear, headroom=5)], target=1).spot == {dear.id: 1}
 
 
-def test_planner_ranks_by_what_history_says() -> None:
-    # Same price and room; the scorer says A's instances rarely survive the hour.
-    shaky = PoolView(A, headroom=5, score=_score(A.id, survival=0.2))
-    steady = PoolView(B, headroom=5, score=_score(B.id, survival=0.95))
-    plan = plan_spot(snapshot([shaky, steady], want=demand(1)), PlannerConfig())
-    assert plan.targets == {B.id: 1}
-    # Recent reclaims still damp a pool that history rates well.
-    stormy = PoolView(B, headroom=5, recent_reclaims=6, score=_score(B.id, survival=0.95))
-    plan = plan_spot(snapshot([shaky, stormy], want=demand(1)), PlannerConfig())
-    assert plan.targets == {A.id: 1}
+def test_hedge_ranks_by_what_history_says() -> None:
+    shaky = PoolView(A, headroom=5, score=_score(A.id, hazard=3.0))
+    steady = PoolView(B, headroom=5, score=_score(B.id, hazard=0.05))
+    assert _plan([shaky, steady], target=1).spot == {B.id: 1}
 
 
-def _score(pool: str, survival: float, success: float = 1.0) -> DomainScore:
+def _score(pool: str, hazard: float) -> DomainScore:
     return DomainScore(
         pool=pool,
         generation=1,
         computed_at=0.0,
-        hazard_per_h=0.1,
+        hazard_per_h=hazard,
         exposure_h=10.0,
         reclaims=1,
-        survival=survival,
-        success_ratio=success,
+        survival=0.5,
+        success_ratio=1.0,
         attempts=10,
         ready_p50_s=None,
         ready_n=0,
         headroom=None,
         headroom_n=0,
-        value=survival * success,
+        value=0.5,
         why="",
     )
 
 
-def test_planner_keeps_held_instances_where_they_are() -> None:
-    # C is slightly cheaper, but moving there would be churn for a small gain.
+def test_hedge_keeps_held_instances_where_they_are() -> None:
+    # C is cheaper, but moving there would be churn; a fresh plan starts there.
     a = PoolView(spot_pool("hall-1", "a", price=1.05), headroom=5)
     b = PoolView(spot_pool("hall-2", "b", price=1.05), headroom=5)
     c = PoolView(spot_pool("hall-3", "c", price=1.0), headroom=5)
     held = [instance(a.pool), instance(b.pool)]
-    snap = snapshot([a, b, c], held, want=demand(target=2))
-    assert plan_spot(snap, PlannerConfig()).targets == {a.pool.id: 1, b.pool.id: 1}
-    fresh = snapshot([a, b, c], [], want=demand(target=2))
-    assert c.pool.id in plan_spot(fresh, PlannerConfig()).targets
+    assert _plan([a, b, c], held, target=2).spot == {a.pool.id: 1, b.pool.id: 1}
+    assert c.pool.id in _plan([a, b, c], target=2).spot
 
 
 def test_noticed_instances_do_not_count_as_held() -> None:
     noticed = instance(A, State.NOTICED)
-    snap = snapshot([PoolView(A, headroom=1)], [noticed], want=demand(target=1))
-    assert plan_spot(snap, PlannerConfig()).targets == {A.id: 1}
+    assert _plan([PoolView(A, headroom=1)], [noticed], target=1).spot == {A.id: 1}
 
 
 # ---------------------------------------------------------------- arbiter
@@ -335,24 +317,3 @@ def test_every_action_follows_an_edge_of_the_table(sit) -> None:  # type: ignore
     touched = [d.instance_id for d in acts.drains] + [d.instance_id for d in acts.deletes]
     touched += [e.instance_id for e in acts.expirations] + [c.instance_id for c in acts.closes]
     assert len(touched) == len(set(touched)), "one action per instance per cycle"
-
-
-@settings(max_examples=200, deadline=None)
-@given(situations(), st.floats(0.2, 1.0), st.floats(0.2, 1.0))
-def test_planner_targets_are_non_negative_and_within_capacity(sit, pool_share, hall_share) -> None:  # type: ignore[no-untyped-def]
-    views, insts, want, _ = sit
-    snap = snapshot(views, insts, want=want)
-    cfg = PlannerConfig(max_pool_share=pool_share, max_hall_share=hall_share, strict_caps=True)
-    plan = plan_spot(snap, cfg)
-    held = Counter(i.pool for i in insts if i.is_live and i.is_spot)
-    total = sum(plan.targets.values())
-    for pool, n in plan.targets.items():
-        assert n >= 0
-        assert n <= held[pool] + snap.pools[pool].available
-        assert snap.pools[pool].pool.is_spot
-    if total:
-        import math
-
-        need = min(want.wanted_units, want.max_units)
-        assert max(plan.targets.values()) <= max(1, math.ceil(pool_share * need))
-    assert total <= min(want.wanted_units, want.max_units)

@@ -10,9 +10,10 @@ so the plan is about the next cold start:
   (`up_since`), raised by reclaims seen within the hour, and, once the scorer
   has history, averaged with the pool's scored hazard.
 - **Placement.** Spot replicas go one per pool while pools last, to the pools
-  with the lowest hazard: a pool's reclaims come together, so two replicas in
-  one pool are one failure. Replicas stay where they are (no churn) unless
-  their pool is gone or excluded.
+  with the lowest hazard (and price: a pool 5 % dearer weighs like 0.05
+  reclaims per hour more): a pool's reclaims come together, so two replicas in
+  one pool are one failure. Replicas stay where they are (no churn); an
+  excluded pool keeps what it holds and gets nothing new.
 - **Hedge.** Extra spot replicas sized to the reclaims expected within one
   cold start (a pool's reclaim takes all its replicas), none when the provider
   gives a notice at least as long as a cold start: the replacement then starts
@@ -50,6 +51,7 @@ class HedgeConfig:
     spare_threshold: float = 0.05  # a spare per this many expected reclaims in a cold start
     max_spare: int = 2
     crowding_per_h: float = 10.0  # the cost of each further replica sharing a pool
+    price_weight: float = 1.0  # a pool x% dearer than the cheapest weighs x/100 of hazard
     stickiness_per_h: float = 100.0  # a replica stays unless elsewhere is this much safer
     release_after_s: float = 0.0  # spot ready this long before guaranteed goes back
     max_release_per_cycle: int = 3
@@ -151,10 +153,11 @@ def _place(
 ) -> dict[PoolId, int]:
     """The least-cost spread (`sco.decide.placement`): an excluded pool keeps what it
     holds but gets nothing new."""
+    cheapest = min((v.price for v in views if v.price > 0), default=1.0)
     slots = [
         Slot(
             v.pool.id,
-            hazard[v.pool.id],
+            hazard[v.pool.id] + cfg.price_weight * (v.price / cheapest - 1),
             held[v.pool.id],
             held[v.pool.id] + (0 if v.excluded else v.available),
         )
