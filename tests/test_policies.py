@@ -125,12 +125,20 @@ def test_sco_spreads_one_replica_per_pool_safest_first() -> None:
 
 
 def test_sco_hedges_without_notice_and_not_with_it() -> None:
+    ready = [instance(p, State.READY, ready_at=9_995.0) for p in SPOT[:3]]
     views = [PoolView(p, headroom=5, up_since=9_990.0) for p in SPOT[:4]]  # all fresh
-    blind = ScoPolicy().decide(snapshot([*views, PoolView(G, headroom=9)], want=demand(3, 3)))
+    blind = ScoPolicy().decide(
+        snapshot([*views, PoolView(G, headroom=9)], ready, want=demand(3, 3))
+    )
     assert sum(blind.spot.values()) > 3
     noticed = [PoolView(p, headroom=5, up_since=9_990.0, notice_s=120.0) for p in SPOT[:4]]
-    warned = ScoPolicy().decide(snapshot([*noticed, PoolView(G, headroom=9)], want=demand(3, 3)))
+    warned = ScoPolicy().decide(
+        snapshot([*noticed, PoolView(G, headroom=9)], ready, want=demand(3, 3))
+    )
     assert sum(warned.spot.values()) == 3
+    # Nothing ready yet: one spare races the boots, notice or not.
+    booting = ScoPolicy().decide(snapshot([*noticed, PoolView(G, headroom=9)], want=demand(3, 3)))
+    assert sum(booting.spot.values()) == 4
 
 
 # ---------------------------------------------------------------- evaluation

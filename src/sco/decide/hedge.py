@@ -17,7 +17,9 @@ so the plan is about the next cold start:
 - **Hedge.** Extra spot replicas sized to the reclaims expected within one
   cold start (a pool's reclaim takes all its replicas), none when the provider
   gives a notice at least as long as a cold start: the replacement then starts
-  at the notice and is ready in time.
+  at the notice and is ready in time. While replicas are still booting toward
+  the target, one spare races them (a reclaim during a boot costs a cold start
+  again).
 - **Floor.** Guaranteed capacity covers the gap between the floor and spot
   that is ready or will be within the cold start: a guaranteed instance
   launched for a gap that a booting spot replica closes as soon costs money
@@ -50,6 +52,7 @@ class HedgeConfig:
     # anywhere within the hour: reclaims come in storms
     spare_threshold: float = 0.05  # a spare per this many expected reclaims in a cold start
     max_spare: int = 2
+    boot_spare: bool = True  # while spot is short of ready, one spare races the boots
     crowding_per_h: float = 10.0  # the cost of each further replica sharing a pool
     price_weight: float = 1.0  # a pool x% dearer than the cheapest weighs x/100 of hazard
     stickiness_per_h: float = 100.0  # a replica stays unless elsewhere is this much safer
@@ -128,6 +131,8 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     targets = _place(demand.wanted_units, spot_views, held, hazard, cfg)
     notes: list[str] = []
     spare = _spare(targets, hazard, snapshot, cfg)
+    if cfg.boot_spare and tally.spot_ready_units < demand.wanted_units:
+        spare = min(cfg.max_spare, max(spare, 1))  # replicas still booting: one more races them
     hedge_g = 0
     if spare:
         spread = _place(demand.wanted_units + spare, spot_views, held, hazard, cfg)
