@@ -51,6 +51,8 @@ def place(
     want = min(want, sum(max(0, s.room) for s in slots))
     if want <= 0:
         return {}
+    if want <= _SMALL:
+        return _by_heap(slots, {s.pool: 0 for s in slots}, want, crowding, stickiness)
     lo = min(s.hazard for s in slots) - stickiness - 1.0
     hi = max(s.hazard for s in slots) + crowding * want + 1.0
     # Down to half a crowding step: then each pool lies at most a replica or two
@@ -62,7 +64,16 @@ def place(
         else:
             lo = mid
     counts = {s.pool: _count(s, lo, crowding, stickiness) for s in slots}
-    left = want - sum(counts.values())
+    return _by_heap(slots, counts, want - sum(counts.values()), crowding, stickiness)
+
+
+_SMALL = 64  # below this many replicas, the heap alone is quicker than bisection
+
+
+def _by_heap(
+    slots: Sequence[Slot], counts: dict[PoolId, int], left: int, crowding: float, stickiness: float
+) -> dict[PoolId, int]:
+    """Add `left` replicas to `counts`, the cheapest next marginal each time."""
     heap = [
         (marginal(s, counts[s.pool] + 1, crowding, stickiness), s.pool, i)
         for i, s in enumerate(slots)
