@@ -54,7 +54,8 @@ def situations(draw: st.DrawFn):  # type: ignore[no-untyped-def]
             insts.append(instance(p, state, ready_at=5_000.0 if state is State.READY else None))
     target = draw(st.integers(0, 8))
     floor = draw(st.integers(0, target))
-    return snapshot(views, insts, want=demand(target, floor, max_units=30))
+    top = draw(st.integers(target, target + 3))
+    return snapshot(views, insts, want=demand(target, floor, max_units=top))
 
 
 @settings(max_examples=150, deadline=None)
@@ -86,6 +87,9 @@ def test_sco_never_breaks_the_floor_nor_moves_replicas(sit) -> None:  # type: ig
     floor = sit.demand.floor_units
     # Guaranteed is given back only down to what ready spot leaves of the floor.
     assert sum(d.guaranteed.values()) >= min(held_g, max(0, floor - ready_spot))
+    # Spares never take spot past the partition's max (guaranteed may overlap booting
+    # spot until it is ready: make-before-break).
+    assert sum(d.spot.values()) <= max(sit.demand.max_units, sum(1 for i in live if i.is_spot))
     # Churn is bounded: spot leaves a pool only when the total shrinks, never to move.
     held = Counter(i.pool for i in live if i.is_spot)
     removed = sum(max(0, n - d.spot.get(p, 0)) for p, n in held.items())

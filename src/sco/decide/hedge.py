@@ -133,6 +133,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     spare = _spare(targets, hazard, snapshot, cfg)
     if cfg.boot_spare and tally.spot_ready_units < demand.wanted_units:
         spare = min(cfg.max_spare, max(spare, 1))  # replicas still booting: one more races them
+    spare = min(spare, max(0, demand.max_units - demand.wanted_units))  # never past max
     hedge_g = 0
     if spare:
         spread = _place(demand.wanted_units + spare, spot_views, held, hazard, cfg)

@@ -458,20 +458,6 @@ def factory(name: str) -> PolicyFactory:
     return optimal if name == "optimal" else registered(name)
 
 
-def evaluate(
-    capacity: Capacity,
-    cfg: EvalConfig,
-    policies: Sequence[tuple[str, PolicyFactory]],
-) -> dict[str, PolicyResult]:
-    """Every policy over the same seeded windows; a factory makes one policy per window."""
-    starts = window_starts(capacity, cfg)
-    out: dict[str, PolicyResult] = {}
-    for name, make in policies:
-        results = tuple(run_window(capacity, cfg, make(capacity, cfg, s), s) for s in starts)
-        out[name] = PolicyResult(name, results)
-    return out
-
-
 def _one(job: tuple[Capacity, EvalConfig, str, float]) -> WindowResult:
     capacity, cfg, name, start = job
     return run_window(capacity, cfg, factory(name)(capacity, cfg, start), start)
@@ -484,7 +470,8 @@ def evaluate_named(
     workers: int = 1,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, PolicyResult]:
-    """`evaluate` for policies by name, the windows spread over `workers` processes."""
+    """Every policy over the same seeded windows (a fresh policy object per window),
+    the runs spread over `workers` processes."""
     for name in names:
         factory(name)  # unknown names fail before any work
     starts = window_starts(capacity, cfg)

@@ -60,15 +60,6 @@ def ready_spot_units(snapshot: PartitionSnapshot) -> int:
     return sum(i.units for i in snapshot.instances if i.is_spot and i.state is State.READY)
 
 
-def serving_spot_units(snapshot: PartitionSnapshot) -> int:
-    """Spot that serves now: ready, or noticed but not yet taken back."""
-    return sum(
-        i.units
-        for i in snapshot.instances
-        if i.is_spot and (i.state is State.READY or (i.state is State.NOTICED and i.ready_at))
-    )
-
-
 def gap_fallback(snapshot: PartitionSnapshot, spot_ready_units: int, cover_units: int) -> Decision:
     """Guaranteed instances for the gap between `cover_units` and ready spot."""
     g = guaranteed_view(snapshot)
