@@ -31,6 +31,9 @@ test: lint typecheck layers unit
 
 bench: $(STAMP)
 	$(BIN)/python bench/simulate.py
+	$(BIN)/python bench/exclusion.py
+	$(BIN)/python bench/scorer.py
+	$(BIN)/python bench/planner.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

@@ -28,25 +28,15 @@ from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore, open_engine, sqlite_url
 from sco.decide.exclusion import ExclusionConfig
 from sco.domain.events import LifecycleEvent
-from sco.domain.pools import CapacityClass, Pool
+from sco.domain.pools import Pool
 from sco.runtime.watcher import ExclusionWatcher
+from sco.testing.builders import many_spot_pools
 
 POOLS = 200
 
 
 def pools() -> list[Pool]:
-    return [
-        Pool(
-            "bench",
-            f"hall-{i % 3 + 1}",
-            f"flavor-{i % 4}",
-            CapacityClass.SPOT,
-            1,
-            1.0,
-            aggregate=f"z{i}",
-        )
-        for i in range(POOLS)
-    ]
+    return many_spot_pools(POOLS)
 
 
 Batch = tuple[list[tuple[str, str, str]], list[str]]

@@ -17,7 +17,7 @@ import time
 
 from sco.adapters.clickhouse.history import ClickHouseHistory
 from sco.decide.scorer import ScorerConfig, score_pools
-from sco.domain.pools import CapacityClass, Pool
+from sco.testing.builders import many_spot_pools
 
 POOLS = 200
 
@@ -26,21 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=1_000_000)
     args = ap.parse_args()
-    pools = {
-        p.id: p
-        for p in (
-            Pool(
-                "bench",
-                f"hall-{i % 3 + 1}",
-                f"flavor-{i % 4}",
-                CapacityClass.SPOT,
-                1,
-                1.0,
-                aggregate=f"z{i}",
-            )
-            for i in range(POOLS)
-        )
-    }
+    pools = {p.id: p for p in many_spot_pools(POOLS)}
     ids = sorted(pools)
     with tempfile.TemporaryDirectory() as tmp:
         history = ClickHouseHistory(f"chdb://{tmp}/history")

@@ -23,6 +23,23 @@ def spot_pool(hall: str = "hall-1", zone: str = "a", price: float = 1.0, units: 
     return Pool("r1", hall, "gpu", CapacityClass.SPOT, units, price, aggregate=zone)
 
 
+def many_spot_pools(count: int, halls: int = 3, flavors: int = 4) -> list[Pool]:
+    """`count` spot pools of region "bench", spread round-robin over halls and flavors
+    (benchmarks and large tests)."""
+    return [
+        Pool(
+            "bench",
+            f"hall-{i % halls + 1}",
+            f"flavor-{i % flavors}" if flavors > 1 else "gpu",
+            CapacityClass.SPOT,
+            1,
+            1.0,
+            aggregate=f"z{i}",
+        )
+        for i in range(count)
+    ]
+
+
 def guaranteed_pool(hall: str = "hall-1", price: float = 3.0, units: int = 1) -> Pool:
     return Pool("r1", hall, "gpu", CapacityClass.GUARANTEED, units, price, aggregate="guaranteed")
 
