@@ -36,13 +36,16 @@ from pathlib import Path
 
 from sco.adapters.sim.traces import TraceSet, load_traces
 from sco.decide.policies import Decision, Policy
+from sco.decide.scorer import PoolStats, ScorerConfig, score_pools
 from sco.domain.demand import Demand, Partition, SchedulerKind
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
 from sco.domain.pools import CapacityClass, Pool, PoolId
+from sco.domain.signals import PoolScore
 from sco.domain.snapshot import PartitionSnapshot, PoolView
 
 UNLIMITED = 1_000
+SCORE_EVERY_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +84,29 @@ class Zone:
     times: tuple[float, ...]
     values: tuple[int, ...]
     up_from: tuple[float | None, ...] = field(init=False, compare=False)
+    # Running sums to each point: seconds with capacity, and drops to zero.
+    up_s: tuple[float, ...] = field(init=False, compare=False)
+    drops: tuple[int, ...] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         # For each point: when the zone's current run of capacity began (None at 0).
         up: list[float | None] = []
+        up_s: list[float] = []
+        drops: list[int] = []
         start: float | None = None
-        for t, v in zip(self.times, self.values, strict=True):
+        total, n = 0.0, 0
+        for k, (t, v) in enumerate(zip(self.times, self.values, strict=True)):
+            if k:
+                prev_t, prev_v = self.times[k - 1], self.values[k - 1]
+                total += (t - prev_t) if prev_v > 0 else 0.0
+                n += 1 if prev_v > 0 and v == 0 else 0
             start = (start if start is not None else t) if v > 0 else None
             up.append(start)
+            up_s.append(total)
+            drops.append(n)
         object.__setattr__(self, "up_from", tuple(up))
+        object.__setattr__(self, "up_s", tuple(up_s))
+        object.__setattr__(self, "drops", tuple(drops))
 
     def index(self, t: float) -> int:
         return max(0, bisect.bisect_right(self.times, t) - 1)
@@ -99,6 +116,12 @@ class Zone:
 
     def up_since(self, t: float) -> float | None:
         return self.up_from[self.index(t)]
+
+    def history(self, t: float, window_s: float) -> tuple[int, float]:
+        """Drops to zero and hours with capacity over the `window_s` before `t`: what
+        the pool's headroom history tells the scorer."""
+        i, j = self.index(t - window_s), self.index(t)
+        return self.drops[j] - self.drops[i], (self.up_s[j] - self.up_s[i]) / 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +268,8 @@ class _Window:
     last_reclaim: dict[int, float] = field(default_factory=dict)
     last_refusal: dict[int, float] = field(default_factory=dict)
     reclaim_times: dict[int, list[float]] = field(default_factory=dict)
+    scores: dict[PoolId, PoolScore] = field(default_factory=dict)
+    scored_at: float = float("-inf")
     _ids: int = 0
 
     def __post_init__(self) -> None:
@@ -256,6 +281,7 @@ class _Window:
         self.partition = Partition("eval", "eval", SchedulerKind.KUBERNETES)
         self.demand = Demand(cfg.target, cfg.floor_units, 4 * cfg.target, 4 * cfg.target)
         self.pools, self.od_pool = pools_of(self.capacity, cfg)
+        self.scorer = ScorerConfig()
         self.zone_of = {p.id: k for k, p in enumerate(self.pools)}
         self.notice_ticks = int(cfg.notice_s // cfg.tick_s)
 
@@ -374,7 +400,21 @@ class _Window:
         for inst in order[:n]:
             self._end(inst, t)
 
+    def _score(self, t: float) -> None:
+        """Every 5 minutes, the scorer on each zone's capacity history (drops per hour
+        with capacity over the scorer's window, shrunk toward the peers)."""
+        if t - self.scored_at < SCORE_EVERY_S:
+            return
+        self.scored_at = t
+        stats = []
+        for k, pool in enumerate(self.pools):
+            drops, up_h = self.capacity.zones[k].history(t, self.scorer.window_s)
+            stats.append(PoolStats(pool.id, exposure_h=up_h, reclaims=drops))
+        scored = score_pools(stats, {p.id: p for p in self.pools}, t, self.scorer)
+        self.scores = {s.pool: s for s in scored}
+
     def _snapshot(self, t: float) -> PartitionSnapshot:
+        self._score(t)
         views: dict[PoolId, PoolView] = {}
         for k, pool in enumerate(self.pools):
             held = len(self._held(k))
@@ -386,6 +426,7 @@ class _Window:
                 last_refusal_at=self.last_refusal.get(k),
                 recent_reclaims=sum(1 for x in times if x > t - 3600),
                 up_since=self.capacity.zones[k].up_since(t),
+                score=self.scores.get(pool.id),
                 notice_s=self.cfg.notice_s,
             )
         views[self.od_pool.id] = PoolView(pool=self.od_pool, headroom=UNLIMITED)
