@@ -9,7 +9,9 @@ Semantics, each window (an independent implementation cross-checks these):
   series at most 1) a 1 means unlimited.
 - Within a tick: (1) reclaims — where a zone holds more than its capacity, the
   newest instances are taken back; (2) the policy acts — it sees the pools
-  (headroom, price, its last reclaim and refusal), its instances and the demand,
+  (headroom, price, its last reclaim and refusal, how long the zone has had
+  capacity, and every 5 minutes the scorer's view of the zone's capacity history
+  before now), its instances and the demand,
   and sets instance targets per pool; launches that find no room fail at once and
   cost nothing, and the policy is asked again in the same tick (up to
   `max_rounds`) so it may try other zones; (3) readiness is counted: an instance
