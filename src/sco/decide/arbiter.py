@@ -76,12 +76,7 @@ def arbitrate(
 
 
 def _guaranteed_pools(snapshot: PartitionSnapshot) -> list[PoolView]:
-    part = snapshot.partition
-    return [
-        v
-        for v in snapshot.pools.values()
-        if not v.pool.is_spot and part.accepts(v.pool.flavor) and not v.excluded
-    ]
+    return [v for v in snapshot.usable(spot=False) if not v.excluded]
 
 
 def _grow(

@@ -118,11 +118,7 @@ def _tally(snapshot: PartitionSnapshot) -> _Tally:
 def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     now = snapshot.now
     demand = snapshot.demand
-    part = snapshot.partition
-    spot_views = sorted(
-        (v for v in snapshot.pools.values() if v.pool.is_spot and part.accepts(v.pool.flavor)),
-        key=lambda v: v.pool.id,
-    )
+    spot_views = snapshot.usable(spot=True)
     tally = _tally(snapshot)
     held = tally.spot_held
     own = {v.pool.id: hazard_per_h(v, now, cfg) for v in spot_views}
@@ -196,13 +192,8 @@ def _floor(
     hedge_units: int = 0,
 ) -> tuple[dict[PoolId, int], list[str]]:
     now = snapshot.now
-    part = snapshot.partition
     g_views = sorted(
-        (
-            v
-            for v in snapshot.pools.values()
-            if not v.pool.is_spot and part.accepts(v.pool.flavor) and not v.excluded
-        ),
+        (v for v in snapshot.usable(spot=False) if not v.excluded),
         key=lambda v: (v.price, v.pool.id),
     )
     held_g = tally.guaranteed_held

@@ -54,3 +54,11 @@ class PartitionSnapshot:
     pools: Mapping[PoolId, PoolView]
     instances: tuple[Instance, ...]  # this partition's non-terminal records
     plan: Plan | None = None
+
+    def usable(self, spot: bool) -> list[PoolView]:
+        """The spot (or guaranteed) pools this partition may use, by pool id."""
+        accepts = self.partition.accepts
+        return sorted(
+            (v for v in self.pools.values() if v.pool.is_spot == spot and accepts(v.pool.flavor)),
+            key=lambda v: v.pool.id,
+        )

@@ -35,20 +35,12 @@ class Policy(Protocol):
 
 def spot_views(snapshot: PartitionSnapshot) -> list[PoolView]:
     """The spot pools this partition may use, in a stable order."""
-    part = snapshot.partition
-    return sorted(
-        (v for v in snapshot.pools.values() if v.pool.is_spot and part.accepts(v.pool.flavor)),
-        key=lambda v: v.pool.id,
-    )
+    return snapshot.usable(spot=True)
 
 
 def guaranteed_view(snapshot: PartitionSnapshot) -> PoolView | None:
     """The cheapest guaranteed pool this partition may use."""
-    part = snapshot.partition
-    views = [
-        v for v in snapshot.pools.values() if not v.pool.is_spot and part.accepts(v.pool.flavor)
-    ]
-    return min(views, key=lambda v: (v.price, v.pool.id)) if views else None
+    return min(snapshot.usable(spot=False), key=lambda v: (v.price, v.pool.id), default=None)
 
 
 def live_by_pool(snapshot: PartitionSnapshot, spot: bool) -> Counter[PoolId]:
