@@ -28,9 +28,8 @@ from sco.domain.demand import Demand, Partition, SchedulerKind
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
 from sco.domain.pools import CapacityClass, Pool
-from sco.domain.signals import PoolScore
 from sco.domain.snapshot import PartitionSnapshot, PoolView
-from sco.testing.builders import many_spot_pools
+from sco.testing.builders import instance, many_spot_pools, pool_score
 
 POOLS, HALLS, INSTANCES = 200, 3, 20_000
 
@@ -41,30 +40,11 @@ def pools() -> list[Pool]:
 
 
 def instances(spot: list[Pool], rng: random.Random) -> tuple[Instance, ...]:
-    out = []
-    for n in range(INSTANCES):
-        p = spot[rng.randrange(len(spot))]
-        out.append(
-            Instance(
-                id=f"i{n}",
-                partition="bench",
-                pool=p.id,
-                capacity_class=p.capacity_class,
-                units=1,
-                state=State.READY,
-                version=1,
-                request_id=f"r{n}",
-                plan_generation=1,
-                created_at=0.0,
-                state_since=0.0,
-                ready_at=100.0,
-            )
-        )
-    return tuple(out)
-
-
-def score(pool: str, hazard: float) -> PoolScore:
-    return PoolScore(pool, 1, 0.0, hazard, 100.0, 5, 0.9, 1.0, 10, None, 0, None, 0, 0.9, "")
+    ready = State.READY
+    return tuple(
+        instance(spot[rng.randrange(len(spot))], ready, partition_name="bench", ready_at=100.0)
+        for _ in range(INSTANCES)
+    )
 
 
 def main() -> None:
@@ -93,7 +73,7 @@ def main() -> None:
             v = views[pid]
             views[pid] = dataclasses.replace(
                 v,
-                score=score(pid, rng.uniform(0.01, 2.0)),
+                score=pool_score(pid, rng.uniform(0.01, 2.0), exposure_h=100.0, reclaims=5),
                 excluded=rng.random() < 0.05,
                 headroom=rng.randrange(0, 200),
             )

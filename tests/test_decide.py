@@ -14,9 +14,15 @@ from sco.decide.hedge import HedgeConfig, HedgePlan, plan
 from sco.decide.policies import AllGuaranteedPolicy, ScoPolicy, UnknownPolicy, policy_named
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State, Trigger
-from sco.domain.signals import PoolScore as DomainScore
 from sco.domain.snapshot import PoolView
-from sco.testing.builders import demand, guaranteed_pool, instance, snapshot, spot_pool
+from sco.testing.builders import (
+    demand,
+    guaranteed_pool,
+    instance,
+    pool_score,
+    snapshot,
+    spot_pool,
+)
 
 A = spot_pool("hall-1", "a", price=1.0)
 B = spot_pool("hall-2", "b", price=1.0)
@@ -64,29 +70,9 @@ def test_hedge_prefers_cheap_and_calm_pools() -> None:
 
 
 def test_hedge_ranks_by_what_history_says() -> None:
-    shaky = PoolView(A, headroom=5, score=_score(A.id, hazard=3.0))
-    steady = PoolView(B, headroom=5, score=_score(B.id, hazard=0.05))
+    shaky = PoolView(A, headroom=5, score=pool_score(A.id, 3.0))
+    steady = PoolView(B, headroom=5, score=pool_score(B.id, 0.05))
     assert _plan([shaky, steady], target=1).spot == {B.id: 1}
-
-
-def _score(pool: str, hazard: float) -> DomainScore:
-    return DomainScore(
-        pool=pool,
-        generation=1,
-        computed_at=0.0,
-        hazard_per_h=hazard,
-        exposure_h=10.0,
-        reclaims=1,
-        survival=0.5,
-        success_ratio=1.0,
-        attempts=10,
-        ready_p50_s=None,
-        ready_n=0,
-        headroom=None,
-        headroom_n=0,
-        value=0.5,
-        why="",
-    )
 
 
 def test_hedge_keeps_held_instances_where_they_are() -> None:

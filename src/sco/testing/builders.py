@@ -14,6 +14,7 @@ from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
 from sco.domain.plans import Plan
 from sco.domain.pools import CapacityClass, Pool
+from sco.domain.signals import PoolScore
 from sco.domain.snapshot import PartitionSnapshot, PoolView
 
 _ids = itertools.count(1)
@@ -85,6 +86,36 @@ def instance(
         else ready_at,
         drain_by=drain_by,
         notice_deadline=notice_deadline,
+    )
+
+
+def pool_score(
+    pool: str,
+    hazard_per_h: float,
+    *,
+    exposure_h: float = 10.0,
+    reclaims: int = 1,
+    survival: float = 0.5,
+    success_ratio: float = 1.0,
+    attempts: int = 10,
+) -> PoolScore:
+    """A scorer's word on a pool, with the fields a decision reads."""
+    return PoolScore(
+        pool=pool,
+        generation=1,
+        computed_at=0.0,
+        hazard_per_h=hazard_per_h,
+        exposure_h=exposure_h,
+        reclaims=reclaims,
+        survival=survival,
+        success_ratio=success_ratio,
+        attempts=attempts,
+        ready_p50_s=None,
+        ready_n=0,
+        headroom=None,
+        headroom_n=0,
+        value=survival * success_ratio,
+        why="",
     )
 
 
