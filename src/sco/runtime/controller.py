@@ -299,22 +299,23 @@ class PartitionController:
         prices = self.provider.prices(ids)
         records = self._records_of_pools(now)
         held = Counter(i.pool for i in self._live() if i.is_live)
-        views = {
-            p: PoolView(
+        views = {}
+        for p, pool in self._pools.items():
+            room = headroom.get(p, 0)
+            state = self.signals.state(p, now)
+            views[p] = PoolView(
                 pool=pool,
-                headroom=headroom.get(p, 0),
+                headroom=room,
                 reserved=records[p].reserved if p in records else 0,
                 price_per_h=prices.get(p),
                 recent_reclaims=self.reclaims.count(p, now),
                 last_reclaim_at=self.reclaims.last(p),
-                up_since=self.signals.capacity_seen(p, now, headroom.get(p, 0) + held[p] > 0),
+                up_since=self.signals.capacity_seen(p, now, room + held[p] > 0),
                 score=self.signals.score(p),
                 version=records[p].version if p in records else 0,
-                excluded=self.signals.state(p, now) is ExclusionState.EXCLUDED,
-                degraded=self.signals.state(p, now) is ExclusionState.DEGRADED,
+                excluded=state is ExclusionState.EXCLUDED,
+                degraded=state is ExclusionState.DEGRADED,
             )
-            for p, pool in self._pools.items()
-        }
         return PartitionSnapshot(
             partition=self.partition,
             now=now,
