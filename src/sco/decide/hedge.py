@@ -137,7 +137,9 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         # cannot spread, the spare goes on guaranteed capacity.
         fresh = sum(1 for p, n in spread.items() if n and not targets.get(p))
         spot_spare = min(spare, fresh) if max(targets.values(), default=0) > 1 else spare
-        if spot_spare:
+        if spot_spare == spare:
+            targets = spread
+        elif spot_spare:
             targets = _place(demand.wanted_units + spot_spare, spot_views, held, hazard, cfg)
         # A storm elsewhere buys spare spot, not guaranteed capacity.
         hedge_g = min(spare - spot_spare, _spare(targets, own, snapshot, cfg))
