@@ -26,7 +26,7 @@ from sco.adapters.demandfile.intake import DemandFileError
 from sco.adapters.sim.region import SimConfig
 from sco.adapters.sim.traces import TraceError, load_traces
 from sco.adapters.sqlstate.store import sqlite_url
-from sco.decide.policies import POLICIES, UnknownPolicy
+from sco.decide.policies import POLICIES, UnknownPolicy, policy_named
 from sco.runtime.accounting import PartitionMetrics
 from sco.runtime.evaluation import (
     Capacity,
@@ -406,6 +406,73 @@ def pools(state: str, as_json: bool) -> None:
         click.echo(json.dumps([r.as_dict() for r in rows], sort_keys=True))
     else:
         render(_console(stderr=False), rows)
+
+
+@cli.command()
+@click.option(
+    "--provider",
+    type=click.Choice(["openstack"]),
+    default="openstack",
+    show_default=True,
+    help="Where servers come from.",
+)
+@click.option("--cloud", required=True, help="Cloud name in clouds.yaml.")
+@click.option(
+    "--region",
+    "region_file",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Region file: pools (hall, flavor, class, price), image, network.",
+)
+@click.option(
+    "--demand",
+    "demand_file",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Demand file: partitions and their target, floor and max units.",
+)
+@click.option(
+    "--state",
+    default="sco-state.sqlite",
+    show_default=True,
+    help="Fleet state: a SQLite file or a database URL.",
+)
+@click.option("--policy", default="sco", show_default=True, help="Placement policy by name.")
+@click.option("--interval", default="15s", show_default=True, help="Time between cycles.")
+@click.option("--cycles", type=int, default=None, help="Stop after this many rounds.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="One round that prints what would be created and deleted, and why; acts on nothing.",
+)
+def run(
+    provider: str,
+    cloud: str,
+    region_file: Path,
+    demand_file: Path,
+    state: str,
+    policy: str,
+    interval: str,
+    cycles: int | None,
+    dry_run: bool,
+) -> None:
+    """Run the controllers against a real cloud, until stopped (SIGTERM/SIGINT)."""
+    from sco.apps.run import StartError, run_controllers, start_openstack
+
+    interval_s = parse_duration(interval, "--interval")
+    if cycles is not None and cycles < 1:
+        raise BadInput("--cycles: must be >= 1")
+    with _input_errors():
+        policy_named(policy)
+        if not demand_file.is_file():
+            raise BadInput(f"--demand: {demand_file}: no such file")
+        try:
+            live = {"openstack": start_openstack}[provider](region_file, cloud)
+        except StartError as e:
+            raise BadInput(str(e)) from None
+        state_url = state if "://" in state else sqlite_url(Path(state))
+        rounds = run_controllers(live, demand_file, state_url, policy, interval_s, cycles, dry_run)
+    click.echo(f"sco run: {rounds} rounds", err=True)
 
 
 def _state_url(state: str) -> str:

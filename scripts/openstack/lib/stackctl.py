@@ -1,0 +1,237 @@
+"""Small helpers for nova.sh (readiness probes, image upload).
+
+Runs with the stack's venv python; uses the standard library only, plus
+PyMySQL for the host-mapping check. Every wait exits with
+  0 ready, 1 timed out, 2 the watched process died
+and says why on stderr.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def _log(msg):
+    print('[stackctl] %s' % msg, file=sys.stderr, flush=True)
+
+
+def _alive(pid):
+    if not pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie counts as dead.
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
+def http(method, url, token='admin', headers=None, body=None, timeout=10):
+    hdrs = {'X-Auth-Token': token, 'Accept': 'application/json'}
+    hdrs.update(headers or {})
+    data = None
+    if body is not None:
+        if isinstance(body, (bytes, bytearray)):
+            data = bytes(body)
+        else:
+            data = json.dumps(body).encode()
+            hdrs.setdefault('Content-Type', 'application/json')
+    req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            status = resp.status
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        status = e.code
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
+        doc = raw.decode(errors='replace')
+    return status, doc
+
+
+def _poll(check, timeout, pids, what, interval=0.25):
+    """Call check() until it returns a true value; returns the exit code."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        for pid in pids:
+            if not _alive(pid):
+                _log('%s: process %d died' % (what, pid))
+                return 2
+        try:
+            ok, last = check()
+        except Exception as e:  # connection refused, reset, timeout, ...
+            ok, last = False, '%s: %s' % (type(e).__name__, e)
+        if ok:
+            return 0
+        if time.monotonic() > deadline:
+            _log('%s: not ready after %ss (last: %s)' % (what, timeout, last))
+            return 1
+        time.sleep(interval)
+
+
+def cmd_wait_http(a):
+    hdrs = dict(h.split(':', 1) for h in a.header)
+
+    def check():
+        status, doc = http('GET', a.url, token=a.token, headers=hdrs)
+        return status == a.status, 'HTTP %s %s' % (status, str(doc)[:200])
+    return _poll(check, a.timeout, a.pid, a.url)
+
+
+def cmd_wait_nova_services(a):
+    want = set(a.binary)
+
+    def check():
+        status, doc = http('GET', a.url.rstrip('/') + '/os-services',
+                           headers={'OpenStack-API-Version': 'compute 2.53'})
+        if status != 200:
+            return False, 'HTTP %s %s' % (status, str(doc)[:200])
+        up = {s['binary'] for s in doc['services']
+              if s['state'] == 'up' and s['status'] == 'enabled'}
+        return want <= up, 'up: %s' % sorted(up)
+    return _poll(check, a.timeout, a.pid, 'nova services %s' % sorted(want),
+                 interval=0.5)
+
+
+def cmd_create_image(a):
+    base = a.url.rstrip('/')
+    status, doc = http('GET', base + '/v2/images?name=' + a.name)
+    if status == 200 and doc['images']:
+        print(doc['images'][0]['id'])
+        return 0
+    status, doc = http('POST', base + '/v2/images', body={
+        'name': a.name, 'disk_format': 'raw', 'container_format': 'bare',
+        'visibility': 'public', 'min_disk': 0, 'min_ram': 0})
+    if status != 201:
+        _log('image create: HTTP %s %s' % (status, doc))
+        return 1
+    image_id = doc['id']
+    status, doc = http('PUT', '%s/v2/images/%s/file' % (base, image_id),
+                       headers={'Content-Type': 'application/octet-stream'},
+                       body=a.data.encode())
+    if status != 204:
+        _log('image upload: HTTP %s %s' % (status, doc))
+        return 1
+
+    def check():
+        st, d = http('GET', '%s/v2/images/%s' % (base, image_id))
+        return st == 200 and d.get('status') == 'active', d
+    rc = _poll(check, 30, [], 'image %s active' % a.name)
+    if rc == 0:
+        print(image_id)
+    return rc
+
+
+def cmd_wait_compute(a):
+    """Resource provider (with the configured spot inventory/traits) exists
+    in Placement and the host is mapped to a cell in the API DB."""
+    import pymysql
+
+    base = a.placement.rstrip('/')
+    pv = {'OpenStack-API-Version': 'placement 1.39'}
+    want_traits = set(a.trait)
+    state = {}
+
+    def rp_ready():
+        st, d = http('GET', '%s/resource_providers?name=%s' % (base, a.host),
+                     headers=pv)
+        if st != 200 or not d['resource_providers']:
+            return False, 'no resource provider named %s yet' % a.host
+        uuid = d['resource_providers'][0]['uuid']
+        st, inv = http('GET', '%s/resource_providers/%s/inventories'
+                       % (base, uuid), headers=pv)
+        invs = inv['inventories'] if st == 200 else {}
+        if 'VCPU' not in invs:
+            return False, 'no VCPU inventory yet'
+        if a.spot > 0:
+            slot = invs.get('CUSTOM_SPOT_SLOT', {}).get('total')
+            if slot != a.spot:
+                return False, 'CUSTOM_SPOT_SLOT total=%s' % slot
+        st, tr = http('GET', '%s/resource_providers/%s/traits'
+                      % (base, uuid), headers=pv)
+        have = set(tr['traits']) if st == 200 else set()
+        if not want_traits <= have:
+            return False, 'traits %s' % sorted(have)
+        state['uuid'] = uuid
+        return True, uuid
+
+    rc = _poll(rp_ready, a.timeout, a.pid, 'resource provider %s' % a.host)
+    if rc:
+        return rc
+
+    def mapped():
+        conn = pymysql.connect(host='127.0.0.1', port=a.db_port,
+                               user=a.db_user, password=a.db_password,
+                               database='nova_api', connect_timeout=5)
+        try:
+            with conn.cursor() as cur:
+                cur.execute('SELECT c.name FROM host_mappings h JOIN '
+                            'cell_mappings c ON h.cell_id = c.id '
+                            'WHERE h.host = %s', (a.host,))
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        return bool(row), row and row[0]
+    rc = _poll(mapped, a.timeout, a.pid, 'host mapping for %s' % a.host,
+               interval=0.5)
+    if rc == 0:
+        print(state['uuid'])
+    return rc
+
+
+def main():
+    p = argparse.ArgumentParser(prog='stackctl')
+    sub = p.add_subparsers(dest='cmd', required=True)
+
+    w = sub.add_parser('wait-http')
+    w.add_argument('url')
+    w.add_argument('--token', default='admin')
+    w.add_argument('--header', action='append', default=[])
+    w.add_argument('--status', type=int, default=200)
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
+    w.set_defaults(fn=cmd_wait_http)
+
+    w = sub.add_parser('wait-nova-services')
+    w.add_argument('url', help='compute endpoint, .../v2.1')
+    w.add_argument('--binary', action='append', required=True)
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
+    w.set_defaults(fn=cmd_wait_nova_services)
+
+    w = sub.add_parser('create-image')
+    w.add_argument('url', help='image endpoint')
+    w.add_argument('name')
+    w.add_argument('--data', default='sco fake image\n')
+    w.set_defaults(fn=cmd_create_image)
+
+    w = sub.add_parser('wait-compute')
+    w.add_argument('--placement', required=True)
+    w.add_argument('--host', required=True)
+    w.add_argument('--spot', type=int, default=0)
+    w.add_argument('--trait', action='append', default=[])
+    w.add_argument('--db-port', type=int, required=True)
+    w.add_argument('--db-user', required=True)
+    w.add_argument('--db-password', required=True)
+    w.add_argument('--timeout', type=float, default=90)
+    w.add_argument('--pid', type=int, action='append', default=[])
+    w.set_defaults(fn=cmd_wait_compute)
+
+    a = p.parse_args()
+    sys.exit(a.fn(a))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,126 @@
+"""The OpenStack region file: which flavors in which halls are pools, and how to reach them.
+
+```yaml
+region: lab1
+image: cirros            # image name or id every server boots
+network: none            # "none", "auto", or a network id
+headroom_ttl_s: 30
+pools:
+  - {hall: hall-a, flavor: spot.small, class: spot, price_per_h: 0.1}
+  - {hall: hall-a, flavor: std.small, class: guaranteed, price_per_h: 0.3}
+credential:              # optional; default: clouds.yaml / OS_* variables
+  openbao: {url: https://bao:8200, path: sco/openstack, mount_point: secret}
+```
+
+A hall is a Nova host aggregate exposed as an availability zone; a pool's
+servers are created in that zone, and its headroom is read from Placement
+for the aggregate's members. Tokens for OpenBao come from the environment
+(`BAO_TOKEN`, or `BAO_ROLE_ID` and `BAO_SECRET_ID`), never from this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sco.domain.pools import CapacityClass, Pool
+
+
+class RegionFileError(ValueError):
+    """The region file is missing or wrong; the message names the field."""
+
+
+class PoolSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    hall: str
+    flavor: str
+    capacity_class: CapacityClass = Field(alias="class")
+    price_per_h: float = Field(ge=0)
+    units_per_instance: int = Field(default=1, ge=1)
+    aggregate: str | None = None  # Nova host aggregate name; default: the hall
+    availability_zone: str | None = None  # default: the hall
+
+    @property
+    def aggregate_name(self) -> str:
+        return self.aggregate or self.hall
+
+    @property
+    def zone(self) -> str:
+        return self.availability_zone or self.hall
+
+
+class OpenBaoSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    path: str
+    mount_point: str = "secret"
+    lease_s: float = Field(default=3600.0, gt=0)
+
+
+class CredentialSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    openbao: OpenBaoSpec | None = None
+
+
+class RegionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    region: str
+    image: str
+    network: str = "none"
+    headroom_ttl_s: float = Field(default=30.0, gt=0)
+    headroom_stale_s: float = Field(default=300.0, gt=0)  # older headroom counts as none
+    api_timeout_s: float = Field(default=30.0, gt=0)
+    schedule_wait_s: float = Field(default=60.0, gt=0)  # a batch's wait for the scheduler
+    rate_per_s: float = Field(default=20.0, gt=0)
+    pools: list[PoolSpec] = Field(min_length=1)
+    credential: CredentialSpec = Field(default_factory=CredentialSpec)
+
+    @field_validator("pools")
+    @classmethod
+    def _distinct(cls, pools: list[PoolSpec]) -> list[PoolSpec]:
+        seen: set[tuple[str, str, str]] = set()
+        for p in pools:
+            key = (p.hall, p.flavor, p.aggregate_name)
+            if key in seen:
+                raise ValueError(f"pool {p.hall}/{p.flavor} is listed twice")
+            seen.add(key)
+        return pools
+
+    def domain_pools(self) -> list[Pool]:
+        return [self.domain_pool(p) for p in self.pools]
+
+    def domain_pool(self, p: PoolSpec) -> Pool:
+        return Pool(
+            self.region,
+            p.hall,
+            p.flavor,
+            p.capacity_class,
+            p.units_per_instance,
+            p.price_per_h,
+            aggregate=p.aggregate if p.aggregate and p.aggregate != p.hall else None,
+        )
+
+    def spec_by_pool(self) -> Mapping[str, PoolSpec]:
+        return {self.domain_pool(p).id: p for p in self.pools}
+
+
+def load_region(path: Path | str) -> RegionSpec:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise RegionFileError(f"{path}: no such file") from None
+    except yaml.YAMLError as e:
+        raise RegionFileError(f"{path}: not YAML: {e}") from None
+    try:
+        return RegionSpec.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise RegionFileError(f"{path}: {where}: {first['msg']}") from None

@@ -1,0 +1,88 @@
+"""Sessions to one cloud from clouds.yaml, rebuilt when the credential is renewed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from sco.adapters.openstack.client import Session
+from sco.ports import (
+    Clock,
+    Credential,
+    PermanentProviderError,
+    RetryableProviderError,
+    SecretSource,
+)
+
+log = logging.getLogger(__name__)
+
+# Ask for a new credential this long before the old one's lease ends.
+_RENEW_BEFORE_S = 300.0
+
+
+class CloudSessions:
+    """`sessions(service)` for `CloudClient`: the SDK proxies of a connection made
+    from clouds.yaml (`cloud`), with the auth fields of the secret source laid
+    over it. A credential near its expiry is fetched again and the connection
+    rebuilt before the next call."""
+
+    def __init__(
+        self, cloud: str, secrets: SecretSource, clock: Clock, api_timeout_s: float = 30.0
+    ) -> None:
+        self.cloud = cloud
+        self._secrets = secrets
+        self._clock = clock
+        self._timeout = api_timeout_s
+        self._conn: Any = None
+        self._credential: Credential | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, service: str) -> Session:
+        conn = self._connection()
+        proxy: Session = getattr(conn, service)
+        return proxy
+
+    def _connection(self) -> Any:
+        with self._lock:
+            cred = self._credential
+            due = cred is None or (
+                cred.expires_at is not None
+                and self._clock.now() >= cred.expires_at - _RENEW_BEFORE_S
+            )
+            if self._conn is None or due:
+                fresh = self._secrets.credential()
+                if self._conn is None or fresh != cred:
+                    self._conn = connect(self.cloud, fresh, self._timeout)
+                self._credential = fresh
+            return self._conn
+
+
+def connect(cloud: str, credential: Credential, api_timeout_s: float) -> Any:
+    """An openstacksdk Connection, or a PermanentProviderError naming what is wrong
+    (never quoting the credential)."""
+    import openstack
+    from openstack import exceptions as sdk_errors
+
+    extra: dict[str, Any] = {}
+    if credential.fields:
+        base = _cloud_auth(cloud)
+        extra["auth"] = {**base, **credential.revealed()}
+    try:
+        return openstack.connect(cloud=cloud, api_timeout=api_timeout_s, **extra)
+    except sdk_errors.ConfigException as e:
+        if "not found" in str(e).lower():
+            raise PermanentProviderError(
+                f"cloud {cloud!r} is not in clouds.yaml (OS_CLIENT_CONFIG_FILE or the usual places)"
+            ) from None
+        raise PermanentProviderError(f"cloud {cloud!r}: {type(e).__name__}") from None
+    except Exception as e:  # keystoneauth raises many kinds
+        raise RetryableProviderError(f"cloud {cloud!r}: {type(e).__name__}") from None
+
+
+def _cloud_auth(cloud: str) -> dict[str, Any]:
+    from openstack import config as sdk_config
+
+    region = sdk_config.OpenStackConfig().get_one(cloud=cloud)
+    auth = region.config.get("auth") or {}
+    return dict(auth)

@@ -1,0 +1,456 @@
+"""The provider port on OpenStack: Nova creates and lists, Placement tells headroom.
+
+- **Pools** are (hall, flavor) pairs from the region file. A hall is a Nova host
+  aggregate with an availability zone; a flavor is a Placement resource request
+  (custom spot resource classes, traits, and Ironic's zeroed VCPU/MEMORY_MB/
+  DISK_GB all come from its extra specs).
+- **Headroom** is read in the background, one `GET /allocation_candidates` per
+  distinct (request, aggregate) with its provider summaries, and served from
+  that cache; the decision path never waits for Placement. Headroom older than
+  `headroom_stale_s` counts as none, so nothing is created on old news.
+- **Create** uses Nova's multi-create. The scheduler places all of a batch or
+  none (every server goes to ERROR with NoValidHost), so a refused batch is
+  deleted and retried at half its size, down to one.
+- **Tags** carry the partition and request id (listing filters on them), and
+  metadata the pool, class and plan generation, so a restarted controller
+  adopts what exists; a request id whose servers exist is never sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sco.adapters.openstack.client import CloudClient
+from sco.adapters.openstack.config import PoolSpec, RegionSpec
+from sco.adapters.openstack.resources import (
+    QuotaRoom,
+    ResourceRequest,
+    flavor_request,
+    headroom_from_summaries,
+    is_no_valid_host,
+    partition_tag,
+    request_tag,
+    server_metadata,
+    server_tags,
+    server_views,
+)
+from sco.domain.pools import Pool, PoolId
+from sco.ports import (
+    Clock,
+    CreateResult,
+    InsufficientCapacity,
+    PermanentProviderError,
+    ProviderError,
+    QuotaExceeded,
+    RetryableProviderError,
+    ServerView,
+)
+
+log = logging.getLogger(__name__)
+
+# Nova's scheduler always forbids disabled computes; headroom must too.
+_NOVA_FORBIDS = frozenset({"COMPUTE_STATUS_DISABLED"})
+_PAGE = 1000
+_Records = list[dict[str, Any]]  # Nova records, as answered
+_Ids = list[str]
+
+
+class RegionError(ValueError):
+    """The region file names things the cloud does not have; the message lists them."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPool:
+    pool: Pool
+    spec: PoolSpec
+    flavor_id: str
+    vcpus: int
+    ram_mb: int
+    request: ResourceRequest
+    aggregate_uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeadroomCache:
+    at: float
+    rooms: Mapping[PoolId, int]
+    quota: QuotaRoom
+    took_s: float
+    calls: int
+
+
+@dataclass
+class _Tombstones:
+    """Servers sco deleted, hidden from listings until Nova forgets them."""
+
+    ttl_s: float
+    at: dict[str, float] = field(default_factory=dict)
+
+    def add(self, ids: Sequence[str], now: float) -> None:
+        for sid in ids:
+            self.at[sid] = now
+
+    def hides(self, sid: str, now: float) -> bool:
+        when = self.at.get(sid)
+        if when is None:
+            return False
+        if now - when > self.ttl_s:
+            del self.at[sid]
+            return False
+        return True
+
+
+class OpenStackProvider:
+    """`sco.ports.Provider` over one cloud. Thread-safe for one controller thread
+    per partition plus the headroom refresher."""
+
+    def __init__(
+        self,
+        region: RegionSpec,
+        client: CloudClient,
+        clock: Clock,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.region = region
+        self.client = client
+        self.clock = clock
+        self._sleep = sleep
+        self._pools: dict[PoolId, ResolvedPool] = {}
+        self._image_id = ""
+        self._cache: HeadroomCache | None = None
+        self._lock = threading.Lock()
+        self._tombstones = _Tombstones(ttl_s=600.0)
+        self._last_listing: dict[str, tuple[ServerView, ...]] = {}
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
+        self.last_refresh_error = ""
+
+    # ------------------------------------------------------------ start-up
+
+    def discover(self) -> None:
+        """Resolve flavors, aggregates and the image; raise RegionError naming
+        everything missing, or a ProviderError if the cloud cannot be asked."""
+        flavors = {f["name"]: f for f in self._all("compute", "/flavors/detail", "flavors")}
+        aggregates = {
+            a["name"]: a
+            for a in (self.client.get("compute", "/os-aggregates") or {}).get("aggregates", [])
+        }
+        problems: list[str] = []
+        resolved: dict[PoolId, ResolvedPool] = {}
+        for spec in self.region.pools:
+            pool = self.region.domain_pool(spec)
+            flavor = flavors.get(spec.flavor)
+            aggregate = aggregates.get(spec.aggregate_name)
+            if flavor is None:
+                problems.append(f"flavor {spec.flavor!r} (pool {pool.id}) does not exist")
+            if aggregate is None:
+                problems.append(
+                    f"host aggregate {spec.aggregate_name!r} (pool {pool.id}) does not exist"
+                )
+            elif aggregate.get("availability_zone") not in (spec.zone, None):
+                problems.append(
+                    f"aggregate {spec.aggregate_name!r} is in zone "
+                    f"{aggregate.get('availability_zone')!r}, not {spec.zone!r}"
+                )
+            if flavor is None or aggregate is None:
+                continue
+            try:
+                request = flavor_request(
+                    int(flavor["vcpus"]),
+                    int(flavor["ram"]),
+                    int(flavor.get("disk") or 0),
+                    flavor.get("extra_specs") or {},
+                )
+            except ValueError as e:
+                problems.append(f"flavor {spec.flavor!r}: {e}")
+                continue
+            request = ResourceRequest(
+                request.resources, request.required, request.forbidden | _NOVA_FORBIDS
+            )
+            resolved[pool.id] = ResolvedPool(
+                pool,
+                spec,
+                str(flavor["id"]),
+                int(flavor["vcpus"]),
+                int(flavor["ram"]),
+                request,
+                str(aggregate["uuid"]),
+            )
+        image = self._image()
+        if image is None:
+            problems.append(f"image {self.region.image!r} does not exist")
+        if problems:
+            raise RegionError("; ".join(problems))
+        self._pools = resolved
+        self._image_id = image or ""
+
+    def _image(self) -> str | None:
+        wanted = self.region.image
+        by_id = self.client.get("image", f"/v2/images/{wanted}") if _looks_like_id(wanted) else None
+        if by_id:
+            return str(by_id["id"])
+        found = (self.client.get("image", "/v2/images", {"name": wanted}) or {}).get("images", [])
+        return str(found[0]["id"]) if found else None
+
+    def _all(self, service: str, path: str, key: str, **params: str) -> _Records:
+        """Every page of a Nova list."""
+        out: _Records = []
+        marker = ""
+        while True:
+            query = dict(params, limit=str(_PAGE))
+            if marker:
+                query["marker"] = marker
+            page = (self.client.get(service, path, query) or {}).get(key, [])
+            out.extend(page)
+            if len(page) < _PAGE:
+                return out
+            marker = str(page[-1]["id"])
+
+    # ------------------------------------------------------------ headroom
+
+    def refresh(self) -> HeadroomCache:
+        """Read headroom of every pool from Placement, and the compute quota. One
+        call per distinct (flavor request, aggregate); pools sharing both share it."""
+        started = time.monotonic()
+        by_query: dict[tuple[tuple[str, str], ...], list[ResolvedPool]] = {}
+        for rp in self._pools.values():
+            query = rp.request.query(member_of=rp.aggregate_uuid)
+            by_query.setdefault(tuple(sorted(query.items())), []).append(rp)
+        rooms: dict[PoolId, int] = {}
+        for key, members in by_query.items():
+            answer = self.client.get("placement", "/allocation_candidates", dict(key))
+            summaries = (answer or {}).get("provider_summaries", {})
+            room = headroom_from_summaries(summaries, members[0].request)
+            for rp in members:
+                rooms[rp.pool.id] = room
+        limits = (self.client.get("compute", "/limits") or {}).get("limits", {})
+        cache = HeadroomCache(
+            at=self.clock.now(),
+            rooms=rooms,
+            quota=QuotaRoom.from_limits(limits.get("absolute", {})),
+            took_s=time.monotonic() - started,
+            calls=len(by_query) + 1,
+        )
+        with self._lock:
+            self._cache = cache
+        return cache
+
+    def start_refresher(self) -> None:
+        """Refresh headroom every `headroom_ttl_s` in a background thread."""
+        if self._refresher is not None:
+            return
+        self._refresher = threading.Thread(
+            target=self._refresh_loop, name="sco-headroom", daemon=True
+        )
+        self._refresher.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.join(timeout=self.region.api_timeout_s + 5)
+            self._refresher = None
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+                self.last_refresh_error = ""
+            except ProviderError as e:
+                self.last_refresh_error = str(e)
+                log.warning("headroom refresh failed: %s", e)
+            self._stop.wait(self.region.headroom_ttl_s)
+
+    def headroom_age(self) -> float | None:
+        with self._lock:
+            cache = self._cache
+        return None if cache is None else self.clock.now() - cache.at
+
+    def degraded(self) -> str:
+        """Why this provider cannot be trusted now, or ""."""
+        reasons = [
+            f"{g.name} circuit {g.breaker.state}"
+            for g in self.client.guards.values()
+            if g.breaker.state != "closed"
+        ]
+        age = self.headroom_age()
+        if age is None or age > self.region.headroom_stale_s:
+            reasons.append("headroom unknown" if age is None else f"headroom {age:.0f} s old")
+        return ", ".join(reasons)
+
+    # ------------------------------------------------------------ Provider port
+
+    def pools(self) -> Sequence[Pool]:
+        return [rp.pool for rp in self._pools.values()] or self.region.domain_pools()
+
+    def headroom(self, pools: Sequence[PoolId]) -> Mapping[PoolId, int]:
+        with self._lock:
+            cache = self._cache
+        if cache is None or self.clock.now() - cache.at > self.region.headroom_stale_s:
+            return dict.fromkeys(pools, 0)
+        return {p: cache.rooms.get(p, 0) for p in pools}
+
+    def prices(self, pools: Sequence[PoolId]) -> Mapping[PoolId, float]:
+        return {p: self._pools[p].pool.price_per_h for p in pools if p in self._pools}
+
+    def list(self, partition: str) -> Sequence[ServerView]:
+        records = self._all("compute", "/servers/detail", "servers", tags=partition_tag(partition))
+        now = self.clock.now()
+        live = [
+            s
+            for s in records
+            if s.get("OS-EXT-STS:task_state") != "deleting"
+            and not self._tombstones.hides(str(s["id"]), now)
+        ]
+        listing = server_views(live, partition)
+        for bad in listing.unreadable:
+            log.warning("server %s tagged for %s ignored: %s", bad.server_id, partition, bad.why)
+        self._last_listing[partition] = listing.views
+        return listing.views
+
+    def last_listing(self, partition: str) -> Sequence[ServerView]:
+        return self._last_listing.get(partition, ())
+
+    def delete(self, server_ids: Sequence[str]) -> None:
+        failed: _Ids = []
+        for sid in server_ids:
+            try:
+                self.client.delete("compute", f"/servers/{sid}")
+            except RetryableProviderError as e:
+                failed.append(sid)
+                log.warning("delete %s failed: %s", sid, e)
+                continue
+            self._tombstones.add([sid], self.clock.now())
+        if failed:
+            raise RetryableProviderError(f"delete failed for {len(failed)} of {len(server_ids)}")
+
+    def create(
+        self, pool: PoolId, count: int, request_id: str, partition: str, plan_generation: int
+    ) -> CreateResult:
+        rp = self._pools.get(pool)
+        if rp is None:
+            raise PermanentProviderError(f"unknown pool {pool}")
+        existing = self._servers_of(request_id)
+        if existing:
+            log.info(
+                "request %s already has %d servers; not sending it again", request_id, len(existing)
+            )
+            return CreateResult(tuple(str(s["id"]) for s in existing))
+        count = self._within_quota(rp, count)
+        accepted: _Ids = []
+        batch = count
+        while len(accepted) < count and batch >= 1:
+            ids = self._try_batch(rp, batch, request_id, partition, plan_generation)
+            if ids:
+                accepted.extend(ids)
+                batch = min(batch, count - len(accepted))
+            else:
+                batch //= 2
+        if not accepted:
+            raise InsufficientCapacity(pool, f"no valid host in {pool} for even one server")
+        short = count - len(accepted)
+        return CreateResult(
+            tuple(accepted), f"no valid host for {short} more in {pool}" if short else ""
+        )
+
+    # ------------------------------------------------------------ create helpers
+
+    def _within_quota(self, rp: ResolvedPool, count: int) -> int:
+        with self._lock:
+            cache = self._cache
+        if cache is None:
+            return count
+        room = cache.quota.servers(rp.vcpus, rp.ram_mb)
+        if room is None:
+            return count
+        if room <= 0:
+            raise QuotaExceeded(f"compute quota leaves no room for {rp.spec.flavor}")
+        with self._lock:
+            if self._cache is cache:
+                spent = min(count, room)
+                self._cache = HeadroomCache(
+                    cache.at,
+                    cache.rooms,
+                    cache.quota.spend(spent, rp.vcpus, rp.ram_mb),
+                    cache.took_s,
+                    cache.calls,
+                )
+        return min(count, room)
+
+    def _servers_of(self, request_id: str) -> _Records:
+        servers = self._all("compute", "/servers/detail", "servers", tags=request_tag(request_id))
+        return [s for s in servers if s.get("OS-EXT-STS:task_state") != "deleting"]
+
+    def _try_batch(
+        self, rp: ResolvedPool, n: int, request_id: str, partition: str, generation: int
+    ) -> _Ids:
+        """Send one multi-create of `n`; its server ids if scheduled, [] if Nova
+        found no valid host (the ERROR servers are deleted first)."""
+        body = {
+            "server": {
+                "name": f"sco-{partition}-{request_id}"[:255],
+                "flavorRef": rp.flavor_id,
+                "imageRef": self._image_id,
+                "availability_zone": rp.spec.zone,
+                "networks": self.region.network,
+                "min_count": n,
+                "max_count": n,
+                "return_reservation_id": True,
+                "tags": server_tags(partition, request_id),
+                "metadata": server_metadata(
+                    partition, rp.pool.id, rp.pool.capacity_class.value, request_id, generation
+                ),
+            }
+        }
+        try:
+            answer = self.client.post("compute", "/servers", body)
+        except RetryableProviderError:
+            # The POST may have taken effect; the tag says so on the next listing.
+            raise
+        reservation = str((answer or {}).get("reservation_id", ""))
+        if not reservation:
+            raise RetryableProviderError("create answered without a reservation id")
+        servers = self._scheduled(reservation, n)
+        if servers and all(is_no_valid_host(s) for s in servers):
+            ids = [str(s["id"]) for s in servers]
+            log.info(
+                "batch of %d in %s: no valid host; deleting and retrying smaller", n, rp.pool.id
+            )
+            self.delete(ids)
+            return []
+        return [str(s["id"]) for s in servers]
+
+    def _scheduled(self, reservation: str, n: int) -> _Records:
+        """Wait until the scheduler has placed or refused every server of the batch."""
+        deadline = time.monotonic() + self.region.schedule_wait_s
+        delay = 0.2
+        while True:
+            servers = self._all("compute", "/servers/detail", "servers", reservation_id=reservation)
+            pending = [
+                s
+                for s in servers
+                if s.get("status") == "BUILD"
+                and s.get("OS-EXT-STS:task_state") in ("scheduling", None)
+            ]
+            if len(servers) >= n and not pending:
+                return servers
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "reservation %s: %d of %d still scheduling after %.0f s",
+                    reservation,
+                    len(pending),
+                    n,
+                    self.region.schedule_wait_s,
+                )
+                return servers
+            self._sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+
+def _looks_like_id(text: str) -> bool:
+    hexes = text.replace("-", "")
+    return len(hexes) == 32 and all(c in "0123456789abcdef" for c in hexes.lower())
