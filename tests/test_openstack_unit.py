@@ -1,0 +1,363 @@
+"""The OpenStack adapter's pure parts and guards, without a cloud."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from sco.adapters.openstack.client import CloudClient, RetryConfig, typed_error
+from sco.adapters.openstack.resilience import (
+    BreakerState,
+    CircuitBreaker,
+    CircuitOpen,
+    GuardConfig,
+    TokenBucket,
+)
+from sco.adapters.openstack.resources import (
+    META_RECLAIM_AT,
+    QuotaRoom,
+    ResourceRequest,
+    flavor_request,
+    headroom_from_summaries,
+    partition_tag,
+    server_metadata,
+    server_views,
+)
+from sco.adapters.standalone import ServersAsNodes
+from sco.ports import (
+    Credential,
+    PermanentProviderError,
+    QuotaExceeded,
+    RetryableProviderError,
+    Secret,
+    ServerStatus,
+    ServerView,
+)
+from sco.runtime.clock import ManualClock
+
+# ---------------------------------------------------------------- flavors
+
+
+def test_flavor_request_standard_amounts_and_traits() -> None:
+    req = flavor_request(
+        2,
+        4096,
+        20,
+        {
+            "resources:CUSTOM_SPOT_SLOT": "1",
+            "trait:CUSTOM_SPOT_CAPABLE": "required",
+            "trait:CUSTOM_GPU": "forbidden",
+            "hw:cpu_policy": "dedicated",
+        },
+    )
+    assert req.resources == {"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20, "CUSTOM_SPOT_SLOT": 1}
+    assert req.required == {"CUSTOM_SPOT_CAPABLE"}
+    assert req.forbidden == {"CUSTOM_GPU"}
+    q = req.query(member_of="agg-1")
+    assert q["resources"] == "CUSTOM_SPOT_SLOT:1,DISK_GB:20,MEMORY_MB:4096,VCPU:2"
+    assert q["required"] == "CUSTOM_SPOT_CAPABLE,!CUSTOM_GPU"
+    assert q["member_of"] == "agg-1"
+
+
+def test_ironic_flavor_zeroes_standard_classes() -> None:
+    req = flavor_request(
+        8,
+        65536,
+        500,
+        {
+            "resources:CUSTOM_BAREMETAL_SPOT": "1",
+            "resources:VCPU": "0",
+            "resources:MEMORY_MB": "0",
+            "resources:DISK_GB": "0",
+        },
+    )
+    assert req.resources == {"CUSTOM_BAREMETAL_SPOT": 1}
+
+
+@pytest.mark.parametrize(
+    ("specs", "message"),
+    [
+        ({"resources:VCPU": "two"}, "not a count"),
+        ({"resources1:VCPU": "1"}, "numbered request groups"),
+        (
+            {"resources:VCPU": "0", "resources:MEMORY_MB": "0", "resources:DISK_GB": "0"},
+            "no resources",
+        ),
+    ],
+)
+def test_flavor_request_rejects(specs: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        flavor_request(1, 512, 1, specs)
+
+
+# ---------------------------------------------------------------- headroom
+
+
+def _summary(**rcs: tuple[int, int]) -> dict[str, Any]:
+    return {"resources": {rc: {"capacity": c, "used": u} for rc, (c, u) in rcs.items()}}
+
+
+def test_headroom_counts_whole_servers_per_provider() -> None:
+    req = ResourceRequest({"VCPU": 2, "MEMORY_MB": 1024, "CUSTOM_SPOT_SLOT": 1})
+    summaries = {
+        # 8 vCPU free -> 4, 3 GB -> 3, 4 slots -> 4: the scarcest gives 3
+        "rp1": _summary(VCPU=(16, 8), MEMORY_MB=(4096, 1024), CUSTOM_SPOT_SLOT=(4, 0)),
+        # 1 vCPU free: no whole server, though the rest is plenty
+        "rp2": _summary(VCPU=(16, 15), MEMORY_MB=(65536, 0), CUSTOM_SPOT_SLOT=(4, 0)),
+        # overcommitted (used > capacity after a ratio change) counts as 0, not negative
+        "rp3": _summary(VCPU=(4, 6), MEMORY_MB=(4096, 0), CUSTOM_SPOT_SLOT=(4, 0)),
+        # lacks the spot class: cannot hold one
+        "rp4": _summary(VCPU=(16, 0), MEMORY_MB=(4096, 0)),
+    }
+    assert headroom_from_summaries(summaries, req) == 3
+
+
+# ---------------------------------------------------------------- quota
+
+
+def test_quota_room_from_limits() -> None:
+    room = QuotaRoom.from_limits(
+        {
+            "maxTotalInstances": 10,
+            "totalInstancesUsed": 4,
+            "maxTotalCores": 20,
+            "totalCoresUsed": 14,
+            "maxTotalRAMSize": -1,
+            "totalRAMUsed": 999,
+        }
+    )
+    assert room == QuotaRoom(instances=6, cores=6, ram_mb=None)
+    assert room.servers(vcpus=2, ram_mb=4096) == 3  # cores bind
+    assert room.servers(vcpus=1, ram_mb=4096) == 6  # instances bind
+    assert room.spend(3, 2, 4096) == QuotaRoom(instances=3, cores=0, ram_mb=None)
+    assert QuotaRoom.from_limits({}).servers(4, 4096) is None
+
+
+# ---------------------------------------------------------------- servers
+
+
+def _server(status: str, **meta: str) -> dict[str, Any]:
+    base = server_metadata("p1", "r/h/f", "spot", "req-1", 3)
+    base.update(meta)
+    return {
+        "id": f"srv-{status.lower()}",
+        "status": status,
+        "created": "2026-11-29T10:00:00Z",
+        "metadata": base,
+    }
+
+
+def test_server_views_map_nova_states() -> None:
+    error = _server("ERROR")
+    error["fault"] = {"message": "No valid host was found."}
+    listing = server_views(
+        [
+            _server("BUILD"),
+            _server("ACTIVE"),
+            error,
+            _server("SHUTOFF"),
+            _server("SOFT_DELETED"),
+            _server("DELETED"),
+        ],
+        "p1",
+    )
+    by_id = {v.server_id: v for v in listing.views}
+    assert set(by_id) == {"srv-build", "srv-active", "srv-error", "srv-shutoff"}
+    assert by_id["srv-build"].status is ServerStatus.BUILD
+    assert by_id["srv-active"].status is ServerStatus.ACTIVE
+    assert by_id["srv-active"].pool == "r/h/f"
+    assert by_id["srv-active"].plan_generation == 3
+    assert by_id["srv-active"].created_at == 1795946400.0
+    assert by_id["srv-error"].fault == "ERROR: No valid host was found."
+    assert by_id["srv-shutoff"].status is ServerStatus.ERROR
+
+
+def test_reclaim_notice_contract() -> None:
+    epoch = _server("ACTIVE", **{META_RECLAIM_AT: "1795950000"})
+    iso = _server("ACTIVE", **{META_RECLAIM_AT: "2026-11-29T11:00:00+00:00"})
+    junk = _server("ACTIVE", **{META_RECLAIM_AT: "soon"})
+    deadlines = [server_views([s], "p1").views[0].notice_deadline for s in (epoch, iso, junk)]
+    # A malformed deadline is a notice to leave now, never no notice.
+    assert deadlines == [1795950000.0, 1795950000.0, 0.0]
+    assert server_views([_server("ACTIVE")], "p1").views[0].notice_deadline is None
+
+
+def test_servers_without_our_metadata_are_reported_not_guessed() -> None:
+    stranger = {"id": "x", "status": "ACTIVE", "metadata": {}}
+    other = _server("ACTIVE", **{"sco:partition": "p2"})
+    listing = server_views([stranger, other], "p1")
+    assert listing.views == ()
+    assert [b.server_id for b in listing.unreadable] == ["x", "srv-active"]
+
+
+def test_tags_refuse_what_nova_refuses() -> None:
+    assert partition_tag("batch") == "sco:p=batch"
+    with pytest.raises(ValueError, match="Nova tag"):
+        partition_tag("a/b")
+    with pytest.raises(ValueError, match="Nova tag"):
+        partition_tag("x" * 60)
+
+
+# ---------------------------------------------------------------- errors
+
+
+class _Resp:
+    def __init__(self, status: int, body: Any) -> None:
+        self.status_code = status
+        self.text = json.dumps(body)
+        self.headers = {"content-type": "application/json"}
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [
+        (403, {"forbidden": {"message": "Quota exceeded for instances"}}, QuotaExceeded),
+        (403, {"forbidden": {"message": "Policy does not allow"}}, PermanentProviderError),
+        (400, {"badRequest": {"message": "Invalid flavorRef"}}, PermanentProviderError),
+        (401, {"error": {"message": "token abc123 rejected"}}, PermanentProviderError),
+        (409, {"conflictingRequest": {"message": "busy"}}, RetryableProviderError),
+        (503, {"x": {"message": "down"}}, RetryableProviderError),
+    ],
+)
+def test_http_errors_are_typed(status: int, body: Any, kind: type[Exception]) -> None:
+    err = typed_error("compute", "POST", "/servers", _Resp(status, body))
+    assert type(err) is kind
+    assert "abc123" not in str(err)  # a 401 body is not quoted: it may echo the token
+
+
+class _FlakySession:
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = answers
+        self.calls = 0
+
+    def request(self, url: str, method: str, **kwargs: Any) -> Any:
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class ConnectFailure(Exception):
+    """Stands for keystoneauth's exception of that name (matched by name)."""
+
+
+def _client(session: _FlakySession, clock: ManualClock, **guard: Any) -> CloudClient:
+    return CloudClient(
+        lambda _service: session,
+        clock,
+        GuardConfig(**guard),
+        RetryConfig(attempts=3, base_s=0.1),
+        sleep=clock.advance,
+    )
+
+
+def test_get_retries_transient_failures_then_succeeds() -> None:
+    clock = ManualClock(0)
+    session = _FlakySession([ConnectFailure("x"), _Resp(503, {}), _Resp(200, {"ok": 1})])
+    assert _client(session, clock).get("compute", "/limits") == {"ok": 1}
+    assert session.calls == 3
+
+
+def test_post_is_never_retried() -> None:
+    clock = ManualClock(0)
+    session = _FlakySession([_Resp(503, {}), _Resp(202, {"reservation_id": "r"})])
+    with pytest.raises(RetryableProviderError):
+        _client(session, clock).post("compute", "/servers", {})
+    assert session.calls == 1
+
+
+def test_breaker_opens_per_endpoint_and_probes_after_cool_down() -> None:
+    clock = ManualClock(0)
+    session = _FlakySession([ConnectFailure("x")] * 6 + [_Resp(200, {"ok": 1})])
+    client = _client(session, clock, failures_to_open=3, open_for_s=30)
+    client._retry = RetryConfig(attempts=1)
+    for _ in range(3):
+        with pytest.raises(RetryableProviderError):
+            client.get("compute", "/servers/detail")
+    assert client.guards["compute"].breaker.state is BreakerState.OPEN
+    assert client.guards["placement"].breaker.state is BreakerState.CLOSED
+    with pytest.raises(CircuitOpen):
+        client.get("compute", "/servers/detail")
+    assert session.calls == 3  # refused without calling
+    clock.advance(30)
+    assert client.guards["compute"].breaker.state is BreakerState.HALF_OPEN
+    with pytest.raises(RetryableProviderError):
+        client.get("compute", "/servers/detail")  # the probe fails: open again
+    assert client.guards["compute"].breaker.state is BreakerState.OPEN
+    clock.advance(30)
+    session.answers = [_Resp(200, {"ok": 1})]
+    assert client.get("compute", "/servers/detail") == {"ok": 1}
+    assert client.guards["compute"].breaker.state is BreakerState.CLOSED
+
+
+def test_half_open_lets_one_probe_through() -> None:
+    clock = ManualClock(0)
+    breaker = CircuitBreaker("compute", clock, GuardConfig(failures_to_open=1, open_for_s=5))
+    breaker.admit()
+    breaker.failed()
+    clock.advance(5)
+    breaker.admit()  # the probe
+    with pytest.raises(CircuitOpen):
+        breaker.admit()  # a second caller waits for the probe's outcome
+
+
+def test_token_bucket_paces_after_the_burst() -> None:
+    clock = ManualClock(0)
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock.advance(s)
+
+    bucket = TokenBucket(clock, rate_per_s=10, burst=3, sleep=sleep)
+    for _ in range(5):
+        bucket.take()
+    assert slept == pytest.approx([0.1, 0.1])
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def test_secret_never_prints() -> None:
+    s = Secret("hunter2")
+    cred = Credential(fields={"password": s}, source="test")
+    for text in (repr(s), str(s), f"{s}", f"{s!r}", repr(cred), str(cred)):
+        assert "hunter2" not in text
+    assert cred.revealed() == {"password": "hunter2"}
+    with pytest.raises(TypeError):
+        import pickle
+
+        pickle.dumps(s)
+
+
+def test_credential_kept_out_of_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    cred = Credential(fields={"token": Secret("tok-9f8e7d")}, expires_at=10.0)
+    logging.getLogger("sco.test").info("using %s and %r", cred, cred.fields)
+    assert "tok-9f8e7d" not in caplog.text
+
+
+# ---------------------------------------------------------------- node plane
+
+
+def test_servers_as_nodes() -> None:
+    views = [
+        ServerView("a", "p", "pool", "r", 1, ServerStatus.ACTIVE, 0.0),
+        ServerView("b", "p", "pool", "r", 1, ServerStatus.BUILD, 0.0),
+    ]
+    nodes = ServersAsNodes(lambda _p: views)
+    got = nodes.nodes("p")
+    assert got["a"].joined
+    assert not got["b"].joined
+    assert not got["a"].drained
+    nodes.drain("p", "a", 100.0)
+    assert nodes.nodes("p")["a"].drained
+    views.pop(0)
+    assert "a" not in nodes.nodes("p")
