@@ -25,13 +25,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sco.adapters.openstack import placement
 from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import PoolSpec, RegionSpec
+from sco.adapters.openstack.placement import Want
 from sco.adapters.openstack.resources import (
     QuotaRoom,
     ResourceRequest,
     flavor_request,
-    headroom_from_summaries,
     is_no_valid_host,
     partition_tag,
     request_tag,
@@ -53,8 +54,6 @@ from sco.ports import (
 
 log = logging.getLogger(__name__)
 
-# Nova's scheduler always forbids disabled computes; headroom must too.
-_NOVA_FORBIDS = frozenset({"COMPUTE_STATUS_DISABLED"})
 _PAGE = 1000
 _Records = list[dict[str, Any]]  # Nova records, as answered
 _Ids = list[str]
@@ -169,9 +168,7 @@ class OpenStackProvider:
             except ValueError as e:
                 problems.append(f"flavor {spec.flavor!r}: {e}")
                 continue
-            request = ResourceRequest(
-                request.resources, request.required, request.forbidden | _NOVA_FORBIDS
-            )
+            request = placement.as_nova_schedules(request)
             resolved[pool.id] = ResolvedPool(
                 pool,
                 spec,
@@ -217,24 +214,16 @@ class OpenStackProvider:
         """Read headroom of every pool from Placement, and the compute quota. One
         call per distinct (flavor request, aggregate); pools sharing both share it."""
         started = time.monotonic()
-        by_query: dict[tuple[tuple[str, str], ...], list[ResolvedPool]] = {}
-        for rp in self._pools.values():
-            query = rp.request.query(member_of=rp.aggregate_uuid)
-            by_query.setdefault(tuple(sorted(query.items())), []).append(rp)
-        rooms: dict[PoolId, int] = {}
-        for key, members in by_query.items():
-            answer = self.client.get("placement", "/allocation_candidates", dict(key))
-            summaries = (answer or {}).get("provider_summaries", {})
-            room = headroom_from_summaries(summaries, members[0].request)
-            for rp in members:
-                rooms[rp.pool.id] = room
+        wants = [Want(p, rp.request, rp.aggregate_uuid) for p, rp in self._pools.items()]
+        found, calls = placement.headroom(self.client, wants)
+        rooms = {str(k): v for k, v in found.items()}
         limits = (self.client.get("compute", "/limits") or {}).get("limits", {})
         cache = HeadroomCache(
             at=self.clock.now(),
             rooms=rooms,
             quota=QuotaRoom.from_limits(limits.get("absolute", {})),
             took_s=time.monotonic() - started,
-            calls=len(by_query) + 1,
+            calls=calls + 1,
         )
         with self._lock:
             self._cache = cache
