@@ -1,0 +1,519 @@
+"""The controller against a real Nova (fake virt driver) and real Placement.
+
+The stack (nova-api, conductor, scheduler, four nova-computes, Placement,
+Glance, Neutron, MariaDB, RabbitMQ) is started by `scripts/openstack/nova.sh`.
+Two halls, each a host aggregate and availability zone of two computes; each
+compute offers 4 `CUSTOM_SPOT_SLOT`s (spot) and 8 vCPUs (guaranteed shares
+them). A "reclaimer" here is the test deleting spot servers, or setting the
+reclaim-notice metadata, as an operator's tooling would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from openstack_stack import ROOT, SCRIPTS, echo, stack_env
+from sco.adapters.demandfile.intake import FileDemandSource
+from sco.adapters.openstack import open_provider
+from sco.adapters.openstack.config import RegionSpec
+from sco.adapters.openstack.provider import OpenStackProvider
+from sco.adapters.openstack.resources import META_RECLAIM_AT, QuotaRoom, partition_tag
+from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.standalone import ServersAsNodes
+from sco.decide.policies import policy_named
+from sco.domain.lifecycle import State
+from sco.runtime.clock import SystemClock
+from sco.runtime.controller import ControllerConfig
+from sco.runtime.realtime import RealtimeRunner
+
+CLOUD = "sco-test"
+MICROVERSION = "2.90"
+HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
+SLOTS = 4
+
+REGION = {
+    "region": "lab",
+    "image": "cirros-fake",
+    "network": "none",
+    "headroom_ttl_s": 1,
+    "headroom_stale_s": 60,
+    "schedule_wait_s": 60,
+    "pools": [
+        {"hall": h, "flavor": "spot.small", "class": "spot", "price_per_h": 0.1} for h in HALLS
+    ]
+    + [
+        {"hall": h, "flavor": "std.small", "class": "guaranteed", "price_per_h": 0.3} for h in HALLS
+    ],
+}
+
+
+@dataclass
+class Cloud:
+    folder: Path
+    clouds_yaml: Path
+    region_file: Path
+    conn: Any
+
+    def servers(self, **params: str) -> list[dict[str, Any]]:
+        r = self.conn.compute.get("/servers/detail", params=params, microversion=MICROVERSION)
+        assert r.status_code == 200, r.text
+        return [s for s in r.json()["servers"] if s.get("OS-EXT-STS:task_state") != "deleting"]
+
+    def of(self, partition: str) -> list[dict[str, Any]]:
+        return self.servers(tags=partition_tag(partition))
+
+    def delete(self, server_id: str) -> None:
+        r = self.conn.compute.delete(f"/servers/{server_id}", microversion=MICROVERSION)
+        assert r.status_code in (204, 404), r.text
+
+    def notice(self, server_id: str, deadline: float) -> None:
+        r = self.conn.compute.put(
+            f"/servers/{server_id}/metadata/{META_RECLAIM_AT}",
+            json={"meta": {META_RECLAIM_AT: str(deadline)}},
+            microversion=MICROVERSION,
+        )
+        assert r.status_code == 200, r.text
+
+    def clear(self) -> None:
+        """Delete every server and wait until Placement holds nothing."""
+        for s in self.servers():
+            self.delete(s["id"])
+        wait_for(lambda: not self.servers(), 120, "all servers deleted")
+        wait_for(self._placement_empty, 120, "placement usages back to 0")
+
+    def _placement_empty(self) -> bool:
+        r = self.conn.placement.get("/usages?project_id=admin", microversion="1.39")
+        return not any(r.json()["usages"].values())
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def _nova_sh(*args: str, env: dict[str, str]) -> None:
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "nova.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"nova.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}")
+
+
+def _setup(conn: Any) -> None:
+    spot = conn.compute.create_flavor(name="spot.small", vcpus=1, ram=512, disk=1)
+    conn.compute.create_flavor_extra_specs(
+        spot, {"resources:CUSTOM_SPOT_SLOT": "1", "trait:CUSTOM_SPOT_CAPABLE": "required"}
+    )
+    conn.compute.create_flavor(name="std.small", vcpus=1, ram=512, disk=1)
+    for hall, hosts in HALLS.items():
+        agg = conn.compute.create_aggregate(name=hall, availability_zone=hall)
+        for host in hosts:
+            conn.compute.add_host_to_aggregate(agg, host)
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
+    import openstack
+
+    folder = tmp_path_factory.mktemp("nova")
+    env = stack_env(SCO_OS_BASE_PORT=os.environ.get("SCO_TEST_OS_BASE_PORT", "18800"))
+    started = time.monotonic()
+    try:
+        _nova_sh("up", str(folder), env=env)
+        up_s = time.monotonic() - started
+        threads = [
+            threading.Thread(
+                target=_nova_sh,
+                args=("add-compute", str(folder), h, str(SLOTS)),
+                kwargs={"env": env},
+            )
+            for hosts in HALLS.values()
+            for h in hosts
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        clouds_yaml = folder / "clouds.yaml"
+        old = os.environ.get("OS_CLIENT_CONFIG_FILE")
+        os.environ["OS_CLIENT_CONFIG_FILE"] = str(clouds_yaml)
+        conn = openstack.connect(cloud=CLOUD)
+        wait_for(lambda: len(list(conn.compute.hypervisors())) == 4, 180, "4 hypervisors")
+        _setup(conn)
+        echo(f"nova tier: stack up {up_s:.1f} s, ready {time.monotonic() - started:.1f} s")
+        region_file = folder / "region.yaml"
+        region_file.write_text(yaml.safe_dump(REGION))
+        yield Cloud(folder, clouds_yaml, region_file, conn)
+    finally:
+        _nova_sh("down", str(folder), env=env)
+        if "old" in locals():
+            if old is None:
+                os.environ.pop("OS_CLIENT_CONFIG_FILE", None)
+            else:
+                os.environ["OS_CLIENT_CONFIG_FILE"] = old
+
+
+@pytest.fixture
+def clean(cloud: Cloud) -> Iterator[Cloud]:
+    yield cloud
+    cloud.clear()
+
+
+def _provider() -> OpenStackProvider:
+    provider = open_provider(RegionSpec.model_validate(REGION), CLOUD, SystemClock())
+    provider.discover()
+    provider.refresh()
+    return provider
+
+
+SPOT_A = "lab/hall-a/spot.small"
+SPOT_B = "lab/hall-b/spot.small"
+STD_A = "lab/hall-a/std.small"
+
+
+# ---------------------------------------------------------------- provider
+
+
+def test_headroom_and_quota_from_the_cloud(clean: Cloud) -> None:
+    provider = _provider()
+    cache = provider.refresh()
+    # 2 computes x 4 slots; guaranteed: 2 computes x 2 vCPU x ratio 4.0
+    assert cache.rooms == {
+        SPOT_A: 8,
+        SPOT_B: 8,
+        STD_A: 16,
+        "lab/hall-b/std.small": 16,
+    }
+    assert cache.calls == 4  # two flavors x two aggregates, and the limits
+    assert cache.quota == QuotaRoom(None, None, None)  # the stack sets no quota
+    echo(f"headroom refresh on the nova stack: {cache.took_s * 1000:.0f} ms")
+
+
+def test_batch_larger_than_headroom_is_split(clean: Cloud) -> None:
+    provider = _provider()
+    result = provider.create(SPOT_B, 12, "req-split", "split", 1)
+    # 12 fail together, 6 fit, 6 more fail, 3 fail, then 1 and 1 fit, then 1 fails
+    assert len(result.server_ids) == 8
+    assert "no valid host for 4 more" in result.shortfall_reason
+    servers = wait_for(
+        lambda: (s := clean.of("split")) and all(x["status"] == "ACTIVE" for x in s) and s,
+        120,
+        "8 ACTIVE",
+    )
+    assert sorted(s["id"] for s in servers) == sorted(result.server_ids)
+    assert {s["OS-EXT-AZ:availability_zone"] for s in servers} == {"hall-b"}
+    provider.refresh()
+    assert provider.headroom([SPOT_B]) == {SPOT_B: 0}
+    # the same request id again creates nothing new
+    again = provider.create(SPOT_B, 12, "req-split", "split", 1)
+    assert sorted(again.server_ids) == sorted(result.server_ids)
+    assert len(clean.of("split")) == 8
+
+
+def test_create_in_a_full_pool_is_insufficient_capacity(clean: Cloud) -> None:
+    from sco.ports import InsufficientCapacity
+
+    provider = _provider()
+    provider.create(SPOT_A, 8, "req-fill", "fill", 1)
+    with pytest.raises(InsufficientCapacity):
+        provider.create(SPOT_A, 1, "req-more", "fill", 1)
+    wait_for(lambda: len(clean.of("fill")) == 8, 60, "no ERROR server left behind")
+
+
+# ---------------------------------------------------------------- controller
+
+
+def _demand(folder: Path, name: str, target: int) -> Path:
+    path = folder / f"demand-{name}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "partitions": [
+                    {
+                        "name": name,
+                        "kind": "slurm",
+                        "target_units": target,
+                        "floor_units": 0,
+                        "max_units": target + 2,
+                    }
+                ]
+            }
+        )
+    )
+    return path
+
+
+def _runner(provider: OpenStackProvider, state: Path, demand: Path) -> RealtimeRunner:
+    clock = SystemClock()
+    return RealtimeRunner(
+        provider=provider,
+        nodes=ServersAsNodes(provider.last_listing),
+        store=SqlFleetStore(sqlite_url(state)),
+        demand=FileDemandSource.load(demand, "lab", clock.now()),
+        policy=lambda: policy_named("sco"),
+        clock=clock,
+        interval_s=1.0,
+        config=ControllerConfig(list_grace_s=5.0),
+        degraded=provider.degraded,
+    )
+
+
+def _ready(runner: RealtimeRunner, partition: str) -> list[Any]:
+    return [i for i in runner.store.instances(partition) if i.state is State.READY and i.is_spot]
+
+
+def _until(
+    runner: RealtimeRunner,
+    provider: OpenStackProvider,
+    done: Callable[[], bool],
+    timeout: float,
+    what: str,
+) -> int:
+    deadline = time.monotonic() + timeout
+    rounds = 0
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} after {rounds} rounds")
+        provider.refresh()
+        runner.round()
+        rounds += 1
+        time.sleep(1.0)
+    return rounds
+
+
+def test_controller_fills_two_halls_and_replaces_reclaims(clean: Cloud, tmp_path: Path) -> None:
+    provider = _provider()
+    runner = _runner(provider, tmp_path / "state.sqlite", _demand(tmp_path, "batch", 6))
+    t0 = time.monotonic()
+    _until(runner, provider, lambda: len(_ready(runner, "batch")) >= 6, 180, "6 ready")
+    fill_s = time.monotonic() - t0
+    servers = clean.of("batch")
+    zones = {s["OS-EXT-AZ:availability_zone"] for s in servers}
+    assert zones == {"hall-a", "hall-b"}, "spread across both halls"
+    for s in servers:
+        assert s["metadata"]["sco:partition"] == "batch"
+        assert s["metadata"]["sco:class"] == "spot"
+        assert s["metadata"]["sco:request"]
+
+    # Reclaim without notice: two spot servers vanish.
+    gone = [s["id"] for s in servers[:2]]
+    for sid in gone:
+        clean.delete(sid)
+    t1 = time.monotonic()
+    _until(
+        runner,
+        provider,
+        lambda: (
+            len(_ready(runner, "batch")) >= 6
+            and not {i.server_id for i in _ready(runner, "batch")} & set(gone)
+        ),
+        180,
+        "replaced after a reclaim",
+    )
+    replace_s = time.monotonic() - t1
+    history = runner.store.history()
+    vanished = {r.instance_id for r in history if r.trigger == "server_vanished"}
+    assert len(vanished) == 2
+
+    # Reclaim with notice: the noticed server is drained, replaced and deleted by sco.
+    target = _ready(runner, "batch")[0]
+    assert target.server_id is not None
+    clean.notice(target.server_id, time.time() + 120)
+    _until(
+        runner,
+        provider,
+        lambda: (
+            target.server_id not in {s["id"] for s in clean.of("batch")}
+            and len(_ready(runner, "batch")) >= 6
+        ),
+        180,
+        "noticed server replaced and deleted",
+    )
+    states = [r.to_state for r in runner.store.history(target.id)]
+    assert "noticed" in states, states
+    assert states[-1] == "gone", states
+    assert not any(s["status"] == "ERROR" for s in clean.of("batch"))
+    echo(f"nova tier: 6 ready in {fill_s:.1f} s, 2 reclaims replaced in {replace_s:.1f} s")
+
+
+# ---------------------------------------------------------------- sco run, killed mid-create
+
+
+def _sco(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sco.apps.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def _run_args(cloud: Cloud, demand: Path, state: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--cloud",
+        CLOUD,
+        "--region",
+        str(cloud.region_file),
+        "--demand",
+        str(demand),
+        "--state",
+        str(state),
+        "--interval",
+        "1s",
+        *extra,
+    ]
+
+
+def test_kill_mid_create_then_restart_creates_nothing_twice(clean: Cloud, tmp_path: Path) -> None:
+    env = dict(os.environ, OS_CLIENT_CONFIG_FILE=str(clean.clouds_yaml))
+    demand = _demand(tmp_path, "svc", 10)
+    state = tmp_path / "state.sqlite"
+    first = _sco(*_run_args(clean, demand, state), env=env)
+    try:
+        # Killed while its first creates are being scheduled.
+        wait_for(lambda: clean.of("svc") or first.poll() is not None, 120, "a first server")
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    before = {s["id"] for s in clean.of("svc")}
+    second = _sco(*_run_args(clean, demand, state, "--cycles", "40"), env=env)
+    _, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err[-3000:]
+    servers = clean.of("svc")
+    ids = {s["id"] for s in servers}
+    assert before <= ids, "servers created before the kill were adopted, not replaced"
+    with sqlite3.connect(state) as db:
+        live = dict(
+            db.execute(
+                "SELECT server_id, request_id FROM instances "
+                "WHERE state NOT IN ('gone', 'failed') AND server_id IS NOT NULL"
+            ).fetchall()
+        )
+        per_request = dict(
+            db.execute("SELECT request_id, COUNT(*) FROM instances GROUP BY request_id").fetchall()
+        )
+    assert ids == set(live), "every server has a live record and every record a server"
+    by_request: dict[str, int] = {}
+    for s in servers:
+        rid = s["metadata"]["sco:request"]
+        by_request[rid] = by_request.get(rid, 0) + 1
+    for rid, n in by_request.items():
+        assert n <= per_request.get(rid, 0), f"request {rid} has {n} servers"
+    assert not [s for s in servers if s["status"] == "ERROR"]
+    ready = sum(1 for s in servers if s["status"] == "ACTIVE")
+    assert ready >= 10
+    echo(f"kill mid-create: {len(before)} servers at the kill, {len(ids)} after restart")
+
+
+# ---------------------------------------------------------------- bad input and outages
+
+
+def test_start_errors_exit_2_naming_the_problem(cloud: Cloud, tmp_path: Path) -> None:
+    env = dict(os.environ, OS_CLIENT_CONFIG_FILE=str(cloud.clouds_yaml))
+    demand = _demand(tmp_path, "x", 1)
+    state = tmp_path / "state.sqlite"
+
+    def run(*args: str, env: dict[str, str] = env) -> tuple[int, str]:
+        p = _sco(*args, env=env)
+        _, err = p.communicate(timeout=120)
+        return p.returncode, err
+
+    code, err = run(
+        *_run_args(cloud, demand, state)[:2], "nope", *_run_args(cloud, demand, state)[3:]
+    )
+    assert code == 2, err
+    assert "'nope' is not in clouds.yaml" in err, err
+
+    bad = dict(
+        REGION, pools=[{"hall": "hall-c", "flavor": "huge", "class": "spot", "price_per_h": 1}]
+    )
+    bad_file = tmp_path / "bad.yaml"
+    bad_file.write_text(yaml.safe_dump(bad))
+    args = _run_args(cloud, demand, state)
+    args[args.index("--region") + 1] = str(bad_file)
+    code, err = run(*args)
+    assert code == 2, err
+    assert "flavor 'huge'" in err, err
+    assert "aggregate 'hall-c'" in err, err
+
+    clouds = yaml.safe_load(cloud.clouds_yaml.read_text())
+    down = json.loads(json.dumps(clouds["clouds"][CLOUD]))
+    down["compute_endpoint_override"] = "http://127.0.0.1:9/v2.1"
+    down["auth"]["endpoint"] = "http://127.0.0.1:9/v2.1"
+    refused = dict(clouds["clouds"][CLOUD])
+    refused["auth"] = dict(refused["auth"], token="invalid-token-canary")
+    clouds["clouds"]["sco-down"] = down
+    clouds["clouds"]["sco-refused"] = refused
+    other = tmp_path / "clouds.yaml"
+    other.write_text(yaml.safe_dump(clouds))
+    env2 = dict(env, OS_CLIENT_CONFIG_FILE=str(other))
+    args = _run_args(cloud, demand, state)
+    args[args.index("--cloud") + 1] = "sco-down"
+    code, err = run(*args, env=env2)
+    assert code == 2, err
+    assert "sco-down" in err, err
+    assert "ConnectFailure" in err, err
+    args[args.index("--cloud") + 1] = "sco-refused"
+    code, err = run(*args, env=env2)
+    assert code == 2, err
+    assert "credential was refused" in err, err
+    assert "canary" not in err
+
+
+def test_compute_outage_degrades_and_deletes_nothing(clean: Cloud, tmp_path: Path) -> None:
+    provider = _provider()
+    runner = _runner(provider, tmp_path / "state.sqlite", _demand(tmp_path, "keep", 2))
+    _until(runner, provider, lambda: len(_ready(runner, "keep")) >= 2, 180, "2 ready")
+    before = {i.id: i.state for i in runner.store.instances("keep")}
+    working = provider.client._sessions
+
+    class _Down:
+        def request(self, *a: Any, **kw: Any) -> Any:
+            raise ConnectionRefusedError("compute is down")
+
+    provider.client._sessions = lambda service: (
+        _Down() if service == "compute" else working(service)
+    )
+    try:
+        reports = [runner.round() for _ in range(8)]
+    finally:
+        provider.client._sessions = working
+    assert all(c.degraded for r in reports for c in r.cycles)
+    assert "compute circuit open" in reports[-1].provider_degraded
+    assert {i.id: i.state for i in runner.store.instances("keep")} == before
+    assert len(clean.of("keep")) == len(before)
+    # The breaker lets a probe through after its cool-down; here, force it.
+    provider.client.guards["compute"].breaker.succeeded()
+    report = runner.round()
+    assert not any(c.degraded for c in report.cycles)
