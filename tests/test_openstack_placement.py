@@ -28,7 +28,7 @@ from openstack_stack import (
     sdk_connection,
 )
 from sco.adapters.openstack.client import CloudClient
-from sco.adapters.openstack.placement import Want, as_nova_schedules, headroom
+from sco.adapters.openstack.placement import PlacementHeadroom, Want, as_nova_schedules
 from sco.adapters.openstack.resources import ResourceRequest, flavor_request
 from sco.runtime.clock import SystemClock
 
@@ -171,15 +171,23 @@ def test_headroom_at_scale(n: int, tmp_path: Path) -> None:
             for agg in aggs
             for name, req in (("spot", SPOT), ("guaranteed", GUARANTEED), ("bm", BAREMETAL))
         ]
+        reader = PlacementHeadroom(placement.client, SystemClock())
         started = time.perf_counter()
-        rooms, calls = headroom(placement.client, wants)
+        rooms = reader.rooms(wants)
         took = time.perf_counter() - started
-        assert calls == len(wants)
+        assert reader.calls == 3 + len(aggs)  # a call per flavor, one per aggregate
+        started = time.perf_counter()
+        assert reader.rooms(wants) == rooms
+        again = time.perf_counter() - started
+        assert reader.calls == 3  # membership is kept
         for w in wants:
             assert w.member_of is not None
             assert rooms[w.key] == expected(providers, w.request, w.member_of), w.key
         assert sum(rooms.values()) > 0
-        echo(f"placement {n} providers: load {loaded['seconds']:.1f} s, headroom {took:.2f} s")
+        echo(
+            f"placement {n} providers: load {loaded['seconds']:.1f} s, headroom {took:.2f} s "
+            f"first, {again:.2f} s refresh"
+        )
     finally:
         placement_down(tmp_path)
 
@@ -240,6 +248,8 @@ def test_headroom_follows_api_changes(placement_dir: Path) -> None:
     provider("bm1", {"CUSTOM_BAREMETAL_SPOT": 1}, ["CUSTOM_SPOT_CAPABLE"], agg_b)
     provider("bm2", {"CUSTOM_BAREMETAL_SPOT": 1}, ["CUSTOM_SPOT_CAPABLE"], agg_b)
 
+    reader = PlacementHeadroom(c, SystemClock(), membership_ttl_s=0)
+
     def rooms() -> dict[object, int]:
         wants = [
             Want("spot-a", SPOT, agg_a),
@@ -247,7 +257,7 @@ def test_headroom_follows_api_changes(placement_dir: Path) -> None:
             Want("guaranteed-a", GUARANTEED, agg_a),
             Want("bm-b", BAREMETAL, agg_b),
         ]
-        return headroom(c, wants)[0]
+        return reader.rooms(wants)
 
     # spot: 4 + 4 slots in a (vCPU 16/2 = 8 each is not binding); 2 in b.
     # guaranteed forbids the spot trait: only a3, vCPU 16/4 = 4.
@@ -268,6 +278,7 @@ def test_headroom_follows_api_changes(placement_dir: Path) -> None:
                 "project_id": str(uuid.uuid4()),
                 "user_id": str(uuid.uuid4()),
                 "consumer_generation": None,
+                "consumer_type": "INSTANCE",
             },
         )
     assert rooms() == {"spot-a": 7, "spot-b": 2, "guaranteed-a": 4, "bm-b": 1}

@@ -20,35 +20,61 @@ usage() {
     exit 2
 }
 
-# Tests for "is the pid alive" without failing under set -e.
-alive() { kill -0 "$1" 2>/dev/null; }
+# "Is the pid alive", without failing under set -e. A zombie counts as dead:
+# the daemonized master is reparented to PID 1, which may reap it late.
+alive() {
+    local st
+    kill -0 "$1" 2>/dev/null || return 1
+    st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) || return 1
+    [ -n "$st" ] && [ "$st" != Z ]
+}
+
+# Is pid $1 alive and a gunicorn master (guards against a reused pid in a
+# stale pid file)?
+ours() {
+    alive "$1" && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q gunicorn
+}
+
+# Any non-zombie process left in process group $1?
+group_alive() {
+    local p
+    for p in $(pgrep -g "$1" 2>/dev/null); do
+        alive "$p" && return 0
+    done
+    return 1
+}
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 cmd_down() {
-    local dir=$1 pidfile pid i
+    local dir=$1 pidfile pid _
     pidfile="$dir/placement.pid"
     [ -f "$pidfile" ] || return 0
     pid=$(cat "$pidfile")
-    if [ -n "$pid" ] && alive "$pid"; then
+    case $pid in '' | *[!0-9]*) rm -f "$pidfile"; return 0 ;; esac
+    if ! ours "$pid"; then
+        rm -f "$pidfile"   # stale: already gone (or the pid was reused)
+        return 0
+    fi
+    if alive "$pid"; then
         # setsid made the gunicorn master a process-group leader: kill the group
         # (master and workers).
         kill -TERM -- "-$pid" 2>/dev/null || true
-        for i in $(seq 1 100); do
+        for _ in $(seq 1 100); do
             alive "$pid" || break
             sleep 0.1
         done
         if alive "$pid"; then
             kill -KILL -- "-$pid" 2>/dev/null || true
-            for i in $(seq 1 50); do
+            for _ in $(seq 1 50); do
                 alive "$pid" || break
                 sleep 0.1
             done
         fi
     fi
     # Workers can outlive the master by a moment.
-    for i in $(seq 1 50); do
-        pgrep -g "$pid" >/dev/null 2>&1 || break
+    for _ in $(seq 1 50); do
+        group_alive "$pid" || break
         sleep 0.1
     done
     pkill -KILL -g "$pid" 2>/dev/null || true
@@ -70,11 +96,11 @@ cmd_up() {
         fi
     done
     case $port in '' | *[!0-9]*) echo "placement.sh: bad PORT '$port'" >&2; exit 2 ;; esac
-    case $workers in '' | *[!0-9]*) echo "placement.sh: bad WORKERS '$workers'" >&2; exit 2 ;; esac
+    case $workers in '' | *[!0-9]* | 0*) echo "placement.sh: bad WORKERS '$workers' (want >= 1)" >&2; exit 2 ;; esac
 
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
-    if [ -f "$dir/placement.pid" ] && alive "$(cat "$dir/placement.pid")"; then
+    if [ -f "$dir/placement.pid" ] && ours "$(cat "$dir/placement.pid")"; then
         echo "placement.sh: already running in $dir (pid $(cat "$dir/placement.pid")); run '$0 down $dir' first" >&2
         exit 1
     fi
@@ -103,16 +129,24 @@ EOF
     # setsid: own session and process group, so `down` can kill the group and
     # the server survives the caller's shell. stdin from /dev/null so callers
     # that capture our stdout are not held open.
+    # gunicorn >= 27 opens a control socket at a fixed per-user path
+    # (~/.gunicorn/gunicorn.ctl) that concurrent instances would share.
+    local extra=()
+    if "$venv/bin/gunicorn" --help 2>/dev/null | grep -q -- --no-control-socket; then
+        extra+=(--no-control-socket)
+    fi
+
     # The pid is written from inside the new session (setsid may fork), so it
     # is both gunicorn's master pid and the process-group id.
     rm -f "$dir/placement.pid.tmp"
+    # shellcheck disable=SC2016  # $$, $1, $@ are for the inner sh
     OS_PLACEMENT_CONFIG_DIR="$dir" setsid sh -c \
         'echo $$ >"$1/placement.pid.tmp"; shift; exec "$@"' sh "$dir" \
-        "$venv/bin/gunicorn" -w "$workers" -b "127.0.0.1:$port" --timeout 120 \
+        "$venv/bin/gunicorn" -w "$workers" -b "127.0.0.1:$port" --timeout 120 ${extra[@]+"${extra[@]}"} \
         placement.wsgi.api:application \
         </dev/null >>"$dir/gunicorn.log" 2>&1 &
-    local pid="" i
-    for i in $(seq 1 50); do
+    local pid="" _
+    for _ in $(seq 1 50); do
         [ -s "$dir/placement.pid.tmp" ] && pid=$(cat "$dir/placement.pid.tmp") && break
         sleep 0.1
     done
@@ -151,7 +185,7 @@ urllib.request.urlopen(sys.argv[1], timeout=2).read()' "$url/" 2>/dev/null; then
 [ $# -ge 1 ] || usage
 case $1 in
     up)
-        [ $# -ge 3 ] && [ $# -le 4 ] || usage
+        if [ $# -lt 3 ] || [ $# -gt 4 ]; then usage; fi
         cmd_up "$2" "$3" "${4:-1}"
         ;;
     down)

@@ -7,8 +7,9 @@ os_resource_classes, os_traits and the DB driver, e.g. pymysql):
 
 DB_URL is an SQLAlchemy URL (sqlite:////abs/placement.sqlite,
 mysql+pymysql://..., postgresql+psycopg2://...) or a plain path to an SQLite
-file. The schema must exist (`placement-manage db sync`). Placement may be
-stopped or running: it has no cross-request cache of what is loaded here.
+file. An empty or missing database gets the schema first (this venv's
+`placement-manage db sync`, ~1 s). Placement may be stopped or running: it has
+no cross-request cache of what is loaded here.
 
 SPEC.json is a list of providers:
 
@@ -53,7 +54,9 @@ import argparse
 import datetime
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import uuid as uuidlib
 from typing import Any
@@ -149,9 +152,15 @@ def _validate(spec: Any) -> list[dict[str, Any]]:
             for field, lo in INT_FIELDS.items():
                 v = full[field]
                 if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= MAX_INT:
-                    raise SpecError(f"{where}: inventory {rc}.{field}={v!r} not an int in [{lo}, {MAX_INT}]")
+                    raise SpecError(
+                        f"{where}: inventory {rc}.{field}={v!r} not an int in [{lo}, {MAX_INT}]"
+                    )
             ratio = full["allocation_ratio"]
-            if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or ratio > SQL_SP_FLOAT_MAX:
+            if (
+                not isinstance(ratio, (int, float))
+                or isinstance(ratio, bool)
+                or ratio > SQL_SP_FLOAT_MAX
+            ):
                 raise SpecError(f"{where}: inventory {rc}.allocation_ratio={ratio!r} invalid")
             full["allocation_ratio"] = float(ratio)
             if int((full["total"] - full["reserved"]) * full["allocation_ratio"]) < 0:
@@ -169,7 +178,10 @@ def _validate(spec: Any) -> list[dict[str, Any]]:
             inv = invs[rc]
             cap = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
             if used > cap:
-                print(f"placement_load: warning: {where}: {rc} usage {used} > capacity {cap}", file=sys.stderr)
+                print(
+                    f"placement_load: warning: {where}: {rc} usage {used} > capacity {cap}",
+                    file=sys.stderr,
+                )
             usages[rc] = used
 
         traits = sorted(set(p.get("traits") or []))
@@ -195,10 +207,16 @@ def _name_map(conn: sa.Connection, table: sa.Table, key: str = "name") -> dict[s
     return {r[0]: r[1] for r in conn.execute(sa.select(table.c[key], table.c.id))}
 
 
-def _sync_resource_classes(conn: sa.Connection, t: sa.Table, needed: set[str], now: datetime.datetime) -> dict[str, int]:
+def _sync_resource_classes(
+    conn: sa.Connection, t: sa.Table, needed: set[str], now: datetime.datetime
+) -> dict[str, int]:
     """Standard RCs as placement's _resource_classes_sync, plus needed custom ones."""
     have = _name_map(conn, t)
-    std = [{"id": i, "name": n, "created_at": now} for i, n in enumerate(orc.STANDARDS) if n not in have]
+    std = [
+        {"id": i, "name": n, "created_at": now}
+        for i, n in enumerate(orc.STANDARDS)
+        if n not in have
+    ]
     if std:
         if conn.dialect.name == "mysql":
             # As placement: keep id 0 (VCPU) instead of "next auto value".
@@ -207,15 +225,22 @@ def _sync_resource_classes(conn: sa.Connection, t: sa.Table, needed: set[str], n
     custom = sorted(n for n in needed if n not in have and n not in orc.STANDARDS)
     for n in custom:
         if not orc.is_custom(n):
-            raise SpecError(f"unknown resource class {n!r} (neither os_resource_classes standard nor CUSTOM_*)")
+            raise SpecError(
+                f"unknown resource class {n!r} (neither os_resource_classes standard nor CUSTOM_*)"
+            )
     if custom:
         max_id = conn.execute(sa.select(sa.func.max(t.c.id))).scalar() or 0
         next_id = max(max_id + 1, MIN_CUSTOM_RC_ID)
-        conn.execute(t.insert(), [{"id": next_id + i, "name": n, "created_at": now} for i, n in enumerate(custom)])
+        conn.execute(
+            t.insert(),
+            [{"id": next_id + i, "name": n, "created_at": now} for i, n in enumerate(custom)],
+        )
     return _name_map(conn, t)
 
 
-def _sync_traits(conn: sa.Connection, t: sa.Table, needed: set[str], now: datetime.datetime) -> dict[str, int]:
+def _sync_traits(
+    conn: sa.Connection, t: sa.Table, needed: set[str], now: datetime.datetime
+) -> dict[str, int]:
     """Standard traits as placement's _trait_sync, plus needed custom ones."""
     have = _name_map(conn, t)
     std = set(os_traits.get_traits())
@@ -229,7 +254,9 @@ def _sync_traits(conn: sa.Connection, t: sa.Table, needed: set[str], now: dateti
     return have
 
 
-def _get_or_create(conn: sa.Connection, t: sa.Table, external_id: str, now: datetime.datetime) -> int:
+def _get_or_create(
+    conn: sa.Connection, t: sa.Table, external_id: str, now: datetime.datetime
+) -> int:
     row = conn.execute(sa.select(t.c.id).where(t.c.external_id == external_id)).first()
     if row:
         return int(row[0])
@@ -237,20 +264,44 @@ def _get_or_create(conn: sa.Connection, t: sa.Table, external_id: str, now: date
     return int(conn.execute(sa.select(t.c.id).where(t.c.external_id == external_id)).scalar_one())
 
 
+def _db_sync(db_url: str) -> None:
+    """Create Placement's schema with this venv's `placement-manage db sync`."""
+    manage = os.path.join(sys.prefix, "bin", "placement-manage")
+    if not os.path.exists(manage):
+        raise SpecError(f"{db_url}: no Placement schema, and no {manage} to create it")
+    with tempfile.TemporaryDirectory() as d:
+        conf = os.path.join(d, "placement.conf")
+        with open(conf, "w") as f:
+            f.write(f"[placement_database]\nconnection = {db_url.replace('%', '%%')}\n")
+        r = subprocess.run(
+            [manage, "--config-file", conf, "db", "sync"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+    if r.returncode != 0:
+        raise SpecError(f"{db_url}: placement-manage db sync failed:\n{r.stderr[-2000:]}")
+
+
 def load(db_url: str, providers: list[dict[str, Any]], project: str, user: str) -> int:
     connect_args = {"timeout": 60} if db_url.startswith("sqlite") else {}
     engine = sa.create_engine(db_url, connect_args=connect_args)
+    present = set(sa.inspect(engine).get_table_names())
+    if not present & {"resource_providers", "alembic_version"}:
+        # Empty or new database: create the schema as placement.sh up would.
+        print(f"placement_load: {db_url}: no schema yet, running db sync", file=sys.stderr)
+        _db_sync(db_url)
     md = sa.MetaData()
     try:
         md.reflect(engine, only=TABLES)
     except sa.exc.InvalidRequestError as e:
-        raise SpecError(f"{db_url}: Placement schema missing ({e}); run `placement-manage db sync` first") from None
-    T = md.tables
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)  # naive UTC like oslo
+        raise SpecError(f"{db_url}: incomplete Placement schema ({e})") from None
+    tables = md.tables
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)  # naive UTC like oslo
 
     n_alloc = 0
     with engine.begin() as conn:
-        rp = T["resource_providers"]
+        rp = tables["resource_providers"]
         uuids = [p["uuid"] for p in providers]
         for chunk in _chunks(uuids):
             dup = conn.execute(sa.select(rp.c.uuid).where(rp.c.uuid.in_(chunk)).limit(1)).first()
@@ -258,11 +309,16 @@ def load(db_url: str, providers: list[dict[str, Any]], project: str, user: str) 
                 raise SpecError(f"provider {dup[0]} already exists in the database")
 
         rc_ids = _sync_resource_classes(
-            conn, T["resource_classes"], {rc for p in providers for rc in p["inventories"]}, now
+            conn,
+            tables["resource_classes"],
+            {rc for p in providers for rc in p["inventories"]},
+            now,
         )
-        trait_ids = _sync_traits(conn, T["traits"], {tr for p in providers for tr in p["traits"]}, now)
+        trait_ids = _sync_traits(
+            conn, tables["traits"], {tr for p in providers for tr in p["traits"]}, now
+        )
 
-        agg = T["placement_aggregates"]
+        agg = tables["placement_aggregates"]
         agg_ids = _name_map(conn, agg, "uuid")
         new_aggs = sorted({a for p in providers for a in p["aggregates"]} - set(agg_ids))
         if new_aggs:
@@ -290,7 +346,8 @@ def load(db_url: str, providers: list[dict[str, Any]], project: str, user: str) 
             )
         rp_ids: dict[str, int] = {}
         for chunk in _chunks(uuids):
-            rp_ids.update(conn.execute(sa.select(rp.c.uuid, rp.c.id).where(rp.c.uuid.in_(chunk))).tuples())
+            for u, i in conn.execute(sa.select(rp.c.uuid, rp.c.id).where(rp.c.uuid.in_(chunk))):
+                rp_ids[u] = i
 
         # Parents: in the spec or already in the DB.
         parents = {p["uuid"]: p["parent"] for p in providers if p["parent"]}
@@ -325,8 +382,14 @@ def load(db_url: str, providers: list[dict[str, Any]], project: str, user: str) 
             conn.execute(
                 rp.update()
                 .where(rp.c.id == sa.bindparam("b_id"))
-                .values(root_provider_id=sa.bindparam("b_root"), parent_provider_id=sa.bindparam("b_parent")),
-                [{"b_id": rp_ids[u], "b_root": root_of(u), "b_parent": id_of(par)} for u, par in parents.items()],
+                .values(
+                    root_provider_id=sa.bindparam("b_root"),
+                    parent_provider_id=sa.bindparam("b_parent"),
+                ),
+                [
+                    {"b_id": rp_ids[u], "b_root": root_of(u), "b_parent": id_of(par)}
+                    for u, par in parents.items()
+                ],
             )
 
         inv_rows = [
@@ -340,28 +403,36 @@ def load(db_url: str, providers: list[dict[str, Any]], project: str, user: str) 
             for rc, inv in p["inventories"].items()
         ]
         if inv_rows:
-            conn.execute(T["inventories"].insert(), inv_rows)
+            conn.execute(tables["inventories"].insert(), inv_rows)
 
         trait_rows = [
-            {"resource_provider_id": rp_ids[p["uuid"]], "trait_id": trait_ids[tr], "created_at": now}
+            {
+                "resource_provider_id": rp_ids[p["uuid"]],
+                "trait_id": trait_ids[tr],
+                "created_at": now,
+            }
             for p in providers
             for tr in p["traits"]
         ]
         if trait_rows:
-            conn.execute(T["resource_provider_traits"].insert(), trait_rows)
+            conn.execute(tables["resource_provider_traits"].insert(), trait_rows)
 
         agg_rows = [
-            {"resource_provider_id": rp_ids[p["uuid"]], "aggregate_id": agg_ids[a], "created_at": now}
+            {
+                "resource_provider_id": rp_ids[p["uuid"]],
+                "aggregate_id": agg_ids[a],
+                "created_at": now,
+            }
             for p in providers
             for a in p["aggregates"]
         ]
         if agg_rows:
-            conn.execute(T["resource_provider_aggregates"].insert(), agg_rows)
+            conn.execute(tables["resource_provider_aggregates"].insert(), agg_rows)
 
         users_of = [p for p in providers if p["usages"]]
         if users_of:
-            project_id = _get_or_create(conn, T["projects"], project, now)
-            user_id = _get_or_create(conn, T["users"], user, now)
+            project_id = _get_or_create(conn, tables["projects"], project, now)
+            user_id = _get_or_create(conn, tables["users"], user, now)
             consumers = []
             alloc_rows = []
             for p in users_of:
@@ -386,8 +457,8 @@ def load(db_url: str, providers: list[dict[str, Any]], project: str, user: str) 
                             "created_at": now,
                         }
                     )
-            conn.execute(T["consumers"].insert(), consumers)
-            conn.execute(T["allocations"].insert(), alloc_rows)
+            conn.execute(tables["consumers"].insert(), consumers)
+            conn.execute(tables["allocations"].insert(), alloc_rows)
             n_alloc = len(alloc_rows)
     engine.dispose()
     return n_alloc
@@ -397,8 +468,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("db_url", help="SQLAlchemy URL of Placement's DB, or a path to its SQLite file")
     ap.add_argument("spec", help="JSON file with the list of providers ('-' for stdin)")
-    ap.add_argument("--project", default="sco-placement-load", help="external project id owning the usages")
-    ap.add_argument("--user", default="sco-placement-load", help="external user id owning the usages")
+    ap.add_argument(
+        "--project", default="sco-placement-load", help="external project id owning the usages"
+    )
+    ap.add_argument(
+        "--user", default="sco-placement-load", help="external user id owning the usages"
+    )
     args = ap.parse_args(argv)
 
     t0 = time.monotonic()
@@ -411,11 +486,17 @@ def main(argv: list[str] | None = None) -> int:
                 spec = json.load(f)
         providers = _validate(spec)
         n_alloc = load(db_url, providers, args.project, args.user)
-    except (SpecError, OSError, json.JSONDecodeError) as e:
+    except json.JSONDecodeError as e:
+        print(f"placement_load: {args.spec}: invalid JSON: {e}", file=sys.stderr)
+        return 1
+    except (SpecError, OSError) as e:
         print(f"placement_load: {e}", file=sys.stderr)
         return 1
     except sa.exc.SQLAlchemyError as e:  # e.g. a name that already exists
-        print(f"placement_load: database error, nothing loaded: {str(e).splitlines()[0][:500]}", file=sys.stderr)
+        print(
+            f"placement_load: database error, nothing loaded: {str(e).splitlines()[0][:500]}",
+            file=sys.stderr,
+        )
         return 1
     print(
         json.dumps(

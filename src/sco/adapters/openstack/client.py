@@ -117,7 +117,9 @@ class CloudClient:
         """Delete; a 404 means already gone, which is what was wanted."""
         self._idempotent(service, "DELETE", path, ok_missing=True)
 
-    def put(self, service: str, path: str, body: Mapping[str, Any]) -> Any:
+    def put(self, service: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        if body is None:
+            return self._idempotent(service, "PUT", path)
         return self._idempotent(service, "PUT", path, json=dict(body))
 
     def post(self, service: str, path: str, body: Mapping[str, Any]) -> Any:

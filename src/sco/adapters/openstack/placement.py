@@ -1,9 +1,12 @@
-"""Headroom from Placement: one `GET /allocation_candidates` per distinct request.
+"""Headroom from Placement, in as few calls as the question allows.
 
-Each answer's provider summaries carry every candidate provider's capacity
-and usage (microversion 1.27+), so one call tells how many servers of a
-flavor fit in an aggregate, however many providers it has. Pools that share
-a flavor request and an aggregate share the call.
+One `GET /allocation_candidates` per distinct flavor request, without an
+aggregate filter: its provider summaries carry every candidate provider's
+capacity and usage (microversion 1.27+). Which providers belong to which
+aggregate (hall) changes rarely, so that is read with one
+`GET /resource_providers?member_of=` per aggregate and kept for
+`membership_ttl_s`. A refresh therefore costs one call per flavor, however
+many halls and providers there are.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 
 from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.resources import ResourceRequest, headroom_from_summaries
+from sco.ports import Clock
 
 # Nova's scheduler always forbids disabled computes; headroom must too.
 NOVA_FORBIDS = frozenset({"COMPUTE_STATUS_DISABLED"})
@@ -31,17 +35,51 @@ def as_nova_schedules(request: ResourceRequest) -> ResourceRequest:
     return ResourceRequest(request.resources, request.required, request.forbidden | NOVA_FORBIDS)
 
 
-def headroom(client: CloudClient, wants: Sequence[Want]) -> tuple[dict[Hashable, int], int]:
-    """Servers that fit now, per want key; and how many calls it took."""
-    groups: dict[tuple[tuple[str, str], ...], list[Want]] = {}
-    for w in wants:
-        query = w.request.query(member_of=w.member_of)
-        groups.setdefault(tuple(sorted(query.items())), []).append(w)
-    rooms: dict[Hashable, int] = {}
-    for query_items, members in groups.items():
-        answer = client.get("placement", "/allocation_candidates", dict(query_items))
+class PlacementHeadroom:
+    """Headroom per want; keeps aggregate membership between refreshes."""
+
+    def __init__(self, client: CloudClient, clock: Clock, membership_ttl_s: float = 600.0) -> None:
+        self._client = client
+        self._clock = clock
+        self._ttl = membership_ttl_s
+        self._members: dict[str, tuple[float, frozenset[str]]] = {}
+        self.calls = 0  # Placement calls made by the last `rooms`
+
+    def rooms(self, wants: Sequence[Want]) -> dict[Hashable, int]:
+        self.calls = 0
+        by_request: dict[tuple[tuple[str, str], ...], list[Want]] = {}
+        for w in wants:
+            by_request.setdefault(tuple(sorted(w.request.query().items())), []).append(w)
+        out: dict[Hashable, int] = {}
+        for members in by_request.values():
+            request = members[0].request
+            summaries = self._summaries(request)
+            for w in members:
+                if w.member_of is None:
+                    chosen = summaries
+                else:
+                    inside = self._membership(w.member_of)
+                    chosen = {rp: s for rp, s in summaries.items() if rp in inside}
+                out[w.key] = headroom_from_summaries(chosen, request)
+        return out
+
+    def _summaries(self, request: ResourceRequest) -> Mapping[str, Mapping[str, object]]:
+        self.calls += 1
+        answer = self._client.get("placement", "/allocation_candidates", request.query())
         summaries: Mapping[str, Mapping[str, object]] = (answer or {}).get("provider_summaries", {})
-        room = headroom_from_summaries(summaries, members[0].request)
-        for w in members:
-            rooms[w.key] = room
-    return rooms, len(groups)
+        return summaries
+
+    def _membership(self, aggregate: str) -> frozenset[str]:
+        now = self._clock.now()
+        cached = self._members.get(aggregate)
+        if cached is not None and now - cached[0] < self._ttl:
+            return cached[1]
+        self.calls += 1
+        answer = self._client.get("placement", "/resource_providers", {"member_of": aggregate})
+        found = frozenset(str(rp["uuid"]) for rp in (answer or {}).get("resource_providers", []))
+        self._members[aggregate] = (now, found)
+        return found
+
+    def forget_membership(self) -> None:
+        """Read aggregate membership again on the next refresh (a host moved halls)."""
+        self._members.clear()

@@ -120,6 +120,7 @@ class OpenStackProvider:
         self.clock = clock
         self._sleep = sleep
         self._pools: dict[PoolId, ResolvedPool] = {}
+        self._placement = placement.PlacementHeadroom(client, clock)
         self._image_id = ""
         self._cache: HeadroomCache | None = None
         self._lock = threading.Lock()
@@ -215,7 +216,8 @@ class OpenStackProvider:
         call per distinct (flavor request, aggregate); pools sharing both share it."""
         started = time.monotonic()
         wants = [Want(p, rp.request, rp.aggregate_uuid) for p, rp in self._pools.items()]
-        found, calls = placement.headroom(self.client, wants)
+        found = self._placement.rooms(wants)
+        calls = self._placement.calls
         rooms = {str(k): v for k, v in found.items()}
         limits = (self.client.get("compute", "/limits") or {}).get("limits", {})
         cache = HeadroomCache(
