@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 import yaml
 
-from openstack_stack import ROOT, SCRIPTS, echo, stack_env
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.openstack import open_provider
 from sco.adapters.openstack.config import RegionSpec
@@ -39,6 +38,7 @@ from sco.domain.lifecycle import State
 from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
+from sco.testing.openstack_stack import ROOT, SCRIPTS, echo, stack_env
 
 CLOUD = "sco-test"
 MICROVERSION = "2.90"

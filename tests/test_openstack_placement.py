@@ -19,7 +19,11 @@ from typing import Any
 
 import pytest
 
-from openstack_stack import (
+from sco.adapters.openstack.client import CloudClient
+from sco.adapters.openstack.placement import PlacementHeadroom, Want, as_nova_schedules
+from sco.adapters.openstack.resources import ResourceRequest, flavor_request
+from sco.runtime.clock import SystemClock
+from sco.testing.openstack_stack import (
     echo,
     free_port,
     load_placement,
@@ -27,10 +31,6 @@ from openstack_stack import (
     placement_up,
     sdk_connection,
 )
-from sco.adapters.openstack.client import CloudClient
-from sco.adapters.openstack.placement import PlacementHeadroom, Want, as_nova_schedules
-from sco.adapters.openstack.resources import ResourceRequest, flavor_request
-from sco.runtime.clock import SystemClock
 
 SPOT = as_nova_schedules(
     flavor_request(

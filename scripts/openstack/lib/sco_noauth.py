@@ -8,7 +8,10 @@ their default policies work unchanged:
 
     X-Auth-Token: admin            -> user admin, project admin,
                                       roles admin,member,reader
+    X-Auth-Token: admin#ANYTHING   -> the same as admin (a test can use a token
+                                      it can look for in logs and state)
     X-Auth-Token: USER[:PROJECT]   -> that user/project, roles member,reader
+    X-Auth-Token: invalid...       -> 401, as Keystone answers a bad token
     no token                       -> 401
 
 Test use only: there is no authentication at all.
@@ -29,7 +32,7 @@ class NoAuth(object):
 
     def __call__(self, environ, start_response):
         token = environ.get('HTTP_X_AUTH_TOKEN', '').strip()
-        if not token:
+        if not token or token.startswith('invalid'):
             body = b'{"error": "missing X-Auth-Token"}'
             start_response('401 Unauthorized', [
                 ('Content-Type', 'application/json'),
@@ -38,6 +41,7 @@ class NoAuth(object):
         for key in _STRIP:
             environ.pop(key, None)
         user, _, project = token.partition(':')
+        user = user.split('#', 1)[0]
         project = project or user
         roles = 'admin,member,reader' if user == 'admin' else 'member,reader'
         environ.update({

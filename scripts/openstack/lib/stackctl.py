@@ -191,6 +191,43 @@ def cmd_wait_compute(a):
     return rc
 
 
+def cmd_wait_port(a):
+    import socket
+
+    def check():
+        with socket.create_connection(('127.0.0.1', a.port), timeout=2):
+            return True, 'open'
+    return _poll(check, a.timeout, a.pid, 'port %d' % a.port, interval=0.2)
+
+
+def cmd_mysql_init(a):
+    """Wait for the private MariaDB (root over its socket), then create the
+    databases and a TCP user for the services."""
+    import pymysql
+
+    conns = []
+
+    def check():
+        conns.append(pymysql.connect(unix_socket=a.socket, user='root',
+                                     connect_timeout=2, autocommit=True))
+        return True, 'connected'
+    rc = _poll(check, a.timeout, a.pid, 'mariadb socket %s' % a.socket)
+    if rc:
+        return rc
+    conn = conns[-1]
+    with conn.cursor() as cur:
+        for db in a.database:
+            cur.execute('CREATE DATABASE IF NOT EXISTS `%s` '
+                        'CHARACTER SET utf8mb4' % db)
+        for host in ('127.0.0.1', 'localhost'):
+            cur.execute("CREATE USER IF NOT EXISTS %s@%s IDENTIFIED BY %s",
+                        (a.user, host, a.password))
+            cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@%s",
+                        (a.user, host))
+    conn.close()
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(prog='stackctl')
     sub = p.add_subparsers(dest='cmd', required=True)
@@ -228,6 +265,21 @@ def main():
     w.add_argument('--timeout', type=float, default=90)
     w.add_argument('--pid', type=int, action='append', default=[])
     w.set_defaults(fn=cmd_wait_compute)
+
+    w = sub.add_parser('wait-port')
+    w.add_argument('port', type=int)
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
+    w.set_defaults(fn=cmd_wait_port)
+
+    w = sub.add_parser('mysql-init')
+    w.add_argument('--socket', required=True)
+    w.add_argument('--user', required=True)
+    w.add_argument('--password', required=True)
+    w.add_argument('--database', action='append', default=[])
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
+    w.set_defaults(fn=cmd_mysql_init)
 
     a = p.parse_args()
     sys.exit(a.fn(a))

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # a checkout: src/sco/testing/
 SCRIPTS = ROOT / "scripts" / "openstack"
 
 
