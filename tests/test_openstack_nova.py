@@ -209,7 +209,7 @@ def test_headroom_and_quota_from_the_cloud(clean: Cloud) -> None:
         STD_A: 16,
         "lab/hall-b/std.small": 16,
     }
-    assert cache.calls == 4  # two flavors x two aggregates, and the limits
+    assert cache.calls == 3  # a call per flavor and the limits; membership is kept
     assert cache.quota == QuotaRoom(None, None, None)  # the stack sets no quota
     echo(f"headroom refresh on the nova stack: {cache.took_s * 1000:.0f} ms")
 
@@ -313,12 +313,15 @@ def test_controller_fills_two_halls_and_replaces_reclaims(clean: Cloud, tmp_path
     _until(runner, provider, lambda: len(_ready(runner, "batch")) >= 6, 180, "6 ready")
     fill_s = time.monotonic() - t0
     servers = clean.of("batch")
-    zones = {s["OS-EXT-AZ:availability_zone"] for s in servers}
-    assert zones == {"hall-a", "hall-b"}, "spread across both halls"
     for s in servers:
         assert s["metadata"]["sco:partition"] == "batch"
-        assert s["metadata"]["sco:class"] == "spot"
         assert s["metadata"]["sco:request"]
+    # The policy may hold a guaranteed spare; the six ready units are spot.
+    spot = [s for s in servers if s["metadata"]["sco:class"] == "spot"]
+    assert len(spot) >= 6
+    zones = {s["OS-EXT-AZ:availability_zone"] for s in spot}
+    assert zones == {"hall-a", "hall-b"}, "spread across both halls"
+    servers = spot
 
     # Reclaim without notice: two spot servers vanish.
     gone = [s["id"] for s in servers[:2]]
@@ -349,6 +352,7 @@ def test_controller_fills_two_halls_and_replaces_reclaims(clean: Cloud, tmp_path
         provider,
         lambda: (
             target.server_id not in {s["id"] for s in clean.of("batch")}
+            and runner.store.history(target.id)[-1].to_state == "gone"
             and len(_ready(runner, "batch")) >= 6
         ),
         180,
@@ -483,7 +487,7 @@ def test_start_errors_exit_2_naming_the_problem(cloud: Cloud, tmp_path: Path) ->
     code, err = run(*args, env=env2)
     assert code == 2, err
     assert "sco-down" in err, err
-    assert "ConnectFailure" in err, err
+    assert "endpoint unreachable" in err, err
     args[args.index("--cloud") + 1] = "sco-refused"
     code, err = run(*args, env=env2)
     assert code == 2, err
@@ -517,3 +521,29 @@ def test_compute_outage_degrades_and_deletes_nothing(clean: Cloud, tmp_path: Pat
     provider.client.guards["compute"].breaker.succeeded()
     report = runner.round()
     assert not any(c.degraded for c in report.cycles)
+
+
+def test_credential_never_leaks(clean: Cloud, tmp_path: Path) -> None:
+    """A full run at debug level with a recognisable token: the token appears in no
+    log line, no state row, no event (the events live in the state database)."""
+    canary = "admin#leak-canary-5e1f"
+    clouds = yaml.safe_load(clean.clouds_yaml.read_text())
+    entry = json.loads(json.dumps(clouds["clouds"][CLOUD]))
+    entry["auth"]["token"] = canary
+    clouds["clouds"]["sco-canary"] = entry
+    other = tmp_path / "clouds.yaml"
+    other.write_text(yaml.safe_dump(clouds))
+    env = dict(os.environ, OS_CLIENT_CONFIG_FILE=str(other))
+    state = tmp_path / "state.sqlite"
+    args = _run_args(clean, _demand(tmp_path, "leak", 2), state, "--cycles", "15")
+    args[args.index("--cloud") + 1] = "sco-canary"
+    p = _sco("-vv", *args, env=env)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+    assert "plan 1" in err  # it did run, and logged at debug level
+    assert clean.of("leak"), "it created servers with that credential"
+    secret = "leak-canary-5e1f"
+    assert secret not in out
+    assert secret not in err
+    for f in tmp_path.glob("state.sqlite*"):
+        assert secret.encode() not in f.read_bytes(), f

@@ -9,7 +9,6 @@ from the same provider list, independently of the adapter.
 from __future__ import annotations
 
 import json
-import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from sco.runtime.clock import SystemClock
 from sco.testing.openstack_stack import (
     echo,
     free_port,
+    generate_providers,
     load_placement,
     placement_down,
     placement_up,
@@ -109,57 +109,10 @@ def expected(providers: list[dict[str, Any]], request: ResourceRequest, agg: str
 # ---------------------------------------------------------------- generated providers
 
 
-def generate(n: int, aggregates: list[str], seed: int) -> list[dict[str, Any]]:
-    """Computes of three kinds across the aggregates: spot-capable (with a spot
-    slot class), plain (guaranteed), and bare-metal nodes as Ironic exposes them
-    (one unit of a custom class, nothing else). Some are disabled, a third busy."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        kind = "ironic" if i % 20 == 19 else ("spot" if i % 2 else "plain")
-        traits: list[str] = []
-        if kind == "ironic":
-            inventories = {"CUSTOM_BAREMETAL_SPOT": {"total": 1, "max_unit": 1}}
-            traits.append("CUSTOM_SPOT_CAPABLE")
-        else:
-            vcpu = rng.choice([16, 32, 64])
-            mem = rng.choice([65536, 131072])
-            inventories = {
-                "VCPU": {"total": vcpu, "allocation_ratio": 4.0, "max_unit": vcpu},
-                "MEMORY_MB": {"total": mem, "reserved": 512, "max_unit": mem},
-                "DISK_GB": {"total": 1000, "max_unit": 1000},
-            }
-            if kind == "spot":
-                slots = rng.randint(1, 8)
-                inventories["CUSTOM_SPOT_SLOT"] = {"total": slots, "max_unit": slots}
-                traits.append("CUSTOM_SPOT_CAPABLE")
-        if i % 50 == 7:
-            traits.append("COMPUTE_STATUS_DISABLED")
-        for inv in inventories.values():
-            inv.setdefault("reserved", 0)
-            inv.setdefault("allocation_ratio", 1.0)
-            inv.update(min_unit=1, step_size=1)
-        usages: dict[str, int] = {}
-        if i % 3 == 0:
-            for rc, inv in inventories.items():
-                usages[rc] = rng.randint(0, min(_capacity(inv), inv["total"]))
-        out.append(
-            {
-                "uuid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-                "name": f"cn-{i:05d}",
-                "inventories": inventories,
-                "traits": traits,
-                "aggregates": [aggregates[i % len(aggregates)]],
-                "usages": usages,
-            }
-        )
-    return out
-
-
 @pytest.mark.parametrize("n", [1000, 5000])
 def test_headroom_at_scale(n: int, tmp_path: Path) -> None:
     aggs = [str(uuid.UUID(int=k + 1, version=4)) for k in range(4)]
-    providers = generate(n, aggs, seed=n)
+    providers = generate_providers(n, aggs, seed=n)
     spec = tmp_path / "providers.json"
     spec.write_text(json.dumps(providers))
     loaded = load_placement(f"sqlite:///{tmp_path / 'placement.sqlite'}", spec)

@@ -449,7 +449,7 @@ chain_placement() {
         >> "$LOGS/sync-placement.log" 2>&1 || { : > "$RUN/sync-placement.failed"; return 1; }
     synced placement "$t"
     gunicorn_svc placement "$PLACEMENT_PORT" "${SCO_OS_API_WORKERS:-2}" \
-        placement.wsgi.api:application OS_PLACEMENT_CONFIG_DIR="$ETC/placement"
+        wsgi_placement:application OS_PLACEMENT_CONFIG_DIR="$ETC/placement"
 }
 chain_glance() {
     local t=${EPOCHREALTIME/./}

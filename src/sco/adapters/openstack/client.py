@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -62,14 +63,19 @@ def _message(resp: Response) -> str:
     try:
         body = resp.json()
     except ValueError:
-        return resp.text[:300]
+        return _plain(resp.text)
     if isinstance(body, Mapping):
         for value in body.values():
             if isinstance(value, Mapping) and "message" in value:
                 return str(value["message"])[:300]
             if isinstance(value, list) and value and isinstance(value[0], Mapping):
                 return str(value[0].get("detail") or value[0].get("title") or "")[:300]
-    return resp.text[:300]
+    return _plain(resp.text)
+
+
+def _plain(text: str) -> str:
+    """An HTML or text error body as one short line."""
+    return " ".join(re.sub(r"<[^>]+>", " ", text).split())[:300]
 
 
 def typed_error(service: str, method: str, path: str, resp: Response) -> ProviderError:
@@ -179,8 +185,28 @@ def _transport_error(service: str, method: str, path: str, e: Exception) -> Prov
     Only the exception's class name is kept: keystoneauth messages can quote
     request details."""
     name = type(e).__name__
-    what = f"{service} {method} {path}: {name}"
-    permanent = (
+    what = f"{service} {method} {path}: {_TRANSPORT.get(name, 'failed')} ({name})"
+    if name in _PERMANENT:
+        return PermanentProviderError(what)
+    return RetryableProviderError(what)
+
+
+_TRANSPORT = {
+    "ConnectFailure": "endpoint unreachable",
+    "ConnectionError": "endpoint unreachable",
+    "ConnectionRefusedError": "endpoint unreachable",
+    "SSLError": "endpoint unreachable",
+    "DiscoveryFailure": "endpoint unreachable or not an OpenStack API",
+    "ConnectTimeout": "no answer in time",
+    "RequestTimeout": "no answer in time",
+    "ReadTimeout": "no answer in time",
+    "Unauthorized": "the credential was refused",
+    "MissingRequiredOptions": "the cloud's auth settings are incomplete",
+    "EndpointNotFound": "no such endpoint in the catalog",
+    "EmptyCatalog": "no such endpoint in the catalog",
+}
+_PERMANENT = frozenset(
+    {
         "Unauthorized",
         "MissingRequiredOptions",
         "EndpointNotFound",
@@ -188,7 +214,5 @@ def _transport_error(service: str, method: str, path: str, e: Exception) -> Prov
         "AuthorizationFailure",
         "ConfigException",
         "NoMatchingPlugin",
-    )
-    if name in permanent:
-        return PermanentProviderError(what)
-    return RetryableProviderError(what)
+    }
+)

@@ -189,10 +189,10 @@ class OpenStackProvider:
 
     def _image(self) -> str | None:
         wanted = self.region.image
-        by_id = self.client.get("image", f"/v2/images/{wanted}") if _looks_like_id(wanted) else None
+        by_id = self.client.get("image", f"/images/{wanted}") if _looks_like_id(wanted) else None
         if by_id:
             return str(by_id["id"])
-        found = (self.client.get("image", "/v2/images", {"name": wanted}) or {}).get("images", [])
+        found = (self.client.get("image", "/images", {"name": wanted}) or {}).get("images", [])
         return str(found[0]["id"]) if found else None
 
     def _all(self, service: str, path: str, key: str, **params: str) -> _Records:
