@@ -118,6 +118,7 @@ def generate_providers(n: int, aggregates: list[str], seed: int) -> list[dict[st
     for i in range(n):
         kind = "ironic" if i % 20 == 19 else ("spot" if i % 2 else "plain")
         traits: list[str] = []
+        inventories: dict[str, dict[str, float]]
         if kind == "ironic":
             inventories = {"CUSTOM_BAREMETAL_SPOT": {"total": 1, "max_unit": 1}}
             traits.append("CUSTOM_SPOT_CAPABLE")
@@ -142,7 +143,7 @@ def generate_providers(n: int, aggregates: list[str], seed: int) -> list[dict[st
         usages: dict[str, int] = {}
         if i % 3 == 0:
             for rc, inv in inventories.items():
-                usages[rc] = rng.randint(0, min(_capacity(inv), inv["total"]))
+                usages[rc] = rng.randint(0, min(_capacity(inv), int(inv["total"])))
         out.append(
             {
                 "uuid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
