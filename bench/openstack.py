@@ -32,11 +32,12 @@ from sco.adapters.openstack import open_provider
 from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.placement import PlacementHeadroom, Want, as_nova_schedules
-from sco.adapters.openstack.resources import flavor_request, partition_tag
+from sco.adapters.openstack.resources import flavor_request
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.adapters.standalone import ServersAsNodes
 from sco.decide.acquirer import ActConfig
 from sco.decide.policies import policy_named
+from sco.ports import ProviderError, ServerStatus
 from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
@@ -145,20 +146,17 @@ def boot_benchmark(folder: Path, servers: int) -> dict[str, Any]:
             config=ControllerConfig(act=ActConfig(max_batch=SLOTS)),
         )
         started = time.monotonic()
-        rounds = 0
+        rounds = list_errors = 0
         while True:
             provider.refresh()
             runner.round()
             rounds += 1
-            listed = [
-                s
-                for s in conn.compute.get(
-                    "/servers/detail",
-                    params={"tags": partition_tag("bench")},
-                    microversion="2.90",
-                ).json()["servers"]
-                if s["status"] == "ACTIVE"
-            ]
+            try:
+                listed = [v for v in provider.list("bench") if v.status is ServerStatus.ACTIVE]
+            except ProviderError as e:
+                list_errors += 1
+                log(f"listing failed, as the controller's may: {e}")
+                continue
             if len(listed) >= servers:
                 break
             if time.monotonic() - started > 600:
@@ -243,13 +241,14 @@ def main() -> None:
     ap.add_argument("--servers", type=int, default=100)
     ap.add_argument("--providers", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--workdir", type=Path, default=None, help="Keep stacks' files here.")
     args = ap.parse_args()
     if not 1 <= args.servers <= SLOTS * 4:
         raise SystemExit(f"--servers must be in 1..{SLOTS * 4}")
     with tempfile.TemporaryDirectory(prefix="sco-bench-os-") as tmp:
-        root = Path(tmp)
-        (root / "nova").mkdir()
-        (root / "placement").mkdir()
+        root = args.workdir or Path(tmp)
+        (root / "nova").mkdir(parents=True, exist_ok=True)
+        (root / "placement").mkdir(exist_ok=True)
         result = boot_benchmark(root / "nova", args.servers)
         result.update(headroom_benchmark(root / "placement", args.providers, args.repeats))
     print(json.dumps(result, sort_keys=True))

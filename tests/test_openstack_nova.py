@@ -547,3 +547,18 @@ def test_credential_never_leaks(clean: Cloud, tmp_path: Path) -> None:
     assert secret not in err
     for f in tmp_path.glob("state.sqlite*"):
         assert secret.encode() not in f.read_bytes(), f
+
+
+def test_dry_run_prints_intent_and_touches_nothing(clean: Cloud, tmp_path: Path) -> None:
+    env = dict(os.environ, OS_CLIENT_CONFIG_FILE=str(clean.clouds_yaml))
+    state = tmp_path / "state.sqlite"
+    p = _sco(*_run_args(clean, _demand(tmp_path, "dry", 3), state, "--dry-run"), env=env)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err[-3000:]
+    wanted = [line for line in out.splitlines() if line.startswith("would create")]
+    assert wanted, out
+    assert sum(int(line.split()[2]) for line in wanted) >= 3
+    assert "lab/hall-" in out
+    assert "why:" in err  # the plan's reasons
+    assert not clean.of("dry")
+    assert not state.exists(), "a dry run writes no state"

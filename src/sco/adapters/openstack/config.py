@@ -79,6 +79,7 @@ class RegionSpec(BaseModel):
     api_timeout_s: float = Field(default=30.0, gt=0)
     schedule_wait_s: float = Field(default=60.0, gt=0)  # a batch's wait for the scheduler
     rate_per_s: float = Field(default=20.0, gt=0)
+    list_page_size: int = Field(default=50, ge=1, le=1000)  # see OpenStackProvider._servers
     pools: list[PoolSpec] = Field(min_length=1)
     credential: CredentialSpec = Field(default_factory=CredentialSpec)
 

@@ -195,19 +195,29 @@ class OpenStackProvider:
         found = (self.client.get("image", "/images", {"name": wanted}) or {}).get("images", [])
         return str(found[0]["id"]) if found else None
 
-    def _all(self, service: str, path: str, key: str, **params: str) -> _Records:
+    def _all(
+        self, service: str, path: str, key: str, page_size: int = _PAGE, **params: str
+    ) -> _Records:
         """Every page of a Nova list."""
         out: _Records = []
         marker = ""
         while True:
-            query = dict(params, limit=str(_PAGE))
+            query = dict(params, limit=str(page_size))
             if marker:
                 query["marker"] = marker
             page = (self.client.get(service, path, query) or {}).get(key, [])
             out.extend(page)
-            if len(page) < _PAGE:
+            if len(page) < page_size:
                 return out
             marker = str(page[-1]["id"])
+
+    def _servers(self, **params: str) -> _Records:
+        """Servers in pages of `list_page_size`: for each page Nova asks Neutron for
+        the ports of all its servers by id in one URL, and Neutron refuses a URL
+        longer than its request-line limit (4 KiB under gunicorn's defaults)."""
+        return self._all(
+            "compute", "/servers/detail", "servers", self.region.list_page_size, **params
+        )
 
     # ------------------------------------------------------------ headroom
 
@@ -289,7 +299,7 @@ class OpenStackProvider:
         return {p: self._pools[p].pool.price_per_h for p in pools if p in self._pools}
 
     def list(self, partition: str) -> Sequence[ServerView]:
-        records = self._all("compute", "/servers/detail", "servers", tags=partition_tag(partition))
+        records = self._servers(tags=partition_tag(partition))
         now = self.clock.now()
         live = [
             s
@@ -373,7 +383,7 @@ class OpenStackProvider:
         return min(count, room)
 
     def _servers_of(self, request_id: str) -> _Records:
-        servers = self._all("compute", "/servers/detail", "servers", tags=request_tag(request_id))
+        servers = self._servers(tags=request_tag(request_id))
         return [s for s in servers if s.get("OS-EXT-STS:task_state") != "deleting"]
 
     def _try_batch(
@@ -420,7 +430,7 @@ class OpenStackProvider:
         deadline = time.monotonic() + self.region.schedule_wait_s
         delay = 0.2
         while True:
-            servers = self._all("compute", "/servers/detail", "servers", reservation_id=reservation)
+            servers = self._servers(reservation_id=reservation)
             pending = [
                 s
                 for s in servers
