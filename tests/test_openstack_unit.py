@@ -365,8 +365,10 @@ def test_servers_as_nodes() -> None:
 
 def test_server_listing_pages_stay_under_neutrons_url_limit() -> None:
     """Nova asks Neutron for the ports of a whole page of servers in one URL; a
-    page of 100 made Neutron answer 414 and Nova 500 on a real stack."""
+    page of 100 made Neutron answer 414 and Nova 500 on a real stack. Listing
+    goes in pages of `list_page_size`, following the marker."""
     from sco.adapters.openstack.config import RegionSpec
+    from sco.adapters.openstack.provider import OpenStackProvider
 
     spec = RegionSpec.model_validate(
         {
@@ -375,5 +377,21 @@ def test_server_listing_pages_stay_under_neutrons_url_limit() -> None:
             "pools": [{"hall": "h", "flavor": "f", "class": "spot", "price_per_h": 1}],
         }
     )
-    # ~47 characters of query per server id: 50 ids stay under 4 KiB.
+    servers = [dict(_server("ACTIVE"), id=f"s{i:03d}") for i in range(120)]
+    asked: list[dict[str, str]] = []
+
+    class _Pages:
+        def get(self, service: str, path: str, params: dict[str, str]) -> Any:
+            asked.append(params)
+            start = 0
+            if "marker" in params:
+                start = next(i for i, s in enumerate(servers) if s["id"] == params["marker"]) + 1
+            return {"servers": servers[start : start + int(params["limit"])]}
+
+    provider = OpenStackProvider(spec, _Pages(), ManualClock(0))  # type: ignore[arg-type]
+    views = provider.list("p1")
+    assert len(views) == 120
+    assert [p["limit"] for p in asked] == ["50", "50", "50"]
+    assert all(p["tags"] == "sco:p=p1" for p in asked)
+    # ~47 characters of Neutron query per server id: a page stays under 4 KiB.
     assert spec.list_page_size * 47 < 4094
