@@ -426,8 +426,10 @@ class OpenStackProvider:
         return [str(s["id"]) for s in servers]
 
     def _scheduled(self, reservation: str, n: int) -> _Records:
-        """Wait until the scheduler has placed or refused every server of the batch."""
-        deadline = time.monotonic() + self.region.schedule_wait_s
+        """Wait until the scheduler has placed or refused every server of the batch.
+        Raises RetryableProviderError when the batch cannot be seen whole in time:
+        its outcome is then unknown, and the next listing finds it by its tags."""
+        deadline = self.clock.now() + self.region.schedule_wait_s
         delay = 0.2
         while True:
             servers = self._servers(reservation_id=reservation)
@@ -439,17 +441,13 @@ class OpenStackProvider:
             ]
             if len(servers) >= n and not pending:
                 return servers
-            if time.monotonic() >= deadline:
-                log.warning(
-                    "reservation %s: %d of %d still scheduling after %.0f s",
-                    reservation,
-                    len(pending),
-                    n,
-                    self.region.schedule_wait_s,
+            if self.clock.now() >= deadline:
+                raise RetryableProviderError(
+                    f"reservation {reservation}: {len(servers)} of {n} servers listed, "
+                    f"{len(pending)} still scheduling after {self.region.schedule_wait_s:.0f} s"
                 )
-                return servers
             self._sleep(delay)
-            delay = min(delay * 1.5, 2.0)
+            delay = min(delay * 1.5, 1.0)
 
 
 def _looks_like_id(text: str) -> bool:
