@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from sco.adapters.sqlstate.store import sqlite_url
+from sco.testing.postgres import PostgresServer
 
 
 @pytest.fixture(scope="session")
 def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """chDB runs one engine path per process: every test gets its own database in it."""
     return tmp_path_factory.mktemp("chdb")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL for the session, started from the installed server binaries."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fleet_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty fleet-state database: a SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return sqlite_url(tmp_path / "fleet.db")
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.new_database()

@@ -1,15 +1,15 @@
-"""SqlFleetStore on a SQLite file: migrations, compare-and-swap, history, reservations, plans."""
+"""SqlFleetStore on SQLite and on PostgreSQL: migrations, compare-and-swap, history,
+reservations, plans. Every test runs on both."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
 
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.domain.plans import Plan
@@ -23,13 +23,13 @@ POOL_G = guaranteed_pool()
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "fleet.db"
+def db(fleet_url: str) -> str:
+    return fleet_url
 
 
 @pytest.fixture
-def store(db: Path) -> Iterator[SqlFleetStore]:
-    s = SqlFleetStore(sqlite_url(db))
+def store(db: str) -> Iterator[SqlFleetStore]:
+    s = SqlFleetStore(db)
     s.upsert_pools([POOL_A, POOL_B, POOL_G])
     yield s
     s.close()
@@ -64,8 +64,8 @@ def _seed(store: SqlFleetStore, *instances: Instance) -> None:
 # ---------------------------------------------------------------- migrations
 
 
-def test_migrations_run_on_open(db: Path) -> None:
-    s = SqlFleetStore(sqlite_url(db))
+def test_migrations_run_on_open(db: str) -> None:
+    s = SqlFleetStore(db)
     try:
         tables = set(inspect(s.engine).get_table_names())
         assert {"pools", "instances", "instance_history", "reservations", "plans"} <= tables
@@ -76,23 +76,23 @@ def test_migrations_run_on_open(db: Path) -> None:
         s.close()
 
 
-def test_without_migrations_nothing_is_created(db: Path) -> None:
-    s = SqlFleetStore(sqlite_url(db), run_migrations=False)
+def test_without_migrations_nothing_is_created(db: str) -> None:
+    s = SqlFleetStore(db, run_migrations=False)
     try:
         assert inspect(s.engine).get_table_names() == []
     finally:
         s.close()
 
 
-def test_reopening_an_existing_file_keeps_the_data(db: Path) -> None:
-    first = SqlFleetStore(sqlite_url(db))
+def test_reopening_an_existing_file_keeps_the_data(db: str) -> None:
+    first = SqlFleetStore(db)
     first.upsert_pools([POOL_A])
     inst = instance(POOL_A, State.READY)
     first.record([created(inst, "adopted")])
     first.save_plan(Plan("p1", 1, 5.0, {POOL_A.id: 1}, {}))
     first.close()
 
-    second = SqlFleetStore(sqlite_url(db))  # migrations run again: must be a no-op
+    second = SqlFleetStore(db)  # migrations run again: must be a no-op
     try:
         assert second.instances("p1") == [inst]
         assert set(second.pool_records()) == {POOL_A.id}
@@ -197,8 +197,8 @@ def test_reserve_without_records_writes_only_the_reservation(store: SqlFleetStor
     assert store.counts().history_rows == 0
 
 
-def test_two_writers_cannot_spend_the_same_pool_version(db: Path, store: SqlFleetStore) -> None:
-    other = SqlFleetStore(sqlite_url(db))
+def test_two_writers_cannot_spend_the_same_pool_version(db: str, store: SqlFleetStore) -> None:
+    other = SqlFleetStore(db)
     try:
         version = store.pool_records()[POOL_A.id].version
         assert other.pool_records()[POOL_A.id].version == version
