@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,10 +26,12 @@ POOLS = [spot_pool(f"hall-{i % 3 + 1}", f"z{i}") for i in range(4)]
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SqlFleetStore:
-    s = SqlFleetStore(sqlite_url(tmp_path / "state.db"))
+def store(fleet_url: str) -> Iterator[SqlFleetStore]:
+    """On SQLite and on PostgreSQL."""
+    s = SqlFleetStore(fleet_url)
     s.upsert_pools(POOLS)
-    return s
+    yield s
+    s.close()
 
 
 def ev(n: int, pool: Pool, kind: str, at: float, inst: str | None = None) -> LifecycleEvent:

@@ -16,6 +16,7 @@ from sco.domain.plans import Plan
 from sco.domain.pools import Pool
 from sco.ports import NewRequest, PoolRecord, Reservation, StateConflict
 from sco.testing.builders import guaranteed_pool, instance, spot_pool
+from sco.testing.postgres import PostgresServer
 
 POOL_A = spot_pool(zone="a")
 POOL_B = spot_pool(zone="b")
@@ -451,3 +452,21 @@ def test_counts(store: SqlFleetStore) -> None:
     assert counts.history_rows == 5
     assert counts.plans == 1
     assert counts.reservations == 1
+
+
+def test_postgres_url_with_several_hosts_finds_the_writable_one(postgres: PostgresServer) -> None:
+    """The form a Patroni cluster is used with: every member listed, and libpq picks
+    the one that accepts writes. Here the first member is down."""
+    url = postgres.new_database()
+    database = url.rsplit("/", 1)[1]
+    down = PostgresServer.free_port()
+    many = (
+        f"postgresql+psycopg://postgres@/{database}?host=127.0.0.1:{down}"
+        f"&host=127.0.0.1:{postgres.port}&target_session_attrs=read-write"
+    )
+    s = SqlFleetStore(many)
+    try:
+        s.upsert_pools([POOL_A])
+        assert set(s.pool_records()) == {POOL_A.id}
+    finally:
+        s.close()

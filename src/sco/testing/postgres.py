@@ -20,13 +20,6 @@ ROOT = Path(__file__).resolve().parents[3]  # a checkout: src/sco/testing/
 INSTALL = ROOT / "scripts" / "postgres" / "install.sh"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class PostgresServer:
     """One cluster in a folder of its own under the system temp directory (the
     `postgres` user must reach it, which pytest's private temp folders forbid),
@@ -35,7 +28,7 @@ class PostgresServer:
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="sco-postgres-"))
         self.data = self.folder / "data"
-        self.port = _free_port()
+        self.port = self.free_port()
         self._names = itertools.count(1)
         done = subprocess.run(
             ["bash", str(INSTALL)], capture_output=True, text=True, check=False, timeout=600
@@ -44,6 +37,13 @@ class PostgresServer:
             raise RuntimeError(f"{INSTALL} failed:\n{done.stderr[-3000:]}")
         self.bin = Path(done.stdout.strip().splitlines()[-1])
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    @staticmethod
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+            return port
 
     def _run(self, *args: str) -> None:
         done = subprocess.run(
