@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import BigInteger, Column, Float, Index, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -39,6 +39,7 @@ instances = Table(
     Column("drain_by", Float),
     Column("notice_deadline", Float),
     Column("reason", Text, nullable=False),
+    Column("fence", BigInteger, nullable=False, server_default="0"),
     Index("ix_instances_partition_state", "partition", "state"),
     Index("ix_instances_request", "request_id"),
 )
@@ -67,6 +68,7 @@ reservations = Table(
     Column("count", Integer, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
+    Column("fence", BigInteger, nullable=False, server_default="0"),
     Index("ix_reservations_pool", "pool"),
 )
 
@@ -79,6 +81,24 @@ plans = Table(
     Column("spot", Text, nullable=False),
     Column("guaranteed", Text, nullable=False),
     Column("notes", Text, nullable=False),
+    Column("fence", BigInteger, nullable=False, server_default="0"),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("partition", String(128), primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("acquired_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
+
+replicas = Table(
+    "replicas",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("expires_at", Float, nullable=False),
 )
 
 outbox = Table(

@@ -9,7 +9,8 @@ headroom.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from sco.adapters.sqlstate import schema as t
 from sco.domain.events import LifecycleEvent, event_of, parse_event
@@ -37,6 +38,7 @@ from sco.domain.plans import Plan
 from sco.domain.pools import CapacityClass, Pool, PoolId
 from sco.domain.signals import Exclusion, ExclusionState, PoolScore
 from sco.ports import (
+    FencedOut,
     FleetCounts,
     HistoryRow,
     NewRequest,
@@ -97,8 +99,18 @@ def open_engine(url: str) -> Engine:
 class SqlFleetStore:
     """Fleet state behind the FleetStore port."""
 
-    def __init__(self, url: str, *, run_migrations: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        run_migrations: bool = True,
+        fence: Callable[[str], int] | None = None,
+    ) -> None:
+        """`fence(partition)` is the fencing token this writer holds for a partition;
+        every partition-owned row it writes carries it, and the database refuses a
+        token older than the partition's current lease (`FencedOut`)."""
         self.url = url
+        self.fence = fence or _no_fence
         self.engine = open_engine(url)
         if run_migrations:
             migrate(self.engine)
@@ -148,9 +160,9 @@ class SqlFleetStore:
     def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
         if not changes and not settle:
             return
-        with self.engine.begin() as conn:
+        with _fenced(), self.engine.begin() as conn:
             if changes:
-                _record(conn, changes)
+                _record(conn, changes, self.fence)
             for request_id, count in (settle or {}).items():
                 _settle(conn, request_id, count)
 
@@ -158,7 +170,7 @@ class SqlFleetStore:
 
     def reserve(self, request: NewRequest) -> None:
         res = request.reservation
-        with self.engine.begin() as conn:
+        with _fenced(), self.engine.begin() as conn:
             bumped = conn.execute(
                 update(t.pools)
                 .where(t.pools.c.id == res.pool, t.pools.c.version == request.pool_version)
@@ -166,8 +178,12 @@ class SqlFleetStore:
             )
             if bumped.rowcount != 1:
                 raise StateConflict(f"pool {res.pool} changed since version {request.pool_version}")
-            conn.execute(insert(t.reservations).values(**_reservation_row(res)))
-            _record(conn, [created(i, i.reason) for i in request.instances])
+            conn.execute(
+                insert(t.reservations).values(
+                    **_reservation_row(res), fence=self.fence(res.partition)
+                )
+            )
+            _record(conn, [created(i, i.reason) for i in request.instances], self.fence)
 
     def settle_reservation(self, request_id: str, count: int) -> None:
         with self.engine.begin() as conn:
@@ -206,7 +222,7 @@ class SqlFleetStore:
 
     def save_plan(self, plan: Plan) -> None:
         try:
-            with self.engine.begin() as conn:
+            with _fenced(), self.engine.begin() as conn:
                 conn.execute(
                     insert(t.plans).values(
                         partition=plan.partition,
@@ -215,6 +231,7 @@ class SqlFleetStore:
                         spot=json.dumps(dict(plan.spot), sort_keys=True),
                         guaranteed=json.dumps(dict(plan.guaranteed), sort_keys=True),
                         notes=json.dumps(list(plan.notes)),
+                        fence=self.fence(plan.partition),
                     )
                 )
         except IntegrityError:
@@ -384,10 +401,26 @@ def _exclusion_of(r: Any) -> Exclusion:
     return _exclusion_of_row(dict(r._mapping))
 
 
-def _record(conn: Connection, changes: Sequence[Change]) -> None:
+def _no_fence(_partition: str) -> int:
+    return 0
+
+
+@contextmanager
+def _fenced() -> Iterator[None]:
+    """Turn the fencing trigger's refusal into FencedOut."""
+    try:
+        yield
+    except (IntegrityError, DBAPIError) as e:
+        if "stale fencing token" in str(e.orig if hasattr(e, "orig") else e):
+            raise FencedOut(str(getattr(e, "orig", e)).splitlines()[0]) from None
+        raise
+
+
+def _record(conn: Connection, changes: Sequence[Change], fence: Callable[[str], int]) -> None:
     history: list[dict[str, Any]] = []
     for ch in changes:
         row = _instance_row(ch.after)
+        row["fence"] = fence(ch.after.partition)
         if ch.before is None:
             conn.execute(_INSERT_INSTANCE, row)
         else:

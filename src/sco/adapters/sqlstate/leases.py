@@ -1,0 +1,133 @@
+"""Partition leases as rows of the fleet-state database (SQLite or PostgreSQL).
+
+Every change is one conditional UPDATE or INSERT, so two replicas racing for
+a lease cannot both win: the database serialises them. A new holder always
+gets a larger token; the fencing triggers of migration 0003 then refuse any
+write carrying an older one. Times are the callers' clocks: replicas must
+keep them within a small fraction of the TTL of each other (NTP does).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from sco.adapters.sqlstate import schema as t
+from sco.ports import Lease
+
+
+class SqlLeases:
+    """`sco.ports.LeaseManager` on the `leases` table, plus replica heartbeats."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def acquire(self, partition: str, holder: str, ttl_s: float, now: float) -> Lease | None:
+        row = t.leases.c
+        with self.engine.begin() as conn:
+            mine = conn.execute(
+                update(t.leases)
+                .where(row.partition == partition, row.holder == holder, row.expires_at >= now)
+                .values(expires_at=now + ttl_s)
+                .returning(row.token)
+            ).first()
+            if mine is not None:
+                return Lease(partition, holder, int(mine.token), now + ttl_s)
+            taken = conn.execute(
+                update(t.leases)
+                .where(row.partition == partition, row.expires_at < now)
+                .values(
+                    holder=holder,
+                    token=row.token + 1,
+                    acquired_at=now,
+                    expires_at=now + ttl_s,
+                )
+                .returning(row.token)
+            ).first()
+            if taken is not None:
+                return Lease(partition, holder, int(taken.token), now + ttl_s)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    insert(t.leases).values(
+                        partition=partition,
+                        holder=holder,
+                        token=1,
+                        acquired_at=now,
+                        expires_at=now + ttl_s,
+                    )
+                )
+        except IntegrityError:
+            return None  # someone else holds it
+        return Lease(partition, holder, 1, now + ttl_s)
+
+    def renew(self, lease: Lease, ttl_s: float, now: float) -> Lease | None:
+        row = t.leases.c
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                update(t.leases)
+                .where(
+                    row.partition == lease.partition,
+                    row.holder == lease.holder,
+                    row.token == lease.token,
+                    row.expires_at >= now,
+                )
+                .values(expires_at=now + ttl_s)
+            )
+        if done.rowcount != 1:
+            return None
+        return Lease(lease.partition, lease.holder, lease.token, now + ttl_s)
+
+    def release(self, lease: Lease) -> None:
+        """Expire it at once; the row (and its token) stays, so the next holder's
+        token is still larger."""
+        row = t.leases.c
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(t.leases)
+                .where(
+                    row.partition == lease.partition,
+                    row.holder == lease.holder,
+                    row.token == lease.token,
+                )
+                .values(expires_at=-1.0)
+            )
+
+    def leases(self) -> list[Lease]:
+        with self.engine.connect() as conn:
+            return [
+                Lease(r.partition, r.holder, int(r.token), float(r.expires_at))
+                for r in conn.execute(select(t.leases).order_by(t.leases.c.partition))
+            ]
+
+    # ------------------------------------------------------------ replicas
+
+    def heartbeat(self, name: str, ttl_s: float, now: float) -> None:
+        """Say this replica is alive until now + ttl_s."""
+        row = t.replicas.c
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                update(t.replicas).where(row.name == name).values(expires_at=now + ttl_s)
+            )
+            if done.rowcount == 0:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(insert(t.replicas).values(name=name, expires_at=now + ttl_s))
+                except IntegrityError:
+                    conn.execute(
+                        update(t.replicas).where(row.name == name).values(expires_at=now + ttl_s)
+                    )
+
+    def live_replicas(self, now: float) -> list[str]:
+        row = t.replicas.c
+        with self.engine.connect() as conn:
+            return [
+                r.name
+                for r in conn.execute(
+                    select(row.name).where(row.expires_at >= now).order_by(row.name)
+                )
+            ]
+
+    def forget_replica(self, name: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.replicas).where(t.replicas.c.name == name))
