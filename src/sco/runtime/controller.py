@@ -376,8 +376,11 @@ class PartitionController:
             if inst.server_id:
                 self.nodes.drain(self.partition.name, inst.server_id, d.drain_by)
             changes.append(step(inst, Trigger.DRAIN_REQUESTED, now, d.reason, drain_by=d.drain_by))
-        changes.extend(self._delete(actions, records, now))
+        deletes = [(records[d.instance_id], d) for d in actions.deletes]
+        changes.extend(step(i, d.trigger, now, d.reason) for i, d in deletes)
         n = self._commit(changes)
+        if n:
+            self._delete([i.server_id for i, _ in deletes if i.server_id])
         created_n = 0
         for create in actions.creates:
             k, recorded = self._create(create, snapshot, plan, now)
@@ -385,18 +388,17 @@ class PartitionController:
             n += recorded
         return n, created_n
 
-    def _delete(
-        self, actions: Actions, records: Mapping[str, Instance], now: float
-    ) -> list[Change]:
-        targets = [(records[d.instance_id], d) for d in actions.deletes]
-        server_ids = [i.server_id for i, _ in targets if i.server_id]
-        if server_ids:
-            try:
-                self.provider.delete(server_ids)
-            except ProviderError as e:
-                log.warning("partition %s: delete failed, will retry: %s", self.partition.name, e)
-                return []
-        return [step(i, d.trigger, now, d.reason) for i, d in targets]
+    def _delete(self, server_ids: list[str]) -> None:
+        """Delete servers whose TERMINATING records are already written: the intent
+        is recorded first, so a controller whose lease was taken over (its write
+        refused) deletes nothing, and a delete that fails is sent again when the
+        record's timeout passes."""
+        if not server_ids:
+            return
+        try:
+            self.provider.delete(server_ids)
+        except ProviderError as e:
+            log.warning("partition %s: delete failed, will resend: %s", self.partition.name, e)
 
     def _create(
         self, create: Create, snapshot: PartitionSnapshot, plan: Plan, now: float

@@ -1,0 +1,176 @@
+"""Several replicas sharing partitions through leases, on SQLite and on PostgreSQL.
+
+The replicas run in this process on one simulated region and one manual
+clock, stepped by the test, so a "kill" is a replica that stops being
+stepped (its leases are not handed back) and a "pause" is one that resumes
+later with what it believed before.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sco.adapters.demandfile.intake import FileDemandSource
+from sco.adapters.sim.region import SimConfig, SimRegion
+from sco.adapters.sim.traces import load_traces
+from sco.adapters.sqlstate.leases import SqlLeases
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.decide.hedge import HedgeConfig
+from sco.decide.policies import ScoPolicy
+from sco.domain.lifecycle import State
+from sco.domain.plans import Plan
+from sco.ports import FencedOut
+from sco.runtime.clock import ManualClock
+from sco.runtime.controller import ControllerConfig
+from sco.runtime.replicas import ReplicaConfig, ReplicaRunner, fair_share
+from sco.testing.builders import write_json_trace, write_yaml
+
+PARTITIONS = 6
+
+
+class Cluster:
+    def __init__(self, tmp: Path, url: str) -> None:
+        traces = tmp / "traces"
+        for zone in ("a", "b", "c"):
+            write_json_trace(traces, zone, [40] * 50, gap_s=600)
+        write_yaml(traces / "region.yaml", {"halls": 3, "guaranteed_quota_per_hall": 10})
+        demand = write_yaml(
+            tmp / "demand.yaml",
+            {
+                "partitions": [
+                    {"name": f"p{i}", "kind": "slurm", "target_units": 2, "max_units": 4}
+                    for i in range(PARTITIONS)
+                ]
+            },
+        )
+        self.region = SimRegion(load_traces(traces), SimConfig())
+        self.clock = ManualClock(0.0)
+        self.url = url
+        self.demand = FileDemandSource.load(demand, "traces", 0.0)
+        self.replicas: dict[str, ReplicaRunner] = {}
+
+    def start(self, name: str) -> ReplicaRunner:
+        """A new process: its own store connection, nothing in memory."""
+        store = SqlFleetStore(self.url)
+        runner = ReplicaRunner(
+            config=ReplicaConfig(name, lease_ttl_s=15, lease_every_s=1, act_margin_s=5),
+            leases=SqlLeases(store.engine),
+            provider=self.region,
+            nodes=self.region,
+            store=store,
+            demand=self.demand,
+            policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
+            clock=self.clock,
+            interval_s=5,
+            controller=ControllerConfig(),
+        )
+        self.replicas[name] = runner
+        return runner
+
+    def step(self, dt: float, alive: list[str]) -> None:
+        """`dt` seconds, one second at a time: leases every second, cycles every 5."""
+        for _ in range(int(dt)):
+            t = self.clock.now() + 1
+            self.region.advance_to(t)
+            self.clock.set(t)
+            for name in alive:
+                r = self.replicas[name]
+                r.tend_leases()
+                if int(t) % 5 == 0:
+                    for n in r.actable():
+                        if n in r.controllers:
+                            r.controllers[n].cycle()
+
+    def holders(self) -> Counter[str]:
+        leases = SqlLeases(SqlFleetStore(self.url, run_migrations=False).engine).leases()
+        return Counter(x.holder for x in leases if x.expires_at >= self.clock.now())
+
+
+def test_fair_share() -> None:
+    assert fair_share(12, 3) == 4
+    assert fair_share(12, 5) == 3
+    assert fair_share(3, 0) == 3
+
+
+def test_replicas_share_partitions_and_take_over_a_dead_one(tmp_path: Path, fleet_url: str) -> None:
+    c = Cluster(tmp_path, fleet_url)
+    for name in ("r1", "r2", "r3"):
+        c.start(name)
+    c.step(200, ["r1", "r2", "r3"])
+    assert sorted(c.holders().values()) == [2, 2, 2], c.holders()
+    ready = [i for p in range(PARTITIONS) for i in c.replicas["r1"].store.instances(f"p{p}")]
+    assert sum(1 for i in ready if i.state is State.READY) == 2 * PARTITIONS
+
+    # r3 dies: no release, its leases lapse after the TTL and the others take them.
+    orphaned = {p for p, lease in c.replicas["r3"].held.items()}
+    killed_at = c.clock.now()
+    taken_at = None
+    for _ in range(30):
+        c.step(1, ["r1", "r2"])
+        holders = {
+            x.partition: x.holder
+            for x in SqlLeases(c.replicas["r1"].store.engine).leases()
+            if x.expires_at >= c.clock.now()
+        }
+        if all(holders.get(p) in ("r1", "r2") for p in orphaned):
+            taken_at = c.clock.now()
+            break
+    assert taken_at is not None
+    assert taken_at - killed_at <= 15 + 1  # the TTL, and the next lease round
+    assert sorted(c.holders().values()) == [3, 3]
+    c.step(30, ["r1", "r2"])
+    servers = c.region.server_count()
+    assert servers == 2 * PARTITIONS, "nothing created twice across the takeover"
+
+
+def test_a_paused_replica_cannot_write_after_takeover(tmp_path: Path, fleet_url: str) -> None:
+    c = Cluster(tmp_path, fleet_url)
+    paused = c.start("paused")
+    c.step(10, ["paused"])
+    assert len(paused.held) == PARTITIONS
+    c.start("other")
+    c.step(20, ["other"])  # "paused" sleeps through its TTL; "other" takes over
+    assert c.holders() == Counter({"other": PARTITIONS})
+    # "paused" wakes up and, before it tends its leases, runs a cycle on what it
+    # believed: the database refuses its writes, so it reserves nothing, creates
+    # nothing, deletes nothing.
+    history = len(c.replicas["other"].store.history())
+    servers = c.region.server_count()
+    for controller in paused.controllers.values():
+        controller._records = None  # it reloads, plans again and tries to act
+        controller.cycle()
+    assert len(c.replicas["other"].store.history()) == history
+    assert c.region.server_count() == servers
+    name = next(iter(paused.controllers))
+    with pytest.raises(FencedOut):
+        paused.store.save_plan(Plan(name, 99, c.clock.now(), {}, {}))
+    # its next lease round tells it it lost everything
+    paused.tend_leases()
+    assert paused.held == {}
+
+
+def test_database_loss_stops_acting(tmp_path: Path, fleet_url: str) -> None:
+    c = Cluster(tmp_path, fleet_url)
+    r = c.start("solo")
+    c.step(10, ["solo"])
+    assert len(r.held) == PARTITIONS
+
+    class Down:
+        def __getattr__(self, name: str) -> object:
+            def fail(*_a: object, **_k: object) -> None:
+                raise ConnectionError("database is down")
+
+            return fail
+
+    working = r.leases
+    r.leases = Down()  # type: ignore[assignment]
+    r.tend_leases()
+    assert r.held == {}
+    assert r.actable() == []
+    r.leases = working
+    r.tend_leases()  # back: the same leases, the same tokens
+    assert len(r.held) == PARTITIONS
+    assert {lease.token for lease in r.held.values()} == {1}
