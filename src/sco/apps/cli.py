@@ -441,6 +441,12 @@ def pools(state: str, as_json: bool) -> None:
 @click.option("--interval", default="15s", show_default=True, help="Time between cycles.")
 @click.option("--cycles", type=int, default=None, help="Stop after this many rounds.")
 @click.option(
+    "--replica",
+    default=None,
+    help="This process's name among replicas sharing --state (default: host-pid-random).",
+)
+@click.option("--lease-ttl", default="15s", show_default=True, help="Partition lease time to live.")
+@click.option(
     "--dry-run",
     is_flag=True,
     help="One round that prints what would be created and deleted, and why; acts on nothing.",
@@ -454,12 +460,20 @@ def run(
     policy: str,
     interval: str,
     cycles: int | None,
+    replica: str | None,
+    lease_ttl: str,
     dry_run: bool,
 ) -> None:
-    """Run the controllers against a real cloud, until stopped (SIGTERM/SIGINT)."""
+    """Run the controllers against a real cloud, until stopped (SIGTERM/SIGINT).
+
+    Several processes may share one --state database: each holds the leases of
+    a fair share of the partitions and takes over those of a replica that dies."""
     from sco.apps.run import StartError, run_controllers, start_openstack
 
     interval_s = parse_duration(interval, "--interval")
+    lease_ttl_s = parse_duration(lease_ttl, "--lease-ttl")
+    if lease_ttl_s < 3:
+        raise BadInput("--lease-ttl: must be at least 3s")
     if cycles is not None and cycles < 1:
         raise BadInput("--cycles: must be >= 1")
     with _input_errors():
@@ -471,7 +485,20 @@ def run(
         except StartError as e:
             raise BadInput(str(e)) from None
         state_url = state if "://" in state else sqlite_url(Path(state))
-        rounds = run_controllers(live, demand_file, state_url, policy, interval_s, cycles, dry_run)
+        try:
+            rounds = run_controllers(
+                live,
+                demand_file,
+                state_url,
+                policy,
+                interval_s,
+                cycles,
+                dry_run,
+                replica,
+                lease_ttl_s,
+            )
+        except StartError as e:
+            raise BadInput(str(e)) from None
     click.echo(f"sco run: {rounds} rounds", err=True)
 
 

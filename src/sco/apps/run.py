@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
+import socket
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 import click
+from sqlalchemy.exc import OperationalError
 
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.sqlstate.store import SqlFleetStore
@@ -52,7 +56,12 @@ def run_controllers(
     interval_s: float,
     rounds: int | None,
     dry_run: bool,
+    replica: str | None = None,
+    lease_ttl_s: float = 15.0,
 ) -> int:
+    """The controllers until stopped. With a database shared by several `sco run`
+    processes, each holds the leases of some partitions (`replica` names this one;
+    it must be unique per process). A dry run takes no lease."""
     from sco.adapters.standalone import ServersAsNodes
 
     clock = SystemClock()
@@ -64,11 +73,24 @@ def run_controllers(
     if scratch is not None:
         state_url = f"sqlite:///{Path(scratch.name) / 'state.sqlite'}"
     assert state_url is not None
-    store = SqlFleetStore(state_url)
+    store = _open_store(state_url)
     stop = threading.Event()
     _stop_on_signals(stop)
     provider.start_refresher()
     try:
+        if not dry_run:
+            return _run_replica(
+                provider,
+                nodes,
+                store,
+                demand,
+                policy,
+                interval_s,
+                rounds,
+                stop,
+                replica or default_replica_name(),
+                lease_ttl_s,
+            )
         runner = RealtimeRunner(
             provider=acting,
             nodes=nodes,
@@ -110,3 +132,67 @@ def _echo_intents(intents: list[Intent]) -> None:
         return
     for i in intents:
         click.echo(f"would {i.action} {i.count} in {i.pool} ({i.detail})")
+
+
+def default_replica_name() -> str:
+    """Unique per process: a restarted process must never pass for its previous self,
+    or it would inherit that one's fencing tokens."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _open_store(url: str) -> SqlFleetStore:
+    try:
+        return SqlFleetStore(url)
+    except OperationalError as e:
+        raise StartError(f"--state: cannot reach the database: {_first_line(e)}") from None
+
+
+def _first_line(e: OperationalError) -> str:
+    return str(e.orig).strip().splitlines()[0] if e.orig else type(e).__name__
+
+
+def _run_replica(
+    provider: Any,
+    nodes: Any,
+    store: SqlFleetStore,
+    demand: FileDemandSource,
+    policy: str,
+    interval_s: float,
+    rounds: int | None,
+    stop: threading.Event,
+    name: str,
+    lease_ttl_s: float,
+) -> int:
+    from sco.adapters.sqlstate.leases import SqlLeases
+    from sco.runtime.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
+
+    def on_lease(change: LeaseChange) -> None:
+        if change.event != "renewed":
+            click.echo(
+                f"replica {name}: {change.partition} lease {change.event} (token {change.token})",
+                err=True,
+            )
+
+    runner = ReplicaRunner(
+        config=ReplicaConfig(name, lease_ttl_s=lease_ttl_s, act_margin_s=lease_ttl_s / 3),
+        leases=SqlLeases(store.engine),
+        provider=provider,
+        nodes=nodes,
+        store=store,
+        demand=demand,
+        policy=lambda: policy_named(policy),
+        clock=SystemClock(),
+        interval_s=interval_s,
+        on_lease=on_lease,
+    )
+    click.echo(f"sco run: replica {name}", err=True)
+    try:
+        return runner.run(
+            stop,
+            rounds=rounds,
+            on_round=lambda reports: _echo_round(
+                RoundReport(0.0, tuple(reports), provider.degraded())
+            ),
+        )
+    finally:
+        runner.shutdown()

@@ -155,3 +155,110 @@ def generate_providers(n: int, aggregates: list[str], seed: int) -> list[dict[st
             }
         )
     return out
+
+
+# ---------------------------------------------------------------- the Nova stack
+
+
+SPOT_FLAVOR_SPECS = {"resources:CUSTOM_SPOT_SLOT": "1", "trait:CUSTOM_SPOT_CAPABLE": "required"}
+
+
+def nova_sh(*args: str, env: dict[str, str]) -> None:
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "nova.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"nova.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}")
+
+
+class NovaStack:
+    """Nova with fake computes, halls as aggregates/zones, and sco's two flavors:
+    `spot.small` (one CUSTOM_SPOT_SLOT, spot-capable hosts) and `std.small`."""
+
+    def __init__(self, folder: Path, base_port: int, halls: dict[str, list[str]], slots: int):
+        self.folder = folder
+        self.halls = halls
+        self.slots = slots
+        self.env = stack_env(SCO_OS_BASE_PORT=str(base_port))
+        self.clouds_yaml = folder / "clouds.yaml"
+        self.conn: Any = None
+
+    def up(self) -> NovaStack:
+        import threading
+
+        import openstack
+
+        nova_sh("up", str(self.folder), env=self.env)
+        threads = [
+            threading.Thread(
+                target=nova_sh,
+                args=("add-compute", str(self.folder), host, str(self.slots)),
+                kwargs={"env": self.env},
+            )
+            for hosts in self.halls.values()
+            for host in hosts
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.conn = openstack.connect(
+            cloud="sco-test", load_envvars=False, config_files=[str(self.clouds_yaml)]
+        )
+        computes = sum(len(h) for h in self.halls.values())
+        _wait(lambda: len(list(self.conn.compute.hypervisors())) == computes, 180)
+        spot = self.conn.compute.create_flavor(name="spot.small", vcpus=1, ram=512, disk=1)
+        self.conn.compute.create_flavor_extra_specs(spot, SPOT_FLAVOR_SPECS)
+        self.conn.compute.create_flavor(name="std.small", vcpus=1, ram=512, disk=1)
+        for hall, hosts in self.halls.items():
+            agg = self.conn.compute.create_aggregate(name=hall, availability_zone=hall)
+            for host in hosts:
+                self.conn.compute.add_host_to_aggregate(agg, host)
+        return self
+
+    def down(self) -> None:
+        nova_sh("down", str(self.folder), env=self.env)
+
+    def region(self, name: str = "lab", guaranteed: bool = True) -> dict[str, Any]:
+        pools = [
+            {"hall": h, "flavor": "spot.small", "class": "spot", "price_per_h": 0.1}
+            for h in self.halls
+        ]
+        if guaranteed:
+            pools += [
+                {"hall": h, "flavor": "std.small", "class": "guaranteed", "price_per_h": 0.3}
+                for h in self.halls
+            ]
+        return {
+            "region": name,
+            "image": "cirros-fake",
+            "network": "none",
+            "headroom_ttl_s": 1,
+            "headroom_stale_s": 60,
+            "schedule_wait_s": 60,
+            "pools": pools,
+        }
+
+    def servers(self, **params: str) -> list[dict[str, Any]]:
+        r = self.conn.compute.get("/servers/detail", params=params, microversion="2.90")
+        if r.status_code != 200:
+            raise RuntimeError(f"listing servers: HTTP {r.status_code}: {r.text[:300]}")
+        out: list[dict[str, Any]] = [
+            s for s in r.json()["servers"] if s.get("OS-EXT-STS:task_state") != "deleting"
+        ]
+        return out
+
+
+def _wait(check: Any, timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s")
+        time.sleep(0.5)
