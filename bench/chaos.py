@@ -159,6 +159,10 @@ def audit(url: str, servers: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def main() -> None:
+    # bench/openstack.py is named like the SDK, which is imported lazily: take this
+    # folder off the path, or `import openstack` would import that script.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=120.0, help="Seconds of chaos.")
     ap.add_argument("--kill-every", type=float, default=8.0)
