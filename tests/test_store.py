@@ -4,6 +4,7 @@ reservations, plans. Every test runs on both."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -470,3 +471,22 @@ def test_postgres_url_with_several_hosts_finds_the_writable_one(postgres: Postgr
         assert set(s.pool_records()) == {POOL_A.id}
     finally:
         s.close()
+
+
+def test_replicas_starting_together_migrate_once(postgres: PostgresServer) -> None:
+    url = postgres.new_database()
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            SqlFleetStore(url).close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_store, daemon=True) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads), "migrations deadlocked"
+    assert errors == []

@@ -26,6 +26,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -74,8 +75,15 @@ def migrate(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # Replicas starting together would race to create the same tables:
+            # one migrates while the others wait, then find nothing to do.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+_MIGRATION_LOCK = 0x5C0_0001  # an advisory-lock key of sco's own
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
