@@ -191,7 +191,8 @@ class NovaStack:
     def up(self) -> NovaStack:
         import threading
 
-        import openstack
+        from openstack import config as sdk_config
+        from openstack import connection
 
         nova_sh("up", str(self.folder), env=self.env)
         threads = [
@@ -207,9 +208,8 @@ class NovaStack:
             t.start()
         for t in threads:
             t.join()
-        self.conn = openstack.connect(
-            cloud="sco-test", load_envvars=False, config_files=[str(self.clouds_yaml)]
-        )
+        loader = sdk_config.OpenStackConfig(config_files=[str(self.clouds_yaml)])
+        self.conn = connection.Connection(config=loader.get_one(cloud="sco-test"))
         computes = sum(len(h) for h in self.halls.values())
         _wait(lambda: len(list(self.conn.compute.hypervisors())) == computes, 180)
         spot = self.conn.compute.create_flavor(name="spot.small", vcpus=1, ram=512, disk=1)
