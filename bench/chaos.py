@@ -27,13 +27,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
 from sqlalchemy import create_engine, text
 
+from sco.testing.chaos import audit
 from sco.testing.openstack_stack import NovaStack
 from sco.testing.postgres import PostgresServer
 
@@ -132,34 +132,6 @@ class Takeovers:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def audit(url: str, servers: list[dict[str, Any]]) -> dict[str, int]:
-    engine = create_engine(url)
-    with engine.connect() as c:
-        records = c.execute(text("SELECT id, request_id, server_id, state FROM instances")).all()
-        history = c.execute(
-            text("SELECT instance_id, from_state, to_state FROM instance_history ORDER BY id")
-        ).all()
-    per_request = Counter(r.request_id for r in records)
-    by_request = Counter(s["metadata"].get("sco:request") for s in servers)
-    duplicates = sum(max(0, n - per_request.get(rid, 0)) for rid, n in by_request.items())
-    live = {r.server_id for r in records if r.state not in ("gone",) and r.server_id}
-    leaked = sum(1 for s in servers if s["id"] not in live)
-    last: dict[str, str] = {}
-    breaks = 0
-    for h in history:
-        if h.from_state is not None and last.get(h.instance_id) != h.from_state:
-            breaks += 1
-        last[h.instance_id] = h.to_state
-    breaks += sum(1 for r in records if last.get(r.id) != r.state)
-    return {
-        "duplicate_creates": duplicates,
-        "leaked_servers": leaked,
-        "lost_transitions": breaks,
-        "records": len(records),
-        "history_rows": len(history),
-    }
 
 
 reclaimed = [0]

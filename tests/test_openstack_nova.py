@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import create_engine, text
 
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.openstack import open_provider
@@ -38,7 +39,9 @@ from sco.domain.lifecycle import State
 from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
+from sco.testing.chaos import audit
 from sco.testing.openstack_stack import ROOT, SCRIPTS, echo, stack_env
+from sco.testing.postgres import PostgresServer
 
 CLOUD = "sco-test"
 MICROVERSION = "2.90"
@@ -562,3 +565,83 @@ def test_dry_run_prints_intent_and_touches_nothing(clean: Cloud, tmp_path: Path)
     assert "why:" in err  # the plan's reasons
     assert not clean.of("dry")
     assert not state.exists(), "a dry run writes no state"
+
+
+def test_chaos_light_replicas_take_over_without_duplicates(
+    clean: Cloud, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """Two `sco run` replicas on PostgreSQL share four partitions; the one holding
+    partitions is killed with SIGKILL while a server is reclaimed; the other takes
+    its partitions over within the lease TTL, replaces the server, and the cloud
+    matches the fleet state: no duplicate, no leak, no lost transition."""
+    url = postgres.new_database()
+    ttl = 6.0
+    demand = tmp_path / "demand.yaml"
+    demand.write_text(
+        yaml.safe_dump(
+            {
+                "partitions": [
+                    {"name": f"c{i}", "kind": "slurm", "target_units": 1, "max_units": 1}
+                    for i in range(4)
+                ]
+            }
+        )
+    )
+    env = dict(os.environ, OS_CLIENT_CONFIG_FILE=str(clean.clouds_yaml))
+    args = [
+        *_run_args(clean, demand, tmp_path / "unused.sqlite"),
+        "--lease-ttl",
+        f"{ttl:.0f}s",
+    ]
+    args[args.index("--state") + 1] = url
+    first = _sco(*args, "--replica", "first", env=env)
+    second = _sco(*args, "--replica", "second", env=env)
+    engine = create_engine(url)
+
+    def holders() -> dict[str, str]:
+        try:
+            with engine.connect() as c:
+                rows = c.execute(
+                    text("SELECT partition, holder FROM leases WHERE expires_at >= :n"),
+                    {"n": time.time()},
+                )
+                return {r.partition: r.holder for r in rows}
+        except Exception:
+            return {}
+
+    def active() -> list[dict[str, Any]]:
+        return [s for s in clean.servers(tags="sco") if s["status"] == "ACTIVE"]
+
+    try:
+        wait_for(lambda: len(active()) == 4 and len(holders()) == 4, 180, "4 servers, 4 leases")
+        held = holders()
+        assert set(held.values()) == {"first", "second"}, held
+        victim_partitions = {p for p, h in held.items() if h == "first"}
+        clean.delete(active()[0]["id"])  # a reclaim, while...
+        killed_at = time.time()
+        first.send_signal(signal.SIGKILL)  # ...the holder dies
+        first.wait(timeout=30)
+        wait_for(
+            lambda: all(holders().get(p) == "second" for p in victim_partitions),
+            ttl + 10,
+            "takeover",
+            every=0.2,
+        )
+        takeover_s = time.time() - killed_at
+        assert takeover_s <= ttl + 2
+        wait_for(lambda: len(active()) == 4, 180, "the reclaimed server replaced")
+        time.sleep(3)  # a round to record what the cloud shows
+    finally:
+        for p in (first, second):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in (first, second):
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    found = audit(url, clean.servers(tags="sco"))
+    assert found["duplicate_creates"] == 0, found
+    assert found["leaked_servers"] == 0, found
+    assert found["lost_transitions"] == 0, found
+    echo(f"chaos light: takeover {takeover_s:.1f} s with a {ttl:.0f} s lease; {found}")

@@ -56,7 +56,10 @@ class Membership(LeaseManager, Protocol):
 class ReplicaConfig:
     name: str
     lease_ttl_s: float = 15.0
-    lease_every_s: float = 1.0  # renew and look for free leases this often
+    lease_every_s: float = 0.5  # renew and look for free leases this often
+    # A replica that stops heartbeating leaves the membership after this long, well
+    # before its leases expire: by then the survivors' fair share has room for them.
+    heartbeat_ttl_s: float | None = None  # default: a third of the lease TTL
     act_margin_s: float = 5.0  # a cycle starts only with this much lease left
 
     def __post_init__(self) -> None:
@@ -142,7 +145,7 @@ class ReplicaRunner:
         c = self.config
         now = self.clock.now()
         try:
-            self.leases.heartbeat(c.name, c.lease_ttl_s, now)
+            self.leases.heartbeat(c.name, c.heartbeat_ttl_s or c.lease_ttl_s / 3, now)
             live = self.leases.live_replicas(now)
             self._renew(now)
             share = fair_share(len(self.partitions), len(live))
