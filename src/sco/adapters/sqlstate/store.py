@@ -98,10 +98,13 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def open_engine(url: str) -> Engine:
-    engine = create_engine(url)
-    if engine.dialect.name == "sqlite":
+    if url.startswith("sqlite"):
+        engine = create_engine(url)
         event.listen(engine, "connect", _sqlite_pragmas)
-    return engine
+        return engine
+    # A server database can fail over (Patroni): test a pooled connection before
+    # use, so the first write after a failover goes to the new primary.
+    return create_engine(url, pool_pre_ping=True)
 
 
 class SqlFleetStore:
