@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from sco.domain.lifecycle import State
 from sco.ports import NewRequest, Reservation
 from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import ControllerConfig, PartitionController
-from sco.testing.builders import write_json_trace, write_yaml
+from sco.testing.builders import instance, write_json_trace, write_yaml
 
 
 class World:
@@ -190,3 +191,31 @@ def test_flaky_provider_never_leaks_or_duplicates(tmp_path: Path, seed: int) -> 
     assert w.region.server_count() == 3, "no server leaked, none created twice"
     tracked = {i.server_id for i in w.records()}
     assert {s.server_id for s in w.region.list("p1")} <= tracked
+
+
+def test_requests_of_a_dead_sender_are_closed_after_the_listing_grace(tmp_path: Path) -> None:
+    """A process reserved and wrote REQUESTED records, then died before sending the
+    create. Its successor closes them once listings had time to show any server,
+    instead of staying short until they time out, and creates anew."""
+    w = World(tmp_path)
+    pool = next(p for p in w.region.pools() if p.is_spot)
+    version = w.store.pool_records()[pool.id].version
+    res = Reservation("req-dead", pool.id, "p1", 3, 0.0, 600.0)
+    lost = [
+        dataclasses.replace(
+            instance(pool, State.REQUESTED, partition_name="p1", created_at=0.0),
+            request_id="req-dead",
+        )
+        for _ in range(3)
+    ]
+    w.store.reserve(NewRequest(res, tuple(lost), version))
+    successor = w.controller()
+    w.at(10.0)
+    assert successor.cycle().created == 0  # within the grace: a server may yet show up
+    w.at(61.0)
+    report = successor.cycle()
+    assert report.created == 3
+    states = {i.id: i.state for i in w.store.instances("p1")}
+    assert all(i.id not in states for i in lost), "closed as failed"
+    assert w.store.reservations()[0].request_id != "req-dead"
+    assert w.region.server_count() == 3

@@ -106,6 +106,7 @@ class PartitionController:
         self._plan: Plan | None = None
         self._plan_loaded = False
         self._open_requests: set[str] = set()
+        self._issued: set[str] = set()  # request ids this controller object sent
         self._last_sweep = float("-inf")
         self._pool_records: Mapping[PoolId, PoolRecord] = {}
         self._pool_records_at = float("-inf")
@@ -234,9 +235,27 @@ class PartitionController:
                 if now - inst.created_at < self.config.list_grace_s:
                     continue  # listings lag creates
                 changes.append(self._vanished(inst, now))
+        orphans = self._orphaned(requested, seen_requests, now)
+        changes.extend(orphans)
         observed = seen_requests & self._open_requests
         self._open_requests -= observed
-        return self._commit(changes, dict.fromkeys(observed, 0))
+        settled = observed | {ch.after.request_id for ch in orphans}
+        return self._commit(changes, dict.fromkeys(settled, 0))
+
+    def _orphaned(
+        self, requested: Mapping[str, list[Instance]], seen: set[str], now: float
+    ) -> list[Change]:
+        """REQUESTED records of a request another controller sent (a process that
+        died, or a leader whose lease was taken over) with no server after the
+        listing grace: their sender can no longer record an answer, so they are
+        closed now rather than holding the partition short until they time out."""
+        return [
+            step(inst, Trigger.EXPIRED, now, "no server for a request whose sender is gone")
+            for request_id, waiting in requested.items()
+            if request_id not in self._issued and request_id not in seen
+            for inst in waiting
+            if now - inst.created_at >= self.config.list_grace_s
+        ]
 
     def _adopt(self, view: ServerView, now: float) -> Instance:
         pool = self._pools.get(view.pool)
@@ -447,6 +466,7 @@ class PartitionController:
         for i in instances:
             self._records[i.id] = i
         self._open_requests.add(request_id)
+        self._issued.add(request_id)
         try:
             result = self.provider.create(
                 pool.id, count, request_id, self.partition.name, plan.generation
