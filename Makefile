@@ -24,11 +24,13 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(BIN)/lint-imports
 
-# The OpenStack services the integration tiers start (MariaDB and RabbitMQ from
-# Debian, Nova/Placement/Glance/Neutron in their own pinned virtualenv, cached
-# under ~/.cache/sco): installed here so the test run shows it as a step.
+# The services the integration tiers start: MariaDB and RabbitMQ from Debian and
+# Nova/Placement/Glance/Neutron in their own pinned virtualenv (cached under
+# ~/.cache/sco); PostgreSQL, Patroni and etcd from Debian. Installed here so the
+# test run shows it as a step; the fixtures start them.
 openstack:
 	bash scripts/openstack/install.sh >/dev/null
+	bash scripts/postgres/install-patroni.sh >/dev/null
 
 unit: $(STAMP) openstack
 	$(BIN)/pytest
@@ -41,6 +43,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/scorer.py
 	$(BIN)/python bench/planner.py
 	$(BIN)/python bench/openstack.py
+	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/failover.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache
