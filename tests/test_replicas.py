@@ -82,7 +82,9 @@ class Cluster:
                 if int(t) % 5 == 0:
                     for n in r.actable():
                         if n in r.controllers:
-                            r.controllers[n].cycle()
+                            report = r.controllers[n].cycle()
+                            if r.metrics is not None:
+                                r.metrics.observe(report)
 
     def holders(self) -> Counter[str]:
         leases = SqlLeases(SqlFleetStore(self.url, run_migrations=False).engine).leases()
@@ -174,3 +176,30 @@ def test_database_loss_stops_acting(tmp_path: Path, fleet_url: str) -> None:
     r.tend_leases()  # back: the same leases, the same tokens
     assert len(r.held) == PARTITIONS
     assert {lease.token for lease in r.held.values()} == {1}
+
+
+def test_placement_metrics_follow_the_partitions(tmp_path: Path, fleet_url: str) -> None:
+    from prometheus_client import generate_latest
+
+    from sco.runtime.metrics import PlacementMetrics
+
+    c = Cluster(tmp_path, fleet_url)
+    r = c.start("solo")
+    metrics = PlacementMetrics()
+    r.metrics = metrics
+    c.step(300, ["solo"])  # past the 120 s cold start
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    for p in range(PARTITIONS):
+        assert value("sco_placement_state", partition=f"p{p}", state="placed") == 2
+        assert value("sco_placement_state", partition=f"p{p}", state="unplaced") == 0
+        assert value("sco_placement_state", partition=f"p{p}", state="mismatch") == 0
+    delays = value("sco_placement_delay_seconds_count", partition="p0")
+    assert delays == 2  # two instances became ready
+    assert value("sco_placement_delay_seconds_sum", partition="p0") >= 2 * 120  # cold start
+    text = generate_latest(metrics.registry).decode()
+    assert 'sco_placement_state{partition="p0",state="placed"} 2.0' in text
+    r._drop("p0", "released")
+    assert value("sco_placement_state", partition="p0", state="placed") is None

@@ -462,6 +462,7 @@ def run(
     cycles: int | None,
     replica: str | None,
     lease_ttl: str,
+    metrics_port: int | None,
     dry_run: bool,
 ) -> None:
     """Run the controllers against a real cloud, until stopped (SIGTERM/SIGINT).
@@ -496,6 +497,7 @@ def run(
                 dry_run,
                 replica,
                 lease_ttl_s,
+                metrics_port,
             )
         except StartError as e:
             raise BadInput(str(e)) from None

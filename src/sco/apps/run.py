@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from prometheus_client import start_http_server
 from sqlalchemy.exc import OperationalError
 
 from sco.adapters.demandfile.intake import FileDemandSource
@@ -20,6 +21,7 @@ from sco.decide.policies import policy_named
 from sco.ports import ProviderError
 from sco.runtime.clock import SystemClock
 from sco.runtime.dryrun import DryRunProvider, Intent
+from sco.runtime.metrics import PlacementMetrics
 from sco.runtime.realtime import RealtimeRunner, RoundReport, summary
 
 
@@ -58,6 +60,7 @@ def run_controllers(
     dry_run: bool,
     replica: str | None = None,
     lease_ttl_s: float = 15.0,
+    metrics_port: int | None = None,
 ) -> int:
     """The controllers until stopped. With a database shared by several `sco run`
     processes, each holds the leases of some partitions (`replica` names this one;
@@ -74,6 +77,10 @@ def run_controllers(
         state_url = f"sqlite:///{Path(scratch.name) / 'state.sqlite'}"
     assert state_url is not None
     store = _open_store(state_url)
+    metrics = PlacementMetrics()
+    if metrics_port is not None and not dry_run:
+        start_http_server(metrics_port, addr="0.0.0.0", registry=metrics.registry)
+        click.echo(f"sco run: metrics on :{metrics_port}/metrics", err=True)
     stop = threading.Event()
     _stop_on_signals(stop)
     provider.start_refresher()
@@ -90,6 +97,7 @@ def run_controllers(
                 stop,
                 replica or default_replica_name(),
                 lease_ttl_s,
+                metrics,
             )
         runner = RealtimeRunner(
             provider=acting,
@@ -162,6 +170,7 @@ def _run_replica(
     stop: threading.Event,
     name: str,
     lease_ttl_s: float,
+    metrics: PlacementMetrics,
 ) -> int:
     from sco.adapters.sqlstate.leases import SqlLeases
     from sco.runtime.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
@@ -184,6 +193,7 @@ def _run_replica(
         clock=SystemClock(),
         interval_s=interval_s,
         on_lease=on_lease,
+        metrics=metrics,
     )
     click.echo(f"sco run: replica {name}", err=True)
     try:

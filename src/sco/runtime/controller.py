@@ -8,6 +8,7 @@ conflict it drops its cache and reloads on the next cycle.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -68,6 +69,34 @@ class CycleReport:
     deleted: int
     degraded: str = ""
     notes: tuple[str, ...] = ()
+    placement: Placement | None = None  # None when the cycle could not observe
+    ready_delays_s: tuple[float, ...] = ()  # request to ready, of instances ready this cycle
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """How demand and plan are met, in units: `placed` ready toward the target,
+    `unplaced` target not yet ready, `mismatch` live units the plan does not want
+    where they are (more in a pool than its target)."""
+
+    placed: int
+    unplaced: int
+    mismatch: int
+
+
+def placement_of(
+    instances: Sequence[Instance], target: int, plan: Mapping[PoolId, int]
+) -> Placement:
+    ready = sum(i.units for i in instances if i.state is State.READY)
+    held: Counter[PoolId] = Counter()
+    units: dict[PoolId, int] = {}
+    for i in instances:
+        if i.is_live:
+            held[i.pool] += 1
+            units[i.pool] = i.units
+    mismatch = sum(max(0, n - plan.get(pool, 0)) * units[pool] for pool, n in held.items())
+    placed = min(ready, target)
+    return Placement(placed=placed, unplaced=max(0, target - ready), mismatch=mismatch)
 
 
 class PartitionController:
@@ -107,6 +136,7 @@ class PartitionController:
         self._plan_loaded = False
         self._open_requests: set[str] = set()
         self._issued: set[str] = set()  # request ids this controller object sent
+        self._ready_delays: list[float] = []
         self._last_sweep = float("-inf")
         self._pool_records: Mapping[PoolId, PoolRecord] = {}
         self._pool_records_at = float("-inf")
@@ -134,7 +164,10 @@ class PartitionController:
         actions = diff(snapshot, plan.targets(), self.config.act, drained)
         transitions, created_n = self._act(actions, snapshot, plan, now)
         self._sweep(now)
-        return self._report(now, synced + transitions, actions, created_n, notes=decision.notes)
+        report = self._report(now, synced + transitions, actions, created_n, notes=decision.notes)
+        delays, self._ready_delays = tuple(self._ready_delays), []
+        placed = placement_of(self._live(), snapshot.demand.target_units, plan.targets())
+        return dataclasses.replace(report, placement=placed, ready_delays_s=delays)
 
     def _report(
         self,
@@ -301,6 +334,7 @@ class PartitionController:
             go(Trigger.SERVER_ACTIVE, "server ACTIVE")
         if node.joined and inst.state is State.ACTIVE:
             go(Trigger.NODE_JOINED, "node joined its scheduler")
+            self._ready_delays.append(now - inst.created_at)
         return out
 
     def _vanished(self, inst: Instance, now: float) -> Change:

@@ -21,6 +21,7 @@ from sco.domain.signals import Exclusion
 from sco.ports import Clock, DemandSource, Provider, SchedulerCluster
 from sco.runtime.clock import UuidIds
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
+from sco.runtime.metrics import PlacementMetrics
 from sco.runtime.signals import PoolSignals, ReclaimMemory
 from sco.runtime.watcher import ExclusionWatcher
 
@@ -50,12 +51,14 @@ class RealtimeRunner:
         config: ControllerConfig | None = None,
         degraded: Callable[[], str] = lambda: "",
         relay_events: bool = True,
+        metrics: PlacementMetrics | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval must be > 0, got {interval_s}")
         self.clock = clock
         self.interval_s = interval_s
         self.store = store
+        self.metrics = metrics
         self._degraded = degraded
         pools = list(provider.pools())
         store.upsert_pools(pools)
@@ -98,10 +101,14 @@ class RealtimeRunner:
         reports: list[CycleReport] = []
         for controller, future in zip(self.controllers, futures, strict=True):
             try:
-                reports.append(future.result())
+                report = future.result()
             except Exception:
                 # A bug in one partition's cycle must not stop the others.
                 log.exception("partition %s: cycle failed", controller.partition.name)
+                continue
+            reports.append(report)
+            if self.metrics is not None:
+                self.metrics.observe(report)
         if self._events is not None and self._watcher is not None and self._events.absorb_outbox():
             self._watcher.poll(limit=100_000)
         return RoundReport(at, tuple(reports), self._degraded())

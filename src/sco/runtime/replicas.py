@@ -38,6 +38,7 @@ from sco.ports import (
 )
 from sco.runtime.clock import UuidIds
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
+from sco.runtime.metrics import PlacementMetrics
 from sco.runtime.signals import PoolSignals, ReclaimMemory
 from sco.runtime.watcher import ExclusionWatcher
 
@@ -103,8 +104,10 @@ class ReplicaRunner:
         interval_s: float,
         controller: ControllerConfig | None = None,
         on_lease: Callable[[LeaseChange], None] | None = None,
+        metrics: PlacementMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics
         self.leases = leases
         self.provider = provider
         self.nodes = nodes
@@ -188,6 +191,8 @@ class ReplicaRunner:
         with self._lock:
             lease = self.held.pop(name, None)
             self.controllers.pop(name, None)
+        if self.metrics is not None:
+            self.metrics.forget(name)
         if lease is not None:
             self._note(name, why, lease.token)
 
@@ -232,7 +237,10 @@ class ReplicaRunner:
         reports = []
         for name, future in futures.items():
             try:
-                reports.append(future.result())
+                report = future.result()
+                reports.append(report)
+                if self.metrics is not None:
+                    self.metrics.observe(report)
             except FencedOut as e:
                 log.warning("replica %s: %s fenced out: %s", self.config.name, name, e)
                 self._drop(name, "lost")
