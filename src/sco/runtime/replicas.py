@@ -181,6 +181,8 @@ class ReplicaRunner:
             lease = self.leases.acquire(name, self.config.name, self.config.lease_ttl_s, now)
             if lease is None:
                 continue
+            # With leases kept elsewhere (Kubernetes) the database learns the token here.
+            self.store.raise_fence(name, lease.token)
             controller = self._controller(self.partitions[name])
             with self._lock:
                 self.held[name] = lease

@@ -209,6 +209,38 @@ class SqlFleetStore:
             gone = conn.execute(delete(t.reservations).where(t.reservations.c.expires_at <= now))
             return int(gone.rowcount or 0)
 
+    def raise_fence(self, partition: str, token: int) -> None:
+        """Make `token` the partition's least acceptable fence, when leases live
+        elsewhere (Kubernetes): the triggers then refuse anything older."""
+        row = t.leases.c
+        with self.engine.begin() as conn:
+            moved = conn.execute(
+                update(t.leases)
+                .where(row.partition == partition, row.token < token)
+                .values(token=token)
+            )
+            if moved.rowcount:
+                return
+            exists = conn.execute(select(row.token).where(row.partition == partition)).first()
+            if exists is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            insert(t.leases).values(
+                                partition=partition,
+                                holder="",
+                                token=token,
+                                acquired_at=0.0,
+                                expires_at=-1.0,
+                            )
+                        )
+                except IntegrityError:
+                    conn.execute(
+                        update(t.leases)
+                        .where(row.partition == partition, row.token < token)
+                        .values(token=token)
+                    )
+
     # ------------------------------------------------------------ plans
 
     def latest_plan(self, partition: str) -> Plan | None:
