@@ -497,6 +497,12 @@ def test_start_errors_exit_2_naming_the_problem(cloud: Cloud, tmp_path: Path) ->
     assert "credential was refused" in err, err
     assert "canary" not in err
 
+    args = _run_args(cloud, demand, state)
+    args[args.index("--state") + 1] = "postgresql+psycopg://sco@127.0.0.1:9/sco"
+    code, err = run(*args)
+    assert code == 2, err
+    assert "cannot reach the database" in err, err
+
 
 def test_compute_outage_degrades_and_deletes_nothing(clean: Cloud, tmp_path: Path) -> None:
     provider = _provider()
