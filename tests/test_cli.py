@@ -227,3 +227,30 @@ def test_policies_listed() -> None:
 )
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text, "--duration") == seconds
+
+
+def test_run_help_lists_every_option() -> None:
+    """Each parameter of `sco run` has its option (a missing one fails only at run time)."""
+    from click.testing import CliRunner
+
+    from sco.apps.cli import cli
+
+    out = CliRunner().invoke(cli, ["run", "--help"]).output
+    for option in (
+        "--cloud",
+        "--region",
+        "--demand",
+        "--state",
+        "--policy",
+        "--interval",
+        "--cycles",
+        "--replica",
+        "--lease-ttl",
+        "--metrics-port",
+        "--dry-run",
+    ):
+        assert option in out
+    params = {p.name for p in cli.commands["run"].params}  # type: ignore[attr-defined]
+    import inspect
+
+    assert params == set(inspect.signature(cli.commands["run"].callback).parameters)  # type: ignore[arg-type]

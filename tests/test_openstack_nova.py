@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
 from sco.testing.chaos import audit
-from sco.testing.openstack_stack import ROOT, SCRIPTS, echo, stack_env
+from sco.testing.openstack_stack import ROOT, SCRIPTS, echo, free_port, stack_env
 from sco.testing.postgres import PostgresServer
 
 CLOUD = "sco-test"
@@ -601,7 +602,8 @@ def test_chaos_light_replicas_take_over_without_duplicates(
     ]
     args[args.index("--state") + 1] = url
     first = _sco(*args, "--replica", "first", env=env)
-    second = _sco(*args, "--replica", "second", env=env)
+    metrics_port = free_port()
+    second = _sco(*args, "--replica", "second", "--metrics-port", str(metrics_port), env=env)
     engine = create_engine(url)
 
     def holders() -> dict[str, str]:
@@ -637,6 +639,9 @@ def test_chaos_light_replicas_take_over_without_duplicates(
         assert takeover_s <= ttl + 2
         wait_for(lambda: len(active()) == 4, 180, "the reclaimed server replaced")
         time.sleep(3)  # a round to record what the cloud shows
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read()
+        for p in victim_partitions:
+            assert f'sco_placement_state{{partition="{p}",state="placed"}} 1.0' in scraped.decode()
     finally:
         for p in (first, second):
             if p.poll() is None:

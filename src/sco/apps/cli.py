@@ -447,6 +447,12 @@ def pools(state: str, as_json: bool) -> None:
 )
 @click.option("--lease-ttl", default="15s", show_default=True, help="Partition lease time to live.")
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (/metrics).",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="One round that prints what would be created and deleted, and why; acts on nothing.",
