@@ -22,6 +22,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -257,6 +258,9 @@ def run(root: Path, args: argparse.Namespace, rng: random.Random) -> dict[str, A
             "kills": kills,
             "reclaims": reclaimed[0],
             "max_takeover_s": round(max(watcher.done), 2) if watcher.done else None,
+            "median_takeover_s": round(statistics.median(watcher.done), 2)
+            if watcher.done
+            else None,
             "takeovers": len(watcher.done),
             "untaken": len(watcher.pending),
             "servers_at_end": len(servers),
