@@ -16,7 +16,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -41,7 +40,7 @@ from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
 from sco.testing.chaos import audit
-from sco.testing.openstack_stack import ROOT, SCRIPTS, echo, free_port, stack_env
+from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port, region_spec
 from sco.testing.postgres import PostgresServer
 
 CLOUD = "sco-test"
@@ -49,20 +48,7 @@ MICROVERSION = "2.90"
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
 SLOTS = 4
 
-REGION = {
-    "region": "lab",
-    "image": "cirros-fake",
-    "network": "none",
-    "headroom_ttl_s": 1,
-    "headroom_stale_s": 60,
-    "schedule_wait_s": 60,
-    "pools": [
-        {"hall": h, "flavor": "spot.small", "class": "spot", "price_per_h": 0.1} for h in HALLS
-    ]
-    + [
-        {"hall": h, "flavor": "std.small", "class": "guaranteed", "price_per_h": 0.3} for h in HALLS
-    ],
-}
+REGION = region_spec(list(HALLS))
 
 
 @dataclass
@@ -115,71 +101,26 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float =
         time.sleep(every)
 
 
-def _nova_sh(*args: str, env: dict[str, str]) -> None:
-    done = subprocess.run(
-        ["bash", str(SCRIPTS / "nova.sh"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"nova.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}")
-
-
-def _setup(conn: Any) -> None:
-    spot = conn.compute.create_flavor(name="spot.small", vcpus=1, ram=512, disk=1)
-    conn.compute.create_flavor_extra_specs(
-        spot, {"resources:CUSTOM_SPOT_SLOT": "1", "trait:CUSTOM_SPOT_CAPABLE": "required"}
-    )
-    conn.compute.create_flavor(name="std.small", vcpus=1, ram=512, disk=1)
-    for hall, hosts in HALLS.items():
-        agg = conn.compute.create_aggregate(name=hall, availability_zone=hall)
-        for host in hosts:
-            conn.compute.add_host_to_aggregate(agg, host)
-
-
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
-    import openstack
-
     folder = tmp_path_factory.mktemp("nova")
-    env = stack_env(SCO_OS_BASE_PORT=os.environ.get("SCO_TEST_OS_BASE_PORT", "18800"))
+    port = int(os.environ.get("SCO_TEST_OS_BASE_PORT", "18800"))
+    stack = NovaStack(folder, port, HALLS, SLOTS)
+    old = os.environ.get("OS_CLIENT_CONFIG_FILE")
     started = time.monotonic()
     try:
-        _nova_sh("up", str(folder), env=env)
-        up_s = time.monotonic() - started
-        threads = [
-            threading.Thread(
-                target=_nova_sh,
-                args=("add-compute", str(folder), h, str(SLOTS)),
-                kwargs={"env": env},
-            )
-            for hosts in HALLS.values()
-            for h in hosts
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        clouds_yaml = folder / "clouds.yaml"
-        old = os.environ.get("OS_CLIENT_CONFIG_FILE")
-        os.environ["OS_CLIENT_CONFIG_FILE"] = str(clouds_yaml)
-        conn = openstack.connect(cloud=CLOUD)
-        wait_for(lambda: len(list(conn.compute.hypervisors())) == 4, 180, "4 hypervisors")
-        _setup(conn)
-        echo(f"nova tier: stack up {up_s:.1f} s, ready {time.monotonic() - started:.1f} s")
+        stack.up()
+        echo(f"nova tier: stack ready in {time.monotonic() - started:.1f} s")
+        os.environ["OS_CLIENT_CONFIG_FILE"] = str(stack.clouds_yaml)  # for _provider()
         region_file = folder / "region.yaml"
         region_file.write_text(yaml.safe_dump(REGION))
-        yield Cloud(folder, clouds_yaml, region_file, conn)
+        yield Cloud(folder, stack.clouds_yaml, region_file, stack.conn)
     finally:
-        _nova_sh("down", str(folder), env=env)
-        if "old" in locals():
-            if old is None:
-                os.environ.pop("OS_CLIENT_CONFIG_FILE", None)
-            else:
-                os.environ["OS_CLIENT_CONFIG_FILE"] = old
+        stack.down()
+        if old is None:
+            os.environ.pop("OS_CLIENT_CONFIG_FILE", None)
+        else:
+            os.environ["OS_CLIENT_CONFIG_FILE"] = old
 
 
 @pytest.fixture

@@ -184,9 +184,13 @@ class NovaStack:
         self.folder = folder
         self.halls = halls
         self.slots = slots
-        self.env = stack_env(SCO_OS_BASE_PORT=str(base_port))
+        self.base_port = base_port
         self.clouds_yaml = folder / "clouds.yaml"
         self.conn: Any = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return stack_env(SCO_OS_BASE_PORT=str(self.base_port))
 
     def up(self) -> NovaStack:
         import threading
@@ -225,24 +229,7 @@ class NovaStack:
         nova_sh("down", str(self.folder), env=self.env)
 
     def region(self, name: str = "lab", guaranteed: bool = True) -> dict[str, Any]:
-        pools = [
-            {"hall": h, "flavor": "spot.small", "class": "spot", "price_per_h": 0.1}
-            for h in self.halls
-        ]
-        if guaranteed:
-            pools += [
-                {"hall": h, "flavor": "std.small", "class": "guaranteed", "price_per_h": 0.3}
-                for h in self.halls
-            ]
-        return {
-            "region": name,
-            "image": "cirros-fake",
-            "network": "none",
-            "headroom_ttl_s": 1,
-            "headroom_stale_s": 60,
-            "schedule_wait_s": 60,
-            "pools": pools,
-        }
+        return region_spec(list(self.halls), name, guaranteed)
 
     def servers(self, **params: str) -> list[dict[str, Any]]:
         r = self.conn.compute.get("/servers/detail", params=params, microversion="2.90")
@@ -252,6 +239,27 @@ class NovaStack:
             s for s in r.json()["servers"] if s.get("OS-EXT-STS:task_state") != "deleting"
         ]
         return out
+
+
+def region_spec(halls: list[str], name: str = "lab", guaranteed: bool = True) -> dict[str, Any]:
+    """A region file for NovaStack's halls and flavors."""
+    pools = [
+        {"hall": h, "flavor": "spot.small", "class": "spot", "price_per_h": 0.1} for h in halls
+    ]
+    if guaranteed:
+        pools += [
+            {"hall": h, "flavor": "std.small", "class": "guaranteed", "price_per_h": 0.3}
+            for h in halls
+        ]
+    return {
+        "region": name,
+        "image": "cirros-fake",
+        "network": "none",
+        "headroom_ttl_s": 1,
+        "headroom_stale_s": 60,
+        "schedule_wait_s": 60,
+        "pools": pools,
+    }
 
 
 def _wait(check: Any, timeout: float) -> None:
