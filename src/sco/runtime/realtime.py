@@ -12,14 +12,16 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import Policy
+from sco.domain.demand import Partition
+from sco.domain.pools import Pool
 from sco.domain.signals import Exclusion
 from sco.ports import Clock, DemandSource, Provider, SchedulerCluster
-from sco.runtime.clock import UuidIds
+from sco.runtime.clock import IdSource, UuidIds
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
 from sco.runtime.metrics import PlacementMetrics
 from sco.runtime.signals import PoolSignals, ReclaimMemory
@@ -33,6 +35,56 @@ class RoundReport:
     at: float
     cycles: tuple[CycleReport, ...]
     provider_degraded: str = ""
+
+
+@dataclass
+class ControllerKit:
+    """What every partition controller of one process shares; `controller` makes a
+    fresh one (it loads the partition's records and adopts servers on its first
+    cycle)."""
+
+    provider: Provider
+    nodes: SchedulerCluster
+    store: SqlFleetStore
+    demand: DemandSource
+    policy: Callable[[], Policy]
+    clock: Clock
+    config: ControllerConfig | None = None
+    signals: PoolSignals = field(default_factory=PoolSignals)
+    reclaims: ReclaimMemory = field(default_factory=ReclaimMemory)
+    ids: IdSource = field(default_factory=UuidIds)
+
+    def controller(self, partition: Partition) -> PartitionController:
+        return PartitionController(
+            partition,
+            provider=self.provider,
+            nodes=self.nodes,
+            store=self.store,
+            demand=self.demand,
+            policy=self.policy(),
+            clock=self.clock,
+            ids=self.ids,
+            config=self.config,
+            reclaims=self.reclaims,
+            signals=self.signals,
+        )
+
+
+class SignalRelay:
+    """Between rounds: the outbox into the event log, then the exclusion watcher."""
+
+    def __init__(
+        self,
+        store: SqlFleetStore,
+        pools: Sequence[Pool],
+        on_change: Callable[[Exclusion], None],
+    ) -> None:
+        self.events = SqlEventLog(store.engine)
+        self.watcher = ExclusionWatcher(self.events, store, list(pools), on_change=on_change)
+
+    def after_round(self) -> None:
+        if self.events.absorb_outbox():
+            self.watcher.poll(limit=100_000)
 
 
 class RealtimeRunner:
@@ -62,30 +114,10 @@ class RealtimeRunner:
         self._degraded = degraded
         pools = list(provider.pools())
         store.upsert_pools(pools)
-        self.signals = PoolSignals()
-        reclaims = ReclaimMemory()
-        ids = UuidIds()
-        self.controllers = [
-            PartitionController(
-                partition,
-                provider=provider,
-                nodes=nodes,
-                store=store,
-                demand=demand,
-                policy=policy(),
-                clock=clock,
-                ids=ids,
-                config=config,
-                reclaims=reclaims,
-                signals=self.signals,
-            )
-            for partition in demand.partitions()
-        ]
-        self._events: SqlEventLog | None = None
-        self._watcher: ExclusionWatcher | None = None
-        if relay_events:
-            self._events = SqlEventLog(store.engine)
-            self._watcher = ExclusionWatcher(self._events, store, pools, on_change=self._excluded)
+        kit = ControllerKit(provider, nodes, store, demand, policy, clock, config)
+        self.signals = kit.signals
+        self.controllers = [kit.controller(p) for p in demand.partitions()]
+        self._relay = SignalRelay(store, pools, self._excluded) if relay_events else None
         self._pool = ThreadPoolExecutor(
             max_workers=max(len(self.controllers), 1), thread_name_prefix="sco-partition"
         )
@@ -109,8 +141,8 @@ class RealtimeRunner:
             reports.append(report)
             if self.metrics is not None:
                 self.metrics.observe(report)
-        if self._events is not None and self._watcher is not None and self._events.absorb_outbox():
-            self._watcher.poll(limit=100_000)
+        if self._relay is not None:
+            self._relay.after_round()
         return RoundReport(at, tuple(reports), self._degraded())
 
     def run(

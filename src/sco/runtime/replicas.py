@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import Policy
 from sco.domain.demand import Partition
@@ -36,11 +35,9 @@ from sco.ports import (
     Provider,
     SchedulerCluster,
 )
-from sco.runtime.clock import UuidIds
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
 from sco.runtime.metrics import PlacementMetrics
-from sco.runtime.signals import PoolSignals, ReclaimMemory
-from sco.runtime.watcher import ExclusionWatcher
+from sco.runtime.realtime import ControllerKit, SignalRelay
 
 log = logging.getLogger(__name__)
 
@@ -109,27 +106,19 @@ class ReplicaRunner:
         self.config = config
         self.metrics = metrics
         self.leases = leases
-        self.provider = provider
-        self.nodes = nodes
         self.store = store
-        self.demand = demand
-        self.policy = policy
         self.clock = clock
         self.interval_s = interval_s
-        self.controller_config = controller
         self.on_lease = on_lease
         self.partitions: dict[str, Partition] = {p.name: p for p in demand.partitions()}
         self.held: dict[str, Lease] = {}
         self.controllers: dict[str, PartitionController] = {}
-        self.signals = PoolSignals()
-        self.reclaims = ReclaimMemory()
-        self.ids = UuidIds()
         self._lock = threading.Lock()
         store.fence = self.token
         pools = list(provider.pools())
         store.upsert_pools(pools)
-        self._events = SqlEventLog(store.engine)
-        self._watcher = ExclusionWatcher(self._events, store, pools, on_change=self.signals.update)
+        self._kit = ControllerKit(provider, nodes, store, demand, policy, clock, controller)
+        self._relay = SignalRelay(store, pools, self._kit.signals.update)
 
     def token(self, partition: str) -> int:
         with self._lock:
@@ -183,7 +172,7 @@ class ReplicaRunner:
                 continue
             # With leases kept elsewhere (Kubernetes) the database learns the token here.
             self.store.raise_fence(name, lease.token)
-            controller = self._controller(self.partitions[name])
+            controller = self._kit.controller(self.partitions[name])
             with self._lock:
                 self.held[name] = lease
                 self.controllers[name] = controller
@@ -202,22 +191,6 @@ class ReplicaRunner:
         log.warning("replica %s: %s; stopping all partitions", self.config.name, why)
         for name in list(self.held):
             self._drop(name, "unprovable")
-
-    def _controller(self, partition: Partition) -> PartitionController:
-        """A fresh controller: it loads the partition's records and adopts servers."""
-        return PartitionController(
-            partition,
-            provider=self.provider,
-            nodes=self.nodes,
-            store=self.store,
-            demand=self.demand,
-            policy=self.policy(),
-            clock=self.clock,
-            ids=self.ids,
-            config=self.controller_config,
-            reclaims=self.reclaims,
-            signals=self.signals,
-        )
 
     # ------------------------------------------------------------ cycles
 
@@ -249,8 +222,7 @@ class ReplicaRunner:
             except Exception:
                 log.exception("replica %s: partition %s cycle failed", self.config.name, name)
         try:
-            if self._events.absorb_outbox():
-                self._watcher.poll(limit=100_000)
+            self._relay.after_round()
         except Exception as e:
             log.warning("replica %s: signals skipped: %s", self.config.name, type(e).__name__)
         return reports
