@@ -109,7 +109,7 @@ def run_controllers(
             interval_s=interval_s,
             degraded=provider.degraded,
         )
-        return runner.run(stop, rounds=1 if dry_run else rounds, on_round=_echo_round)
+        return runner.run(stop, rounds=1, on_round=_echo_round)  # a dry run looks once
     finally:
         provider.stop()
         store.close()

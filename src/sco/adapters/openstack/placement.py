@@ -51,9 +51,9 @@ class PlacementHeadroom:
         for w in wants:
             by_request.setdefault(tuple(sorted(w.request.query().items())), []).append(w)
         out: dict[Hashable, int] = {}
-        for members in by_request.values():
+        for query, members in by_request.items():
             request = members[0].request
-            summaries = self._summaries(request)
+            summaries = self._summaries(dict(query))
             for w in members:
                 if w.member_of is None:
                     chosen = summaries
@@ -63,9 +63,9 @@ class PlacementHeadroom:
                 out[w.key] = headroom_from_summaries(chosen, request)
         return out
 
-    def _summaries(self, request: ResourceRequest) -> Mapping[str, Mapping[str, object]]:
+    def _summaries(self, query: Mapping[str, str]) -> Mapping[str, Mapping[str, object]]:
         self.calls += 1
-        answer = self._client.get("placement", "/allocation_candidates", request.query())
+        answer = self._client.get("placement", "/allocation_candidates", query)
         summaries: Mapping[str, Mapping[str, object]] = (answer or {}).get("provider_summaries", {})
         return summaries
 

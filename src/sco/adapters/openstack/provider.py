@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -373,12 +374,8 @@ class OpenStackProvider:
         with self._lock:
             if self._cache is cache:
                 spent = min(count, room)
-                self._cache = HeadroomCache(
-                    cache.at,
-                    cache.rooms,
-                    cache.quota.spend(spent, rp.vcpus, rp.ram_mb),
-                    cache.took_s,
-                    cache.calls,
+                self._cache = dataclasses.replace(
+                    cache, quota=cache.quota.spend(spent, rp.vcpus, rp.ram_mb)
                 )
         return min(count, room)
 
