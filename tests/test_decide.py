@@ -127,6 +127,113 @@ def test_arbiter_releases_only_after_spot_is_stable_and_one_at_a_time() -> None:
     assert arbitrate(snap, cfg).targets == {G1.id: 2}
 
 
+def test_arbiter_counts_units_not_instances() -> None:
+    # Guaranteed instances of 4 units: a floor of 10 with 3 ready spot units needs
+    # 7 units, two whole instances, spread over two halls.
+    g4a = guaranteed_pool("hall-1", units=4)
+    g4b = guaranteed_pool("hall-2", units=4)
+    spot = [instance(A) for _ in range(3)]
+    snap = snapshot(
+        [PoolView(A, 0), PoolView(g4a, 5), PoolView(g4b, 5)], spot, want=demand(10, 10)
+    )
+    g = arbitrate(snap, ArbiterConfig())
+    assert g.targets == {g4a.id: 1, g4b.id: 1}
+    assert g.need_units == 7
+    assert g.short_units == 0
+
+
+def test_arbiter_budget_caps_units() -> None:
+    # A budget of 5 units with 4-unit instances buys one instance, not two: the budget
+    # is a cap, and the floor is reported at risk by what it lacks.
+    g4 = guaranteed_pool("hall-1", units=4)
+    snap = snapshot([PoolView(g4, 9)], want=demand(target=8, floor=8, budget=5))
+    g = arbitrate(snap, ArbiterConfig())
+    assert g.targets == {g4.id: 1}
+    assert g.need_units == 5
+    assert g.short_units == 4
+    assert any("budget 5" in n for n in g.notes)
+
+
+def test_arbiter_takes_room_where_it_is_and_reports_what_it_lacks() -> None:
+    # Hall 1 has room for one, hall 2 for two: the gap of 4 finds 3.
+    snap = snapshot([PoolView(G1, 1), PoolView(G2, 2)], want=demand(target=4, floor=4))
+    g = arbitrate(snap, ArbiterConfig())
+    assert g.targets == {G1.id: 1, G2.id: 2}
+    assert g.short_units == 1
+    assert any("found no room" in n for n in g.notes)
+    # Reservations of other partitions are not room.
+    snap = snapshot([PoolView(G1, 3, reserved=3)], want=demand(target=1, floor=1))
+    assert arbitrate(snap, ArbiterConfig()).targets == {}
+
+
+def test_arbiter_counts_arriving_spot_and_extra_units() -> None:
+    snap = snapshot([PoolView(A, 5), PoolView(G1, 5)], want=demand(3, 3))
+    assert arbitrate(snap, ArbiterConfig(), arriving_units=3).targets == {}
+    assert arbitrate(snap, ArbiterConfig(), arriving_units=3, extra_units=1).targets == {G1.id: 1}
+
+
+def test_every_policy_keeps_the_floor_the_same_way() -> None:
+    # Nothing ready, no spot room: each policy's guaranteed covers what it promises,
+    # within the budget, spread over halls, through the one floor keeper.
+    views = [PoolView(A, 0), PoolView(G1, 9), PoolView(G2, 9)]
+    snap = snapshot(views, want=demand(target=4, floor=4, budget=3))
+    for name in ("sco", "spothedge", "cheapest", "all-guaranteed"):
+        d = policy_named(name).decide(snap)
+        assert sum(d.guaranteed.values()) == 3, (name, d)
+        assert set(d.guaranteed) == {G1.id, G2.id}, (name, d)
+
+
+def test_hedge_puts_no_spare_on_guaranteed_when_the_floor_has_a_margin() -> None:
+    # Two spot pools, three replicas: spot cannot spread a spare. With floor 3 the
+    # floor itself is at stake and a spare goes on guaranteed; with floor 2 a
+    # reclaim costs target, not floor, and no guaranteed server is bought.
+    now = 10_000.0
+    ready = [instance(A, ready_at=now - 60), instance(A, ready_at=now - 60), instance(B)]
+    views = [
+        PoolView(A, 5, up_since=now - 60, recent_reclaims=1),
+        PoolView(B, 5, up_since=now - 60),
+        PoolView(G1, 9),
+    ]
+    tight = plan(snapshot(views, ready, want=demand(3, 3, max_units=6), now=now), HedgeConfig())
+    assert sum(tight.guaranteed.values()) >= 1
+    loose = plan(snapshot(views, ready, want=demand(3, 2, max_units=6), now=now), HedgeConfig())
+    assert loose.guaranteed == {}
+    assert sum(loose.spot.values()) >= 3
+
+
+def test_hedge_explains_every_pool() -> None:
+    now = 10_000.0
+    views = [
+        PoolView(A, 5, up_since=now - 7200, recent_reclaims=1),
+        PoolView(B, 5, excluded=True),
+        PoolView(G1, 9),
+    ]
+    p = plan(snapshot(views, want=demand(2, 1), now=now), HedgeConfig())
+    assert set(p.pools) == {A.id, B.id, G1.id}
+    a = p.pools[A.id]
+    assert a.target == p.spot[A.id]
+    assert a.terms["recent_reclaims"] == 1.0
+    assert a.terms["age"] == pytest.approx(1.0 / 3.0)
+    assert a.terms["storm"] == 1.0
+    assert "excluded" in p.pools[B.id].flags
+    assert p.terms["cold_start_s"] == 120.0
+    assert p.terms["floor_need_units"] == 0.0
+
+
+def test_hedge_takes_cold_start_and_notice_from_the_pools() -> None:
+    now = 10_000.0
+    ready = [instance(p, ready_at=now - 60) for p in (A, B, C)]
+    slow = [PoolView(p, 5, up_since=now - 60, cold_start_s=900.0) for p in (A, B, C)]
+    p = plan(snapshot([*slow, PoolView(G1, 9)], ready, want=demand(3, 3), now=now), NO_SPARE)
+    assert p.terms["cold_start_s"] == 900.0
+    warned = [
+        PoolView(p, 5, up_since=now - 60, cold_start_s=100.0, notice_s=120.0) for p in (A, B, C)
+    ]
+    p = plan(snapshot([*warned, PoolView(G1, 9)], ready, want=demand(3, 3), now=now), HedgeConfig())
+    assert p.terms["notice_s"] == 120.0
+    assert p.terms["spare"] == 0.0  # the notice covers a cold start: no spare
+
+
 def test_policies_by_name() -> None:
     assert isinstance(policy_named("sco"), ScoPolicy)
     assert isinstance(policy_named("all-guaranteed"), AllGuaranteedPolicy)
@@ -303,3 +410,22 @@ def test_every_action_follows_an_edge_of_the_table(sit) -> None:  # type: ignore
     touched = [d.instance_id for d in acts.drains] + [d.instance_id for d in acts.deletes]
     touched += [e.instance_id for e in acts.expirations] + [c.instance_id for c in acts.closes]
     assert len(touched) == len(set(touched)), "one action per instance per cycle"
+
+
+@settings(max_examples=300, deadline=None)
+@given(situations(), st.integers(0, 12), st.integers(0, 6))
+def test_the_floor_keeper_stays_within_budget_and_room(sit, budget, arriving) -> None:  # type: ignore[no-untyped-def]
+    views, insts, want, _ = sit
+    want = demand(want.target_units, want.floor_units, want.max_units, budget)
+    snap = snapshot(views, insts, want=want)
+    g = arbitrate(snap, ArbiterConfig(release_after_s=0), arriving_units=arriving)
+    held = Counter(i.pool for i in insts if i.is_live and not i.is_spot)
+    held_units = sum(held.values())  # 1 unit each here
+    added = {p: n - held.get(p, 0) for p, n in g.targets.items() if n > held.get(p, 0)}
+    for p, n in added.items():
+        assert n <= snap.pools[p].available, "growth only within room"
+    if added:
+        assert sum(g.targets.values()) <= max(held_units, budget), "growth never past budget"
+    ready = sum(i.units for i in insts if i.is_spot and i.state is State.READY)
+    if sum(g.targets.values()) < held_units:  # releasing: the floor still holds
+        assert sum(g.targets.values()) + ready + arriving >= min(want.floor_units, budget)

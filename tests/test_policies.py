@@ -155,14 +155,15 @@ def _cap(values: list[int], tick_s: float = 600.0) -> Capacity:
 def test_evaluation_by_hand() -> None:
     # Zone a holds 3, drops to 0 for 3600..4200 s. Window 600..7800 s, lead-in from 480.
     # cheapest: 480 s three spot, ready 600. 3600: reclaimed; three on-demand, ready 3720.
-    # 4200: room again: three spot (ready 4320) and the on-demand go at once.
-    # Unavailable 3600-3720 and 4200-4320: 240 s of 7200.
+    # 4200: room again: three spot, ready 4320, when the floor keeper lets the
+    # on-demand go (it releases against ready spot only).
+    # Unavailable 3600-3720: 120 s of 7200.
     cap = _cap([3] * 6 + [0] + [3] * 7)
     cfg = EvalConfig(window_s=7200.0, windows=1)
     r = run_window(cap, cfg, policy_named("cheapest"), 600.0)
-    assert r.availability == pytest.approx((7200 - 240) / 7200)
+    assert r.availability == pytest.approx((7200 - 120) / 7200)
     spot = 3 * (3600 - 600) + 3 * (7800 - 4200)
-    od = 3 * (4200 - 3600)
+    od = 3 * (4320 - 3600)
     assert r.cost == pytest.approx(spot / 3600 + od * 3 / 3600)
     assert r.baseline == pytest.approx(3 * 3 * 2)
     assert r.reclaims == 3

@@ -1,10 +1,25 @@
-"""Fallback arbiter: keeps the floor with guaranteed capacity.
+"""The fallback arbiter: the one floor keeper every policy uses.
 
-Only READY spot counts toward the floor: a spot instance that is booting, or
-has been noticed, may never arrive or is leaving. Guaranteed capacity is given
-back only when spot has been ready for `release_after_s`, a bounded number of
-instances per cycle, and never so that stable spot plus what stays falls
-below the floor.
+A partition's floor is a promise: that many units run, on any capacity class.
+Spot keeps it when spot is there; the arbiter adds guaranteed capacity for
+the gap and gives it back when spot has held long enough. The rule:
+
+- **What counts.** Only READY spot counts toward the floor (a booting or
+  noticed instance may never arrive, or is leaving), plus `arriving_units`
+  the caller vouches for (spot that will be ready as soon as anything
+  launched now: the hedge planner counts spot already booting).
+- **Growth.** The gap, in units, is covered by whole guaranteed instances
+  (`units_per_instance` of each pool), never past `guaranteed_budget_units`
+  (a hard cap: the floor is then reported at risk) and within the pools' room (headroom less everyone's reservations), spread over
+  halls (the hall holding the fewest guaranteed first, then the cheapest
+  pool), so a hall failure does not take the whole fallback.
+- **Release.** Guaranteed capacity goes back only against spot that has
+  been ready for `release_after_s`, at most `max_release_per_cycle`
+  instances per cycle, the dearest first, and never below what the floor
+  still needs.
+
+Shortfalls (budget, room) are reported as notes and in `short_units`, so an
+operator can see why the floor is at risk.
 """
 
 from __future__ import annotations
@@ -13,7 +28,6 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sco.domain.instances import units
 from sco.domain.lifecycle import State
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PartitionSnapshot, PoolView
@@ -21,77 +35,101 @@ from sco.domain.snapshot import PartitionSnapshot, PoolView
 
 @dataclass(frozen=True, slots=True)
 class ArbiterConfig:
-    release_after_s: float = 600.0  # spot must have been ready this long to replace guaranteed
-    max_release_per_cycle: int = 1  # guaranteed instances given back per cycle
+    release_after_s: float = 600.0  # spot ready this long before guaranteed goes back
+    max_release_per_cycle: int | None = 1  # guaranteed instances given back per cycle; None: all
 
     def __post_init__(self) -> None:
         if self.release_after_s < 0:
             raise ValueError(f"release_after_s must be >= 0, got {self.release_after_s}")
-        if self.max_release_per_cycle < 1:
+        if self.max_release_per_cycle is not None and self.max_release_per_cycle < 1:
             raise ValueError(
-                f"max_release_per_cycle must be >= 1, got {self.max_release_per_cycle}"
+                f"max_release_per_cycle must be >= 1 or None, got {self.max_release_per_cycle}"
             )
 
 
 @dataclass(frozen=True, slots=True)
 class GuaranteedPlan:
-    targets: Mapping[PoolId, int]
+    targets: Mapping[PoolId, int]  # guaranteed instances per pool
     notes: tuple[str, ...]
+    need_units: int = 0  # guaranteed units the floor needs now
+    short_units: int = 0  # of those, what neither budget nor room allows
+    released: int = 0  # instances given back this cycle
 
 
 def arbitrate(
-    snapshot: PartitionSnapshot, cfg: ArbiterConfig, cover_units: int | None = None
+    snapshot: PartitionSnapshot,
+    cfg: ArbiterConfig,
+    *,
+    cover_units: int | None = None,
+    arriving_units: int = 0,
+    extra_units: int = 0,
 ) -> GuaranteedPlan:
-    """Guaranteed instance target per pool so that the floor holds.
+    """Guaranteed instances per pool so that `cover_units` (default: the floor) hold.
 
-    `cover_units` overrides what guaranteed must cover (default: the floor),
-    for policies that cover the whole target.
+    `arriving_units`: spot the caller counts as arriving in time; `extra_units`:
+    guaranteed units wanted beyond the gap (a hedge the caller puts on guaranteed).
     """
     now = snapshot.now
-    floor = snapshot.demand.floor_units if cover_units is None else cover_units
-    budget = snapshot.demand.guaranteed_budget_units
-    ready_spot = [i for i in snapshot.instances if i.is_spot and i.state is State.READY]
-    stable_spot = [i for i in ready_spot if (i.ready_at or now) <= now - cfg.release_after_s]
-    guaranteed = [i for i in snapshot.instances if not i.is_spot and i.is_live]
-    held = Counter(i.pool for i in guaranteed)
-    held_units = units(guaranteed)
-
-    need_units = min(max(0, floor - units(ready_spot)), budget)
+    demand = snapshot.demand
+    cover = demand.floor_units if cover_units is None else cover_units
+    budget = demand.guaranteed_budget_units
+    ready_units = 0
+    stable_units = 0
+    settled = now - cfg.release_after_s
+    held: Counter[PoolId] = Counter()
+    held_units = 0
+    for i in snapshot.instances:
+        if i.is_spot:
+            if i.state is State.READY:
+                ready_units += i.units
+                if (now if i.ready_at is None else i.ready_at) <= settled:
+                    stable_units += i.units
+        elif i.is_live:
+            held[i.pool] += 1
+            held_units += i.units
+    gap = max(0, cover - ready_units - arriving_units) + extra_units
+    need = min(gap, budget)
     notes: list[str] = []
-    if floor - units(ready_spot) > budget:
-        notes.append(f"floor needs {floor - units(ready_spot)} guaranteed units, budget {budget}")
-    if need_units >= held_units:
-        targets, short = _grow(snapshot, held, need_units - held_units)
+    if gap > budget:
+        notes.append(f"floor needs {gap} guaranteed units, budget {budget}")
+    pools = [v for v in snapshot.usable(spot=False) if not v.excluded]
+    if need > held_units:
+        if not pools:
+            notes.append("no guaranteed pool")
+            return GuaranteedPlan(dict(held), tuple(notes), need, need - held_units)
+        targets, short = _grow(pools, held, need - held_units, budget - held_units)
         if short:
-            notes.append(f"floor at risk: {short} guaranteed units found no quota")
-        return GuaranteedPlan(targets, tuple(notes))
-
-    # Surplus: give back only what stable spot covers, a few at a time.
-    keep_units = max(need_units, min(max(0, floor - units(stable_spot)), budget))
-    targets = _shrink(snapshot.pools, held, keep_units, cfg.max_release_per_cycle)
+            notes.append(f"floor at risk: {short} guaranteed units found no room")
+        added = sum(targets.values()) - sum(held.values())
+        if added:
+            notes.append(f"floor: {added} guaranteed for spot that cannot arrive in time")
+        return GuaranteedPlan(targets, tuple(notes), need, short + max(0, gap - budget))
+    keep = max(need, min(held_units, budget, max(0, cover - stable_units)))
+    targets = _shrink(snapshot.pools, held, keep, cfg.max_release_per_cycle)
     released = sum(held.values()) - sum(targets.values())
     if released:
-        notes.append(f"releasing {released} guaranteed: spot ready >= {cfg.release_after_s:.0f}s")
-    return GuaranteedPlan(targets, tuple(notes))
-
-
-def _guaranteed_pools(snapshot: PartitionSnapshot) -> list[PoolView]:
-    return [v for v in snapshot.usable(spot=False) if not v.excluded]
+        notes.append(
+            f"releasing {released} guaranteed: spot ready >= {cfg.release_after_s:.0f}s covers it"
+        )
+    return GuaranteedPlan(targets, tuple(notes), need, max(0, gap - budget), released)
 
 
 def _grow(
-    snapshot: PartitionSnapshot, held: Counter[PoolId], extra_units: int
+    pools: list[PoolView], held: Counter[PoolId], extra_units: int, cap_units: int
 ) -> tuple[dict[PoolId, int], int]:
-    """Held plus new instances for `extra_units`: cheapest first, spread over halls."""
+    """Held plus whole instances for `extra_units`, never more than `cap_units` (the
+    budget left): the least-held hall first, then the cheapest pool. Returns the
+    targets and the units neither room nor budget allowed."""
     targets = dict(held)
-    pools = _guaranteed_pools(snapshot)
     room = {v.pool.id: v.available for v in pools}
-    per_hall = Counter[str]()
+    per_hall: Counter[str] = Counter()
     for v in pools:
         per_hall[v.pool.hall] += held[v.pool.id]
-    remaining = extra_units
+    remaining, cap = extra_units, cap_units
     while remaining > 0:
-        open_pools = [v for v in pools if room[v.pool.id] > 0]
+        open_pools = [
+            v for v in pools if room[v.pool.id] > 0 and v.pool.units_per_instance <= cap
+        ]
         if not open_pools:
             break
         v = min(open_pools, key=lambda v: (per_hall[v.pool.hall], v.price, v.pool.id))
@@ -99,26 +137,36 @@ def _grow(
         room[v.pool.id] -= 1
         per_hall[v.pool.hall] += 1
         remaining -= v.pool.units_per_instance
+        cap -= v.pool.units_per_instance
     return targets, max(0, remaining)
 
 
 def _shrink(
-    views: Mapping[PoolId, PoolView], held: Counter[PoolId], keep_units: int, max_release: int
+    views: Mapping[PoolId, PoolView],
+    held: Counter[PoolId],
+    keep_units: int,
+    max_release: int | None,
 ) -> dict[PoolId, int]:
-    """Held minus at most `max_release` instances, keeping at least `keep_units`."""
+    """Held less at most `max_release` instances (the dearest pool, then the fullest),
+    keeping at least `keep_units`."""
     targets = dict(held)
 
     def unit_of(p: PoolId) -> int:
         v = views.get(p)
         return v.pool.units_per_instance if v else 1
 
+    def price_of(p: PoolId) -> float:
+        v = views.get(p)
+        return v.price if v else 0.0
+
     total = sum(n * unit_of(p) for p, n in targets.items())
-    for _ in range(max_release):
-        # The most expensive pool with the most held goes first.
+    released = 0
+    while max_release is None or released < max_release:
         candidates = [p for p, n in targets.items() if n > 0 and total - unit_of(p) >= keep_units]
         if not candidates:
             break
-        p = max(candidates, key=lambda p: (views[p].price if p in views else 0.0, targets[p], p))
+        p = max(candidates, key=lambda p: (price_of(p), targets[p], p))
         targets[p] -= 1
         total -= unit_of(p)
+        released += 1
     return {p: n for p, n in targets.items() if n > 0}

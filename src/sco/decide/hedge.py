@@ -20,11 +20,17 @@ so the plan is about the next cold start:
   at the notice and is ready in time. While replicas are still booting toward
   the target, one spare races them (a reclaim during a boot costs a cold start
   again).
-- **Floor.** Guaranteed capacity covers the gap between the floor and spot
-  that is ready or will be within the cold start: a guaranteed instance
-  launched for a gap that a booting spot replica closes as soon costs money
-  and buys nothing. It is handed back, a few per cycle (the disruption
-  budget), once spot has been ready `release_after_s`.
+- **Floor.** The arbiter (`sco.decide.arbiter`) covers the gap between the
+  floor and spot that is ready or will be within the cold start: a
+  guaranteed instance launched for a gap that a booting spot replica closes
+  as soon costs money and buys nothing. It is handed back, a few per cycle
+  (the disruption budget), once spot has been ready `release_after_s`.
+- **Cold start and notice** come from the pools: what the region file says
+  of each pool, else what history measured (the scorer's median time to
+  ready), else `cold_start_s`.
+- **Reasons.** Every pool's terms (each hazard term, price, crowding,
+  stickiness) and the partition's (spare, floor) go into the plan, so
+  `sco explain` can say why each count is what it is.
 """
 
 from __future__ import annotations
@@ -32,17 +38,20 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.placement import Slot, place
+from sco.domain.demand import Demand
 from sco.domain.lifecycle import LIVE, State
+from sco.domain.plans import PoolReason
 from sco.domain.pools import CapacityClass, PoolId
 from sco.domain.snapshot import PartitionSnapshot, PoolView
 
 
 @dataclass(frozen=True, slots=True)
 class HedgeConfig:
-    cold_start_s: float = 120.0  # launch to serving, as the provider's pools behave
+    cold_start_s: float = 120.0  # launch to serving, where no pool says otherwise
     lomax_alpha: float = 1.0  # hazard at age u hours: alpha / (beta + u), per hour
     lomax_beta_h: float = 1.0
     recent_reclaim_hazard: float = 1.0  # per hour, added per reclaim seen within the hour
@@ -58,12 +67,18 @@ class HedgeConfig:
     stickiness_per_h: float = 100.0  # a replica stays unless elsewhere is this much safer
     release_after_s: float = 0.0  # spot ready this long before guaranteed goes back
     max_release_per_cycle: int = 3
+    arbiter: ArbiterConfig = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.lomax_alpha <= 0 or self.lomax_beta_h <= 0:
             raise ValueError("lomax_alpha and lomax_beta_h must be > 0")
         if self.spare_threshold <= 0:
             raise ValueError(f"spare_threshold must be > 0, got {self.spare_threshold}")
+        if self.cold_start_s < 0:
+            raise ValueError(f"cold_start_s must be >= 0, got {self.cold_start_s}")
+        object.__setattr__(
+            self, "arbiter", ArbiterConfig(self.release_after_s, self.max_release_per_cycle)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +86,41 @@ class HedgePlan:
     spot: Mapping[PoolId, int]
     guaranteed: Mapping[PoolId, int]
     notes: tuple[str, ...]
+    pools: Mapping[PoolId, PoolReason] = field(default_factory=dict)
+    terms: Mapping[str, float] = field(default_factory=dict)
+
+
+def hazard_terms(v: PoolView, now: float, cfg: HedgeConfig) -> dict[str, float]:
+    """Expected reclaims per instance-hour in pool `v` now, term by term (they sum to
+    the pool's own hazard): its age, its history, its recent reclaims, being full."""
+    if v.up_since is not None:
+        age_h = max(0.0, now - v.up_since) / 3600
+        age = cfg.lomax_alpha / (cfg.lomax_beta_h + age_h)
+    else:
+        age = cfg.lomax_alpha / cfg.lomax_beta_h
+    terms = {"age": age}
+    if v.score is not None and v.score.exposure_h > 0:
+        terms = {"age": age / 2, "history": v.score.hazard_per_h / 2}
+    terms["recent_reclaims"] = cfg.recent_reclaim_hazard * v.recent_reclaims
+    terms["full_pool"] = cfg.full_pool_hazard if v.available == 0 else 0.0
+    return terms
 
 
 def hazard_per_h(v: PoolView, now: float, cfg: HedgeConfig) -> float:
     """Expected reclaims per instance-hour in pool `v` now."""
-    if v.up_since is not None:
-        age_h = max(0.0, now - v.up_since) / 3600
-        h = cfg.lomax_alpha / (cfg.lomax_beta_h + age_h)
-    else:
-        h = cfg.lomax_alpha / cfg.lomax_beta_h
-    if v.score is not None and v.score.exposure_h > 0:
-        h = (h + v.score.hazard_per_h) / 2
-    h += cfg.recent_reclaim_hazard * v.recent_reclaims
-    return h + (cfg.full_pool_hazard if v.available == 0 else 0.0)
+    return sum(hazard_terms(v, now, cfg).values())
+
+
+def cold_start_s(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> float:
+    """The slowest cold start among the spot pools that say (configured or measured),
+    else the configured default: plan for the replacement that takes longest."""
+    known = [v.cold_start_s for v in snapshot.usable(spot=True) if v.cold_start_s is not None]
+    return max(known) if known else cfg.cold_start_s
+
+
+def notice_s(snapshot: PartitionSnapshot) -> float:
+    """The reclaim notice every spot pool guarantees (the least of them)."""
+    return min((v.notice_s for v in snapshot.usable(spot=True)), default=0.0)
 
 
 @dataclass(slots=True)
@@ -92,26 +129,21 @@ class _Tally:
 
     spot_held: Counter[PoolId]  # live spot per pool
     guaranteed_held: Counter[PoolId]
-    spot_live: int = 0
     spot_booting_units: int = 0
     spot_ready_units: int = 0
-    ready_at: list[float] | None = None  # of ready spot
 
 
 def _tally(snapshot: PartitionSnapshot) -> _Tally:
     # Comprehensions and Counter's C loop: a partition may hold tens of thousands.
-    spot, ready, now = CapacityClass.SPOT, State.READY, snapshot.now
+    spot, ready = CapacityClass.SPOT, State.READY
     live = [i for i in snapshot.instances if i.state in LIVE]
     spot_live = [i for i in live if i.capacity_class is spot]
-    ready_spot = [i for i in spot_live if i.state is ready]
-    ready_units = sum(i.units for i in ready_spot)
+    ready_units = sum(i.units for i in spot_live if i.state is ready)
     return _Tally(
         spot_held=Counter([i.pool for i in spot_live]),
         guaranteed_held=Counter([i.pool for i in live if i.capacity_class is not spot]),
-        spot_live=len(spot_live),
         spot_booting_units=sum(i.units for i in spot_live) - ready_units,
         spot_ready_units=ready_units,
-        ready_at=[now if i.ready_at is None else i.ready_at for i in ready_spot],
     )
 
 
@@ -121,16 +153,19 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     spot_views = snapshot.usable(spot=True)
     tally = _tally(snapshot)
     held = tally.spot_held
-    own = {v.pool.id: hazard_per_h(v, now, cfg) for v in spot_views}
+    terms = {v.pool.id: hazard_terms(v, now, cfg) for v in spot_views}
+    own = {p: sum(t.values()) for p, t in terms.items()}
     storm = cfg.region_reclaim_hazard * sum(v.recent_reclaims for v in spot_views)
     hazard = {p: h + storm for p, h in own.items()}
+    cold_s, notice = cold_start_s(snapshot, cfg), notice_s(snapshot)
     targets = _place(demand.wanted_units, spot_views, held, hazard, cfg)
     notes: list[str] = []
-    spare = _spare(targets, hazard, snapshot, cfg)
-    if cfg.boot_spare and tally.spot_ready_units < demand.wanted_units:
+    spare = _spare(targets, hazard, cold_s, notice, cfg)
+    booting = cfg.boot_spare and tally.spot_ready_units < demand.wanted_units
+    if booting:
         spare = min(cfg.max_spare, max(spare, 1))  # replicas still booting: one more races them
     spare = min(spare, max(0, demand.max_units - demand.wanted_units))  # never past max
-    hedge_g = 0
+    spot_spare = hedge_g = 0
     if spare:
         spread = _place(demand.wanted_units + spare, spot_views, held, hazard, cfg)
         # A spare in a pool that already holds replicas falls with them: where spot
@@ -141,11 +176,29 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
             targets = spread
         elif spot_spare:
             targets = _place(demand.wanted_units + spot_spare, spot_views, held, hazard, cfg)
-        # A storm elsewhere buys spare spot, not guaranteed capacity.
-        hedge_g = min(spare - spot_spare, _spare(targets, own, snapshot, cfg))
+        hedge_g = _guaranteed_spare(spare - spot_spare, targets, own, cold_s, notice, cfg, demand)
         notes.append(f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed")
-    guaranteed, gnotes = _floor(snapshot, tally, targets, cfg, hedge_g)
-    return HedgePlan({p: n for p, n in targets.items() if n}, guaranteed, tuple(notes + gnotes))
+    unit = {v.pool.id: v.pool.units_per_instance for v in spot_views}
+    coming = tally.spot_booting_units + sum(
+        max(0, n - held[p]) * unit[p] for p, n in targets.items()
+    )
+    g = arbitrate(snapshot, cfg.arbiter, arriving_units=coming, extra_units=hedge_g)
+    reasons = _reasons(snapshot, targets, g.targets, tally, terms, storm, cfg)
+    plan_terms = {
+        "cold_start_s": cold_s,
+        "notice_s": notice,
+        "storm_per_h": storm,
+        "spare": float(spare),
+        "spare_spot": float(spot_spare),
+        "spare_guaranteed": float(hedge_g),
+        "boot_spare": 1.0 if booting else 0.0,
+        "ready_spot_units": float(tally.spot_ready_units),
+        "arriving_spot_units": float(coming),
+        "floor_need_units": float(g.need_units),
+        "floor_short_units": float(g.short_units),
+    }
+    spot = {p: n for p, n in targets.items() if n}
+    return HedgePlan(spot, g.targets, tuple(notes) + g.notes, reasons, plan_terms)
 
 
 def _place(
@@ -161,7 +214,7 @@ def _place(
     slots = [
         Slot(
             v.pool.id,
-            hazard[v.pool.id] + cfg.price_weight * (v.price / cheapest - 1),
+            hazard[v.pool.id] + _price_term(v, cheapest, cfg),
             held[v.pool.id],
             held[v.pool.id] + (0 if v.excluded else v.available),
         )
@@ -170,57 +223,95 @@ def _place(
     return place(slots, want, cfg.crowding_per_h, cfg.stickiness_per_h)
 
 
+def _price_term(v: PoolView, cheapest: float, cfg: HedgeConfig) -> float:
+    return cfg.price_weight * (v.price / cheapest - 1)
+
+
+def _expected_loss(
+    targets: Mapping[PoolId, int], hazard: Mapping[PoolId, float], cold_s: float, notice: float
+) -> float:
+    """Replicas expected lost within one cold start that no notice covers."""
+    if notice >= cold_s:
+        return 0.0  # replacements start at the notice and serve in time
+    window_h = (cold_s - notice) / 3600
+    # A pool's reclaim takes all it holds: expected replicas lost = sum n_p * P(pool drops).
+    return sum(n * (1 - math.exp(-hazard[p] * window_h)) for p, n in targets.items() if n)
+
+
 def _spare(
     targets: Mapping[PoolId, int],
     hazard: Mapping[PoolId, float],
-    snapshot: PartitionSnapshot,
+    cold_s: float,
+    notice: float,
     cfg: HedgeConfig,
 ) -> int:
     """Spare replicas for the reclaims expected within one cold start."""
-    notice = min((v.notice_s for v in snapshot.pools.values() if v.pool.is_spot), default=0.0)
-    if notice >= cfg.cold_start_s:
-        return 0  # replacements start at the notice and serve in time
-    window_h = (cfg.cold_start_s - notice) / 3600
-    # A pool's reclaim takes all it holds: expected replicas lost = sum n_p * P(pool drops).
-    expected = sum(n * (1 - math.exp(-hazard[p] * window_h)) for p, n in targets.items() if n)
+    expected = _expected_loss(targets, hazard, cold_s, notice)
     return min(cfg.max_spare, math.floor(expected / cfg.spare_threshold))
 
 
-def _floor(
-    snapshot: PartitionSnapshot,
-    tally: _Tally,
-    spot_targets: Mapping[PoolId, int],
+def _guaranteed_spare(
+    unplaced: int,
+    targets: Mapping[PoolId, int],
+    own: Mapping[PoolId, float],
+    cold_s: float,
+    notice: float,
     cfg: HedgeConfig,
-    hedge_units: int = 0,
-) -> tuple[dict[PoolId, int], list[str]]:
-    now = snapshot.now
-    g_views = sorted(
-        (v for v in snapshot.usable(spot=False) if not v.excluded),
-        key=lambda v: (v.price, v.pool.id),
+    demand: Demand,
+) -> int:
+    """Of the spares spot cannot spread, those worth guaranteed capacity: only when the
+    pools' own hazard (not a storm elsewhere, not boots to race) puts the floor itself
+    at stake, i.e. the replicas expected lost within a cold start exceed the margin
+    between what is wanted and the floor. With a margin, a reclaim costs target, not
+    floor, and spot alone is replaced: guaranteed capacity bought for it would be
+    created and drained again while nothing else changed."""
+    if unplaced <= 0:
+        return 0
+    expected = _expected_loss(targets, own, cold_s, notice)
+    if expected <= demand.wanted_units - demand.floor_units:
+        return 0
+    return min(unplaced, cfg.max_spare, math.floor(expected / cfg.spare_threshold))
+
+
+def _reasons(
+    snapshot: PartitionSnapshot,
+    spot: Mapping[PoolId, int],
+    guaranteed: Mapping[PoolId, int],
+    tally: _Tally,
+    terms: Mapping[PoolId, dict[str, float]],
+    storm: float,
+    cfg: HedgeConfig,
+) -> dict[PoolId, PoolReason]:
+    """Per pool, what the planner weighed (per hour) and what it decided."""
+    views = snapshot.usable(spot=True)
+    cheapest = min((v.price for v in views if v.price > 0), default=1.0)
+    out: dict[PoolId, PoolReason] = {}
+    for v in views:
+        p = v.pool.id
+        n, have = spot.get(p, 0), tally.spot_held[p]
+        weighed = dict(terms[p])
+        weighed["storm"] = storm
+        weighed["price"] = _price_term(v, cheapest, cfg)
+        # What the last replica placed there paid for sharing the pool, and what the
+        # replicas already there saved by staying.
+        weighed["crowding"] = cfg.crowding_per_h * max(0, n - 1)
+        weighed["stickiness"] = -cfg.stickiness_per_h * min(n, have)
+        out[p] = PoolReason(n, have, v.available, v.price, weighed, _flags(v))
+    for v in snapshot.usable(spot=False):
+        p = v.pool.id
+        out[p] = PoolReason(
+            guaranteed.get(p, 0), tally.guaranteed_held[p], v.available, v.price, {}, _flags(v)
+        )
+    return out
+
+
+def _flags(v: PoolView) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, on in (
+            ("excluded", v.excluded),
+            ("degraded", v.degraded),
+            ("no room", v.available == 0),
+        )
+        if on
     )
-    held_g = tally.guaranteed_held
-    if not g_views:
-        return dict(held_g), ["no guaranteed pool"]
-    floor = snapshot.demand.floor_units
-    # Noticed spot still serves, but is gone before anything launched now is ready:
-    # only READY spot counts. Spot launched this cycle arrives with guaranteed launched now.
-    coming = tally.spot_booting_units + max(0, sum(spot_targets.values()) - tally.spot_live)
-    gap = max(0, floor - tally.spot_ready_units - coming) + hedge_units
-    have = sum(held_g.values())
-    notes: list[str] = []
-    if gap > have:
-        g = g_views[0]
-        targets = dict(held_g)
-        targets[g.pool.id] = targets.get(g.pool.id, 0) + (gap - have)
-        notes.append(f"floor: {gap - have} guaranteed for spot that cannot arrive in time")
-        return targets, notes
-    settled = now - cfg.release_after_s
-    stable = sum(1 for t in tally.ready_at or () if t <= settled)
-    keep = max(gap, min(have, max(0, floor - stable)))
-    release = min(have - keep, cfg.max_release_per_cycle)
-    targets = dict(held_g)
-    for v in reversed(g_views):  # the dearest first
-        while release and targets.get(v.pool.id, 0):
-            targets[v.pool.id] -= 1
-            release -= 1
-    return {p: n for p, n in targets.items() if n}, notes

@@ -9,13 +9,59 @@ from sco.domain.pools import PoolId
 
 
 @dataclass(frozen=True, slots=True)
+class PoolReason:
+    """Why a plan holds what it holds in one pool, as Nova's weighers log their weights.
+
+    `terms` are what the planner weighed, per instance-hour (hazard terms, price,
+    crowding, stickiness): the pool's marginal cost is their sum. `flags` name what
+    kept the pool out of placement (excluded, degraded, no room).
+    """
+
+    target: int
+    held: int
+    available: int
+    price_per_h: float
+    terms: Mapping[str, float] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "target": self.target,
+            "held": self.held,
+            "available": self.available,
+            "price_per_h": self.price_per_h,
+            "terms": dict(self.terms),
+            "flags": list(self.flags),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> PoolReason:
+        terms = doc.get("terms") or {}
+        flags = doc.get("flags") or []
+        assert isinstance(terms, dict) and isinstance(flags, list)
+        return cls(
+            target=int(str(doc["target"])),
+            held=int(str(doc["held"])),
+            available=int(str(doc["available"])),
+            price_per_h=float(str(doc["price_per_h"])),
+            terms={str(k): float(v) for k, v in terms.items()},
+            flags=tuple(str(f) for f in flags),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
+    """`pools` and `terms` explain the generation: per pool what was weighed, and the
+    partition's own figures (spare, floor need, cold start, notice)."""
+
     partition: str
     generation: int
     created_at: float
     spot: Mapping[PoolId, int]
     guaranteed: Mapping[PoolId, int]
     notes: tuple[str, ...] = field(default=())
+    pools: Mapping[PoolId, PoolReason] = field(default_factory=dict)
+    terms: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for pool, n in {**self.spot, **self.guaranteed}.items():

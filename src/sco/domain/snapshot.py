@@ -34,6 +34,8 @@ class PoolView:
     # from its headroom history; None when unknown. Hazard falls with this age.
     up_since: float | None = None
     notice_s: float = 0.0  # the reclaim notice this pool's provider guarantees (contract)
+    cold_start_s: float | None = None  # create to ready here: configured, or measured; None
+    # when neither is known
     score: PoolScore | None = None  # the scorer's latest word on this pool, if any yet
     version: int = 0
     available: int = field(init=False, compare=False)  # headroom less reservations, >= 0

@@ -430,6 +430,7 @@ class _Window:
                 up_since=self.capacity.zones[k].up_since(t),
                 score=self.scores.get(pool.id),
                 notice_s=self.cfg.notice_s,
+                cold_start_s=self.cfg.cold_start_s,
             )
         views[self.od_pool.id] = PoolView(pool=self.od_pool, headroom=UNLIMITED)
         return PartitionSnapshot(

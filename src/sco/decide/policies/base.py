@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sco.domain.lifecycle import State
+from sco.domain.plans import PoolReason
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PartitionSnapshot, PoolView
 
@@ -24,6 +25,8 @@ class Decision:
     spot: Mapping[PoolId, int]
     guaranteed: Mapping[PoolId, int]
     notes: tuple[str, ...] = ()
+    pools: Mapping[PoolId, PoolReason] = field(default_factory=dict)  # why, pool by pool
+    terms: Mapping[str, float] = field(default_factory=dict)  # the partition's figures
 
 
 class Policy(Protocol):
@@ -50,13 +53,3 @@ def live_by_pool(snapshot: PartitionSnapshot, spot: bool) -> Counter[PoolId]:
 
 def ready_spot_units(snapshot: PartitionSnapshot) -> int:
     return sum(i.units for i in snapshot.instances if i.is_spot and i.state is State.READY)
-
-
-def gap_fallback(snapshot: PartitionSnapshot, spot_ready_units: int, cover_units: int) -> Decision:
-    """Guaranteed instances for the gap between `cover_units` and ready spot."""
-    g = guaranteed_view(snapshot)
-    if g is None:
-        return Decision({}, {}, ("no guaranteed pool",))
-    unit = g.pool.units_per_instance
-    need = max(0, cover_units - spot_ready_units)
-    return Decision({}, {g.pool.id: -(-need // unit)} if need else {})

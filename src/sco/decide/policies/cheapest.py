@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sco.decide.policies.base import Decision, guaranteed_view, live_by_pool, spot_views
+from sco.decide.arbiter import ArbiterConfig, arbitrate
+from sco.decide.policies.base import Decision, live_by_pool, ready_spot_units, spot_views
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PartitionSnapshot
 
@@ -27,7 +28,10 @@ class CheapestPolicy:
             if n > 0:
                 spot[v.pool.id] = n
                 placed += n * v.pool.units_per_instance
-        g = guaranteed_view(snapshot)
-        short = max(0, want - placed)
-        guaranteed = {g.pool.id: -(-short // g.pool.units_per_instance)} if g and short else {}
-        return Decision(spot, guaranteed)
+        # Spot planned counts as arriving: guaranteed covers only what spot cannot hold.
+        arriving = max(0, placed - ready_spot_units(snapshot))
+        g = arbitrate(snapshot, _AT_ONCE, cover_units=want, arriving_units=arriving)
+        return Decision(spot, g.targets, g.notes)
+
+
+_AT_ONCE = ArbiterConfig(release_after_s=0.0, max_release_per_cycle=None)

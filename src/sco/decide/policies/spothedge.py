@@ -6,20 +6,16 @@
   fails; when fewer than two zones remain active, every zone is active again.
 - One spot replica beyond the target is kept (overprovisioning).
 - Dynamic on-demand fallback: on-demand replicas cover the gap between the target
-  and the *ready* spot replicas, and are scaled down as spot becomes ready.
+  and the *ready* spot replicas, and are scaled down as spot becomes ready (the
+  shared floor keeper, `sco.decide.arbiter`, covering the target, releasing at once).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sco.decide.policies.base import (
-    Decision,
-    gap_fallback,
-    live_by_pool,
-    ready_spot_units,
-    spot_views,
-)
+from sco.decide.arbiter import ArbiterConfig, arbitrate
+from sco.decide.policies.base import Decision, live_by_pool, spot_views
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PartitionSnapshot
 
@@ -49,7 +45,11 @@ class SpotHedgePolicy:
         for _ in range(max(0, missing)):
             v = min(active, key=lambda v: (targets.get(v.pool.id, 0), v.pool.id))
             targets[v.pool.id] = targets.get(v.pool.id, 0) + 1
-        fallback = gap_fallback(snapshot, ready_spot_units(snapshot), want)
+        fallback = arbitrate(snapshot, _AT_ONCE, cover_units=want)
         preempted = sorted(self._preempted)
         notes = (f"preempted: {', '.join(preempted)}",) if preempted else ()
-        return Decision(targets, fallback.guaranteed, notes + fallback.notes)
+        return Decision(targets, fallback.targets, notes + fallback.notes)
+
+
+# SpotHedge scales on-demand down as soon as spot is ready.
+_AT_ONCE = ArbiterConfig(release_after_s=0.0, max_release_per_cycle=None)
