@@ -133,9 +133,7 @@ def test_arbiter_counts_units_not_instances() -> None:
     g4a = guaranteed_pool("hall-1", units=4)
     g4b = guaranteed_pool("hall-2", units=4)
     spot = [instance(A) for _ in range(3)]
-    snap = snapshot(
-        [PoolView(A, 0), PoolView(g4a, 5), PoolView(g4b, 5)], spot, want=demand(10, 10)
-    )
+    snap = snapshot([PoolView(A, 0), PoolView(g4a, 5), PoolView(g4b, 5)], spot, want=demand(10, 10))
     g = arbitrate(snap, ArbiterConfig())
     assert g.targets == {g4a.id: 1, g4b.id: 1}
     assert g.need_units == 7

@@ -10,9 +10,10 @@ the gap and gives it back when spot has held long enough. The rule:
   launched now: the hedge planner counts spot already booting).
 - **Growth.** The gap, in units, is covered by whole guaranteed instances
   (`units_per_instance` of each pool), never past `guaranteed_budget_units`
-  (a hard cap: the floor is then reported at risk) and within the pools' room (headroom less everyone's reservations), spread over
-  halls (the hall holding the fewest guaranteed first, then the cheapest
-  pool), so a hall failure does not take the whole fallback.
+  (a hard cap: the floor is then reported at risk) and within the pools'
+  room (headroom less everyone's reservations), spread over halls (the hall
+  holding the fewest guaranteed first, then the cheapest pool), so a hall
+  failure does not take the whole fallback.
 - **Release.** Guaranteed capacity goes back only against spot that has
   been ready for `release_after_s`, at most `max_release_per_cycle`
   instances per cycle, the dearest first, and never below what the floor
@@ -127,9 +128,7 @@ def _grow(
         per_hall[v.pool.hall] += held[v.pool.id]
     remaining, cap = extra_units, cap_units
     while remaining > 0:
-        open_pools = [
-            v for v in pools if room[v.pool.id] > 0 and v.pool.units_per_instance <= cap
-        ]
+        open_pools = [v for v in pools if room[v.pool.id] > 0 and v.pool.units_per_instance <= cap]
         if not open_pools:
             break
         v = min(open_pools, key=lambda v: (per_hall[v.pool.hall], v.price, v.pool.id))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from sco.domain.pools import PoolId
 
@@ -35,17 +36,14 @@ class PoolReason:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> PoolReason:
-        terms = doc.get("terms") or {}
-        flags = doc.get("flags") or []
-        assert isinstance(terms, dict) and isinstance(flags, list)
+    def from_json(cls, doc: Mapping[str, Any]) -> PoolReason:
         return cls(
-            target=int(str(doc["target"])),
-            held=int(str(doc["held"])),
-            available=int(str(doc["available"])),
-            price_per_h=float(str(doc["price_per_h"])),
-            terms={str(k): float(v) for k, v in terms.items()},
-            flags=tuple(str(f) for f in flags),
+            target=int(doc["target"]),
+            held=int(doc["held"]),
+            available=int(doc["available"]),
+            price_per_h=float(doc["price_per_h"]),
+            terms={str(k): float(v) for k, v in (doc.get("terms") or {}).items()},
+            flags=tuple(str(f) for f in doc.get("flags") or ()),
         )
 
 
