@@ -9,7 +9,6 @@ but imports nova once instead of four times (saves ~8 s of CPU).
 
 usage: python nova_db_setup.py CELL0_URL --config-file A [--config-file B ...]
 """
-
 import sys
 import time
 
@@ -23,28 +22,25 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     cell0_url = sys.argv[1]
-    config.parse_args(["nova-manage"] + sys.argv[2:])
-    logging.setup(manage.CONF, "nova")
+    config.parse_args(['nova-manage'] + sys.argv[2:])
+    logging.setup(manage.CONF, 'nova')
     objects.register_all()
     steps = [
-        ("api_db sync", lambda: manage.ApiDbCommands().sync()),
-        (
-            "cell_v2 map_cell0",
-            lambda: manage.CellV2Commands().map_cell0(database_connection=cell0_url),
-        ),
-        (
-            "cell_v2 create_cell --name cell1",
-            lambda: manage.CellV2Commands().create_cell(name="cell1"),
-        ),
-        ("db sync (cell0 + cell1)", lambda: manage.DbCommands().sync()),
+        ('api_db sync', lambda: manage.ApiDbCommands().sync()),
+        ('cell_v2 map_cell0', lambda: manage.CellV2Commands().map_cell0(
+            database_connection=cell0_url)),
+        ('cell_v2 create_cell --name cell1',
+         lambda: manage.CellV2Commands().create_cell(name='cell1')),
+        ('db sync (cell0 + cell1)', lambda: manage.DbCommands().sync()),
     ]
     for name, fn in steps:
         t0 = time.monotonic()
         rc = fn()
-        print("%-34s rc=%s %.1fs" % (name, rc, time.monotonic() - t0), flush=True)
+        print('%-34s rc=%s %.1fs' % (name, rc, time.monotonic() - t0),
+              flush=True)
         if rc not in (None, 0):
-            sys.exit("nova_db_setup: %s failed (rc=%s)" % (name, rc))
+            sys.exit('nova_db_setup: %s failed (rc=%s)' % (name, rc))
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
     main()

@@ -17,25 +17,13 @@ their default policies work unchanged:
 Test use only: there is no authentication at all.
 """
 
-_STRIP = (
-    "HTTP_X_IDENTITY_STATUS",
-    "HTTP_X_SERVICE_IDENTITY_STATUS",
-    "HTTP_X_USER_ID",
-    "HTTP_X_USER_NAME",
-    "HTTP_X_USER",
-    "HTTP_X_PROJECT_ID",
-    "HTTP_X_PROJECT_NAME",
-    "HTTP_X_TENANT_ID",
-    "HTTP_X_TENANT_NAME",
-    "HTTP_X_TENANT",
-    "HTTP_X_ROLES",
-    "HTTP_X_ROLE",
-    "HTTP_X_SERVICE_ROLES",
-    "HTTP_X_USER_DOMAIN_ID",
-    "HTTP_X_PROJECT_DOMAIN_ID",
-    "HTTP_X_SYSTEM_SCOPE",
-    "HTTP_X_IS_ADMIN_PROJECT",
-)
+_STRIP = ('HTTP_X_IDENTITY_STATUS', 'HTTP_X_SERVICE_IDENTITY_STATUS',
+          'HTTP_X_USER_ID', 'HTTP_X_USER_NAME', 'HTTP_X_USER',
+          'HTTP_X_PROJECT_ID', 'HTTP_X_PROJECT_NAME', 'HTTP_X_TENANT_ID',
+          'HTTP_X_TENANT_NAME', 'HTTP_X_TENANT', 'HTTP_X_ROLES', 'HTTP_X_ROLE',
+          'HTTP_X_SERVICE_ROLES', 'HTTP_X_USER_DOMAIN_ID',
+          'HTTP_X_PROJECT_DOMAIN_ID', 'HTTP_X_SYSTEM_SCOPE',
+          'HTTP_X_IS_ADMIN_PROJECT')
 
 
 class NoAuth(object):
@@ -43,34 +31,31 @@ class NoAuth(object):
         self.app = app
 
     def __call__(self, environ, start_response):
-        token = environ.get("HTTP_X_AUTH_TOKEN", "").strip()
-        if not token or token.startswith("invalid"):
+        token = environ.get('HTTP_X_AUTH_TOKEN', '').strip()
+        if not token or token.startswith('invalid'):
             body = b'{"error": "missing X-Auth-Token"}'
-            start_response(
-                "401 Unauthorized",
-                [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
-            )
+            start_response('401 Unauthorized', [
+                ('Content-Type', 'application/json'),
+                ('Content-Length', str(len(body)))])
             return [body]
         for key in _STRIP:
             environ.pop(key, None)
-        user, _, project = token.partition(":")
-        user = user.split("#", 1)[0]
+        user, _, project = token.partition(':')
+        user = user.split('#', 1)[0]
         project = project or user
-        roles = "admin,member,reader" if user == "admin" else "member,reader"
-        environ.update(
-            {
-                "HTTP_X_IDENTITY_STATUS": "Confirmed",
-                "HTTP_X_USER_ID": user,
-                "HTTP_X_USER_NAME": user,
-                "HTTP_X_USER_DOMAIN_ID": "default",
-                "HTTP_X_PROJECT_ID": project,
-                "HTTP_X_TENANT_ID": project,
-                "HTTP_X_PROJECT_NAME": project,
-                "HTTP_X_PROJECT_DOMAIN_ID": "default",
-                "HTTP_X_ROLES": roles,
-                "HTTP_X_IS_ADMIN_PROJECT": "True" if user == "admin" else "False",
-            }
-        )
+        roles = 'admin,member,reader' if user == 'admin' else 'member,reader'
+        environ.update({
+            'HTTP_X_IDENTITY_STATUS': 'Confirmed',
+            'HTTP_X_USER_ID': user,
+            'HTTP_X_USER_NAME': user,
+            'HTTP_X_USER_DOMAIN_ID': 'default',
+            'HTTP_X_PROJECT_ID': project,
+            'HTTP_X_TENANT_ID': project,
+            'HTTP_X_PROJECT_NAME': project,
+            'HTTP_X_PROJECT_DOMAIN_ID': 'default',
+            'HTTP_X_ROLES': roles,
+            'HTTP_X_IS_ADMIN_PROJECT': 'True' if user == 'admin' else 'False',
+        })
         return self.app(environ, start_response)
 
 

@@ -5,7 +5,6 @@ PyMySQL for the host-mapping check. Every wait exits with
   0 ready, 1 timed out, 2 the watched process died
 and says why on stderr.
 """
-
 import argparse
 import json
 import os
@@ -16,7 +15,7 @@ import urllib.request
 
 
 def _log(msg):
-    print("[stackctl] %s" % msg, file=sys.stderr, flush=True)
+    print('[stackctl] %s' % msg, file=sys.stderr, flush=True)
 
 
 def _alive(pid):
@@ -30,14 +29,14 @@ def _alive(pid):
         return True
     # A zombie counts as dead.
     try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
     except OSError:
         return False
 
 
-def http(method, url, token="admin", headers=None, body=None, timeout=10):
-    hdrs = {"X-Auth-Token": token, "Accept": "application/json"}
+def http(method, url, token='admin', headers=None, body=None, timeout=10):
+    hdrs = {'X-Auth-Token': token, 'Accept': 'application/json'}
     hdrs.update(headers or {})
     data = None
     if body is not None:
@@ -45,7 +44,7 @@ def http(method, url, token="admin", headers=None, body=None, timeout=10):
             data = bytes(body)
         else:
             data = json.dumps(body).encode()
-            hdrs.setdefault("Content-Type", "application/json")
+            hdrs.setdefault('Content-Type', 'application/json')
     req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -57,7 +56,7 @@ def http(method, url, token="admin", headers=None, body=None, timeout=10):
     try:
         doc = json.loads(raw) if raw else None
     except ValueError:
-        doc = raw.decode(errors="replace")
+        doc = raw.decode(errors='replace')
     return status, doc
 
 
@@ -68,27 +67,26 @@ def _poll(check, timeout, pids, what, interval=0.25):
     while True:
         for pid in pids:
             if not _alive(pid):
-                _log("%s: process %d died" % (what, pid))
+                _log('%s: process %d died' % (what, pid))
                 return 2
         try:
             ok, last = check()
         except Exception as e:  # connection refused, reset, timeout, ...
-            ok, last = False, "%s: %s" % (type(e).__name__, e)
+            ok, last = False, '%s: %s' % (type(e).__name__, e)
         if ok:
             return 0
         if time.monotonic() > deadline:
-            _log("%s: not ready after %ss (last: %s)" % (what, timeout, last))
+            _log('%s: not ready after %ss (last: %s)' % (what, timeout, last))
             return 1
         time.sleep(interval)
 
 
 def cmd_wait_http(a):
-    hdrs = dict(h.split(":", 1) for h in a.header)
+    hdrs = dict(h.split(':', 1) for h in a.header)
 
     def check():
-        status, doc = http("GET", a.url, token=a.token, headers=hdrs)
-        return status == a.status, "HTTP %s %s" % (status, str(doc)[:200])
-
+        status, doc = http('GET', a.url, token=a.token, headers=hdrs)
+        return status == a.status, 'HTTP %s %s' % (status, str(doc)[:200])
     return _poll(check, a.timeout, a.pid, a.url)
 
 
@@ -96,58 +94,41 @@ def cmd_wait_nova_services(a):
     want = set(a.binary)
 
     def check():
-        status, doc = http(
-            "GET",
-            a.url.rstrip("/") + "/os-services",
-            headers={"OpenStack-API-Version": "compute 2.53"},
-        )
+        status, doc = http('GET', a.url.rstrip('/') + '/os-services',
+                           headers={'OpenStack-API-Version': 'compute 2.53'})
         if status != 200:
-            return False, "HTTP %s %s" % (status, str(doc)[:200])
-        up = {
-            s["binary"] for s in doc["services"] if s["state"] == "up" and s["status"] == "enabled"
-        }
-        return want <= up, "up: %s" % sorted(up)
-
-    return _poll(check, a.timeout, a.pid, "nova services %s" % sorted(want), interval=0.5)
+            return False, 'HTTP %s %s' % (status, str(doc)[:200])
+        up = {s['binary'] for s in doc['services']
+              if s['state'] == 'up' and s['status'] == 'enabled'}
+        return want <= up, 'up: %s' % sorted(up)
+    return _poll(check, a.timeout, a.pid, 'nova services %s' % sorted(want),
+                 interval=0.5)
 
 
 def cmd_create_image(a):
-    base = a.url.rstrip("/")
-    status, doc = http("GET", base + "/v2/images?name=" + a.name)
-    if status == 200 and doc["images"]:
-        print(doc["images"][0]["id"])
+    base = a.url.rstrip('/')
+    status, doc = http('GET', base + '/v2/images?name=' + a.name)
+    if status == 200 and doc['images']:
+        print(doc['images'][0]['id'])
         return 0
-    status, doc = http(
-        "POST",
-        base + "/v2/images",
-        body={
-            "name": a.name,
-            "disk_format": "raw",
-            "container_format": "bare",
-            "visibility": "public",
-            "min_disk": 0,
-            "min_ram": 0,
-        },
-    )
+    status, doc = http('POST', base + '/v2/images', body={
+        'name': a.name, 'disk_format': 'raw', 'container_format': 'bare',
+        'visibility': 'public', 'min_disk': 0, 'min_ram': 0})
     if status != 201:
-        _log("image create: HTTP %s %s" % (status, doc))
+        _log('image create: HTTP %s %s' % (status, doc))
         return 1
-    image_id = doc["id"]
-    status, doc = http(
-        "PUT",
-        "%s/v2/images/%s/file" % (base, image_id),
-        headers={"Content-Type": "application/octet-stream"},
-        body=a.data.encode(),
-    )
+    image_id = doc['id']
+    status, doc = http('PUT', '%s/v2/images/%s/file' % (base, image_id),
+                       headers={'Content-Type': 'application/octet-stream'},
+                       body=a.data.encode())
     if status != 204:
-        _log("image upload: HTTP %s %s" % (status, doc))
+        _log('image upload: HTTP %s %s' % (status, doc))
         return 1
 
     def check():
-        st, d = http("GET", "%s/v2/images/%s" % (base, image_id))
-        return st == 200 and d.get("status") == "active", d
-
-    rc = _poll(check, 30, [], "image %s active" % a.name)
+        st, d = http('GET', '%s/v2/images/%s' % (base, image_id))
+        return st == 200 and d.get('status') == 'active', d
+    rc = _poll(check, 30, [], 'image %s active' % a.name)
     if rc == 0:
         print(image_id)
     return rc
@@ -158,60 +139,55 @@ def cmd_wait_compute(a):
     in Placement and the host is mapped to a cell in the API DB."""
     import pymysql
 
-    base = a.placement.rstrip("/")
-    pv = {"OpenStack-API-Version": "placement 1.39"}
+    base = a.placement.rstrip('/')
+    pv = {'OpenStack-API-Version': 'placement 1.39'}
     want_traits = set(a.trait)
     state = {}
 
     def rp_ready():
-        st, d = http("GET", "%s/resource_providers?name=%s" % (base, a.host), headers=pv)
-        if st != 200 or not d["resource_providers"]:
-            return False, "no resource provider named %s yet" % a.host
-        uuid = d["resource_providers"][0]["uuid"]
-        st, inv = http("GET", "%s/resource_providers/%s/inventories" % (base, uuid), headers=pv)
-        invs = inv["inventories"] if st == 200 else {}
-        if "VCPU" not in invs:
-            return False, "no VCPU inventory yet"
+        st, d = http('GET', '%s/resource_providers?name=%s' % (base, a.host),
+                     headers=pv)
+        if st != 200 or not d['resource_providers']:
+            return False, 'no resource provider named %s yet' % a.host
+        uuid = d['resource_providers'][0]['uuid']
+        st, inv = http('GET', '%s/resource_providers/%s/inventories'
+                       % (base, uuid), headers=pv)
+        invs = inv['inventories'] if st == 200 else {}
+        if 'VCPU' not in invs:
+            return False, 'no VCPU inventory yet'
         if a.spot > 0:
-            slot = invs.get("CUSTOM_SPOT_SLOT", {}).get("total")
+            slot = invs.get('CUSTOM_SPOT_SLOT', {}).get('total')
             if slot != a.spot:
-                return False, "CUSTOM_SPOT_SLOT total=%s" % slot
-        st, tr = http("GET", "%s/resource_providers/%s/traits" % (base, uuid), headers=pv)
-        have = set(tr["traits"]) if st == 200 else set()
+                return False, 'CUSTOM_SPOT_SLOT total=%s' % slot
+        st, tr = http('GET', '%s/resource_providers/%s/traits'
+                      % (base, uuid), headers=pv)
+        have = set(tr['traits']) if st == 200 else set()
         if not want_traits <= have:
-            return False, "traits %s" % sorted(have)
-        state["uuid"] = uuid
+            return False, 'traits %s' % sorted(have)
+        state['uuid'] = uuid
         return True, uuid
 
-    rc = _poll(rp_ready, a.timeout, a.pid, "resource provider %s" % a.host)
+    rc = _poll(rp_ready, a.timeout, a.pid, 'resource provider %s' % a.host)
     if rc:
         return rc
 
     def mapped():
-        conn = pymysql.connect(
-            host="127.0.0.1",
-            port=a.db_port,
-            user=a.db_user,
-            password=a.db_password,
-            database="nova_api",
-            connect_timeout=5,
-        )
+        conn = pymysql.connect(host='127.0.0.1', port=a.db_port,
+                               user=a.db_user, password=a.db_password,
+                               database='nova_api', connect_timeout=5)
         try:
             with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT c.name FROM host_mappings h JOIN "
-                    "cell_mappings c ON h.cell_id = c.id "
-                    "WHERE h.host = %s",
-                    (a.host,),
-                )
+                cur.execute('SELECT c.name FROM host_mappings h JOIN '
+                            'cell_mappings c ON h.cell_id = c.id '
+                            'WHERE h.host = %s', (a.host,))
                 row = cur.fetchone()
         finally:
             conn.close()
         return bool(row), row and row[0]
-
-    rc = _poll(mapped, a.timeout, a.pid, "host mapping for %s" % a.host, interval=0.5)
+    rc = _poll(mapped, a.timeout, a.pid, 'host mapping for %s' % a.host,
+               interval=0.5)
     if rc == 0:
-        print(state["uuid"])
+        print(state['uuid'])
     return rc
 
 
@@ -219,10 +195,9 @@ def cmd_wait_port(a):
     import socket
 
     def check():
-        with socket.create_connection(("127.0.0.1", a.port), timeout=2):
-            return True, "open"
-
-    return _poll(check, a.timeout, a.pid, "port %d" % a.port, interval=0.2)
+        with socket.create_connection(('127.0.0.1', a.port), timeout=2):
+            return True, 'open'
+    return _poll(check, a.timeout, a.pid, 'port %d' % a.port, interval=0.2)
 
 
 def cmd_mysql_init(a):
@@ -233,83 +208,82 @@ def cmd_mysql_init(a):
     conns = []
 
     def check():
-        conns.append(
-            pymysql.connect(unix_socket=a.socket, user="root", connect_timeout=2, autocommit=True)
-        )
-        return True, "connected"
-
-    rc = _poll(check, a.timeout, a.pid, "mariadb socket %s" % a.socket)
+        conns.append(pymysql.connect(unix_socket=a.socket, user='root',
+                                     connect_timeout=2, autocommit=True))
+        return True, 'connected'
+    rc = _poll(check, a.timeout, a.pid, 'mariadb socket %s' % a.socket)
     if rc:
         return rc
     conn = conns[-1]
     with conn.cursor() as cur:
         for db in a.database:
-            cur.execute("CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4" % db)
-        for host in ("127.0.0.1", "localhost"):
-            cur.execute(
-                "CREATE USER IF NOT EXISTS %s@%s IDENTIFIED BY %s", (a.user, host, a.password)
-            )
-            cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@%s", (a.user, host))
+            cur.execute('CREATE DATABASE IF NOT EXISTS `%s` '
+                        'CHARACTER SET utf8mb4' % db)
+        for host in ('127.0.0.1', 'localhost'):
+            cur.execute("CREATE USER IF NOT EXISTS %s@%s IDENTIFIED BY %s",
+                        (a.user, host, a.password))
+            cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@%s",
+                        (a.user, host))
     conn.close()
     return 0
 
 
 def main():
-    p = argparse.ArgumentParser(prog="stackctl")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = argparse.ArgumentParser(prog='stackctl')
+    sub = p.add_subparsers(dest='cmd', required=True)
 
-    w = sub.add_parser("wait-http")
-    w.add_argument("url")
-    w.add_argument("--token", default="admin")
-    w.add_argument("--header", action="append", default=[])
-    w.add_argument("--status", type=int, default=200)
-    w.add_argument("--timeout", type=float, default=60)
-    w.add_argument("--pid", type=int, action="append", default=[])
+    w = sub.add_parser('wait-http')
+    w.add_argument('url')
+    w.add_argument('--token', default='admin')
+    w.add_argument('--header', action='append', default=[])
+    w.add_argument('--status', type=int, default=200)
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
     w.set_defaults(fn=cmd_wait_http)
 
-    w = sub.add_parser("wait-nova-services")
-    w.add_argument("url", help="compute endpoint, .../v2.1")
-    w.add_argument("--binary", action="append", required=True)
-    w.add_argument("--timeout", type=float, default=60)
-    w.add_argument("--pid", type=int, action="append", default=[])
+    w = sub.add_parser('wait-nova-services')
+    w.add_argument('url', help='compute endpoint, .../v2.1')
+    w.add_argument('--binary', action='append', required=True)
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
     w.set_defaults(fn=cmd_wait_nova_services)
 
-    w = sub.add_parser("create-image")
-    w.add_argument("url", help="image endpoint")
-    w.add_argument("name")
-    w.add_argument("--data", default="sco fake image\n")
+    w = sub.add_parser('create-image')
+    w.add_argument('url', help='image endpoint')
+    w.add_argument('name')
+    w.add_argument('--data', default='sco fake image\n')
     w.set_defaults(fn=cmd_create_image)
 
-    w = sub.add_parser("wait-compute")
-    w.add_argument("--placement", required=True)
-    w.add_argument("--host", required=True)
-    w.add_argument("--spot", type=int, default=0)
-    w.add_argument("--trait", action="append", default=[])
-    w.add_argument("--db-port", type=int, required=True)
-    w.add_argument("--db-user", required=True)
-    w.add_argument("--db-password", required=True)
-    w.add_argument("--timeout", type=float, default=90)
-    w.add_argument("--pid", type=int, action="append", default=[])
+    w = sub.add_parser('wait-compute')
+    w.add_argument('--placement', required=True)
+    w.add_argument('--host', required=True)
+    w.add_argument('--spot', type=int, default=0)
+    w.add_argument('--trait', action='append', default=[])
+    w.add_argument('--db-port', type=int, required=True)
+    w.add_argument('--db-user', required=True)
+    w.add_argument('--db-password', required=True)
+    w.add_argument('--timeout', type=float, default=90)
+    w.add_argument('--pid', type=int, action='append', default=[])
     w.set_defaults(fn=cmd_wait_compute)
 
-    w = sub.add_parser("wait-port")
-    w.add_argument("port", type=int)
-    w.add_argument("--timeout", type=float, default=60)
-    w.add_argument("--pid", type=int, action="append", default=[])
+    w = sub.add_parser('wait-port')
+    w.add_argument('port', type=int)
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
     w.set_defaults(fn=cmd_wait_port)
 
-    w = sub.add_parser("mysql-init")
-    w.add_argument("--socket", required=True)
-    w.add_argument("--user", required=True)
-    w.add_argument("--password", required=True)
-    w.add_argument("--database", action="append", default=[])
-    w.add_argument("--timeout", type=float, default=60)
-    w.add_argument("--pid", type=int, action="append", default=[])
+    w = sub.add_parser('mysql-init')
+    w.add_argument('--socket', required=True)
+    w.add_argument('--user', required=True)
+    w.add_argument('--password', required=True)
+    w.add_argument('--database', action='append', default=[])
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
     w.set_defaults(fn=cmd_mysql_init)
 
     a = p.parse_args()
     sys.exit(a.fn(a))
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
     main()

@@ -6,7 +6,6 @@
   service plugin's relationship) are configured up front.
 Config files come from OS_NEUTRON_CONFIG_DIR / OS_NEUTRON_CONFIG_FILES.
 """
-
 import sys
 
 sys.argv = sys.argv[:1]

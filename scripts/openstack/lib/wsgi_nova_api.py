@@ -4,7 +4,6 @@ nova's WSGI init parses sys.argv with oslo.config, so gunicorn's own
 arguments would make it exit; hide them. Config files come from
 OS_NOVA_CONFIG_DIR / OS_NOVA_CONFIG_FILES (api-paste.ini first).
 """
-
 import sys
 
 sys.argv = sys.argv[:1]
