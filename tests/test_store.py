@@ -73,7 +73,7 @@ def test_migrations_run_on_open(db: str) -> None:
         assert {"pools", "instances", "instance_history", "reservations", "plans"} <= tables
         assert {"outbox", "event_log", "consumer_offsets", "dead_letters", "exclusions"} <= tables
         with s.engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
     finally:
         s.close()
 

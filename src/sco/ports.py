@@ -6,7 +6,7 @@ these. Errors are typed by what the caller should do next.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple, Protocol
@@ -89,6 +89,7 @@ class ServerView:
     created_at: float
     notice_deadline: float | None = None  # set when the provider announced a reclaim
     fault: str = ""
+    active_at: float | None = None  # when it became ACTIVE, by the provider's own clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,7 @@ class Provider(Protocol):
 class NodeView:
     joined: bool
     drained: bool
+    joined_at: float | None = None  # when it joined, by the scheduler's (or provider's) clock
 
 
 class SchedulerCluster(Protocol):
@@ -353,8 +355,16 @@ class FleetStore(Protocol):
         ...
 
     def emit(self, events: Sequence[LifecycleEvent]) -> None:
-        """Put events with no state change of their own (pool signals) in the outbox."""
+        """Put events with no state change of their own (pool signals) in the outbox;
+        an event id already there is skipped."""
         ...
+
+    def relay_outbox(self, append: Callable[[list[LifecycleEvent]], None], limit: int) -> int:
+        """Hand the oldest outbox events to `append`, then drop them, atomically with
+        respect to other relays; returns how many."""
+        ...
+
+    def outbox_size(self) -> int: ...
 
     # --- signals shared by every controller
 
@@ -373,6 +383,34 @@ class FleetStore(Protocol):
         ...
 
     def latest_scores(self) -> dict[PoolId, PoolScore]: ...
+
+    def signal_stamp(self) -> tuple[int, int, float, int]:
+        """Moves when an exclusion, a score generation, a pool age or an intent is
+        written: (exclusions' versions, latest score generation, ages digest, intents
+        digest)."""
+        ...
+
+    def reclaims_since(self, since: float) -> list[tuple[PoolId, str, float]]:
+        """(pool, instance, at) of the reclaims recorded at or after `since`."""
+        ...
+
+    # --- pool ages: since when each pool has had capacity
+
+    def pool_ages(self) -> dict[PoolId, float | None]: ...
+
+    def set_pool_age(self, pool: PoolId, up_since: float | None) -> bool:
+        """Set it only if that changes whether the pool has capacity; True if written."""
+        ...
+
+    def live_per_pool(self) -> dict[PoolId, int]: ...
+
+    # --- what operators ask of partitions
+
+    def intents(self) -> dict[str, str]: ...
+
+    def put_intent(self, partition: str, intent: str, at: float, by: str) -> None: ...
+
+    def drop_intent(self, partition: str) -> bool: ...
 
 
 class LogRecord(NamedTuple):

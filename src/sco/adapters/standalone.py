@@ -33,7 +33,9 @@ class ServersAsNodes:
             self._drained = {s for s in self._drained if s in live or s not in drained}
         return {
             v.server_id: NodeView(
-                joined=v.status is ServerStatus.ACTIVE, drained=v.server_id in drained
+                joined=v.status is ServerStatus.ACTIVE,
+                drained=v.server_id in drained,
+                joined_at=v.active_at,
             )
             for v in views
         }

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 import tempfile
 import time
@@ -26,7 +25,10 @@ from sco.adapters.demandfile.intake import DemandFileError
 from sco.adapters.sim.region import SimConfig
 from sco.adapters.sim.traces import TraceError, load_traces
 from sco.adapters.sqlstate.store import sqlite_url
-from sco.decide.policies import POLICIES, UnknownPolicy, policy_named
+from sco.apps.common import EXIT_BAD_INPUT, BadInput, parse_duration, state_url
+from sco.apps.common import console as make_console
+from sco.apps.control import COMMANDS
+from sco.decide.policies import POLICIES, UnknownPolicy
 from sco.runtime.accounting import PartitionMetrics
 from sco.runtime.evaluation import (
     Capacity,
@@ -43,25 +45,10 @@ from sco.runtime.simulation import (
     SimulationSpec,
 )
 
-EXIT_BAD_INPUT = 2
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
 
 def bundled(*parts: str) -> Path:
     """A path inside the installed package's data folder."""
     return Path(str(resources.files("sco").joinpath("data", *parts)))
-
-
-def parse_duration(text: str, option: str) -> float:
-    m = _DURATION.match(text)
-    if not m:
-        raise click.UsageError(f"{option}: {text!r} is not a duration like 90s, 30m, 12h or 7d")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
-
-
-class BadInput(click.ClickException):
-    exit_code = EXIT_BAD_INPUT
 
 
 @contextmanager
@@ -121,7 +108,7 @@ def demo(out: Path | None, days: float | None, history: str | None) -> None:
     )
     with _input_errors():
         sim = Simulation.build(spec)
-    console = _console(stderr=False)
+    console = make_console(stderr=False)
     console.print(
         f"[bold]sco demo[/]: {len(list(sim.demand.partitions()))} partitions on "
         f"{len(sim.traces.series)} spot pools from {spec.traces.name}, "
@@ -256,7 +243,7 @@ def simulate(
             history_dsn=history,
         )
         sim = Simulation.build(spec)
-    console = _console(stderr=as_json)
+    console = make_console(stderr=as_json)
     if state is None:
         with tempfile.TemporaryDirectory(prefix="sco-sim-") as tmp:
             result = _run(sim, Path(tmp) / "state.db", quiet=as_json)
@@ -328,7 +315,7 @@ def evaluate(
         sets += [Capacity.of(t.name, load_traces(t)) for t in traces]
         for c in sets:
             window_starts(c, cfg)  # every trace long enough, before any work
-    console = _console(stderr=as_json)
+    console = make_console(stderr=as_json)
     results: dict[str, dict[str, dict[str, float]]] = {}
     wall0 = time.perf_counter()
     for c in sets:
@@ -401,128 +388,11 @@ def pools(state: str, as_json: bool) -> None:
     from sco.apps.pools import PoolRow, load_rows, render
 
     with _input_errors():
-        rows: list[PoolRow] = load_rows(_state_url(state))
+        rows: list[PoolRow] = load_rows(state_url(state))
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], sort_keys=True))
     else:
-        render(_console(stderr=False), rows)
-
-
-@cli.command()
-@click.option(
-    "--provider",
-    type=click.Choice(["openstack"]),
-    default="openstack",
-    show_default=True,
-    help="Where servers come from.",
-)
-@click.option("--cloud", required=True, help="Cloud name in clouds.yaml.")
-@click.option(
-    "--region",
-    "region_file",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Region file: pools (hall, flavor, class, price), image, network.",
-)
-@click.option(
-    "--demand",
-    "demand_file",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Demand file: partitions and their target, floor and max units.",
-)
-@click.option(
-    "--state",
-    default="sco-state.sqlite",
-    show_default=True,
-    help="Fleet state: a SQLite file or a database URL.",
-)
-@click.option("--policy", default="sco", show_default=True, help="Placement policy by name.")
-@click.option("--interval", default="15s", show_default=True, help="Time between cycles.")
-@click.option("--cycles", type=int, default=None, help="Stop after this many rounds.")
-@click.option(
-    "--replica",
-    default=None,
-    help="This process's name among replicas sharing --state (default: host-pid-random).",
-)
-@click.option("--lease-ttl", default="15s", show_default=True, help="Partition lease time to live.")
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(1, 65535),
-    default=None,
-    help="Serve Prometheus metrics on this port (/metrics).",
-)
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="One round that prints what would be created and deleted, and why; acts on nothing.",
-)
-def run(
-    provider: str,
-    cloud: str,
-    region_file: Path,
-    demand_file: Path,
-    state: str,
-    policy: str,
-    interval: str,
-    cycles: int | None,
-    replica: str | None,
-    lease_ttl: str,
-    metrics_port: int | None,
-    dry_run: bool,
-) -> None:
-    """Run the controllers against a real cloud, until stopped (SIGTERM/SIGINT).
-
-    Several processes may share one --state database: each holds the leases of
-    a fair share of the partitions and takes over those of a replica that dies."""
-    from sco.apps.run import StartError, run_controllers, start_openstack
-
-    interval_s = parse_duration(interval, "--interval")
-    lease_ttl_s = parse_duration(lease_ttl, "--lease-ttl")
-    if lease_ttl_s < 3:
-        raise BadInput("--lease-ttl: must be at least 3s")
-    if cycles is not None and cycles < 1:
-        raise BadInput("--cycles: must be >= 1")
-    with _input_errors():
-        policy_named(policy)
-        if not demand_file.is_file():
-            raise BadInput(f"--demand: {demand_file}: no such file")
-        try:
-            live = {"openstack": start_openstack}[provider](region_file, cloud)
-        except StartError as e:
-            raise BadInput(str(e)) from None
-        state_url = state if "://" in state else sqlite_url(Path(state))
-        try:
-            rounds = run_controllers(
-                live,
-                demand_file,
-                state_url,
-                policy,
-                interval_s,
-                cycles,
-                dry_run,
-                replica,
-                lease_ttl_s,
-                metrics_port,
-            )
-        except StartError as e:
-            raise BadInput(str(e)) from None
-    click.echo(f"sco run: {rounds} rounds", err=True)
-
-
-def _state_url(state: str) -> str:
-    if "://" in state:
-        return state
-    path = Path(state)
-    if not path.is_file():
-        raise BadInput(f"--state: {state}: no such file")
-    return sqlite_url(path)
-
-
-def _console(stderr: bool) -> Console:
-    """Rich output; wide enough for the summary table when not on a terminal (logs, CI)."""
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 132)
+        render(make_console(stderr=False), rows)
 
 
 def _run(sim: Simulation, state_path: Path, quiet: bool) -> SimulationResult:
@@ -607,6 +477,10 @@ def _row(m: PartitionMetrics) -> list[str]:
         _pct(m.guaranteed_share),
         replace,
     ]
+
+
+for _command in COMMANDS:
+    cli.add_command(_command)
 
 
 def main() -> None:

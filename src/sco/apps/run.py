@@ -2,31 +2,30 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
-import signal
 import socket
 import tempfile
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-from prometheus_client import start_http_server
-from sqlalchemy.exc import OperationalError
 
-from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sqlstate.store import SqlFleetStore
-from sco.decide.policies import policy_named
+from sco.apps.process import process
+from sco.apps.settings import Settings
+from sco.apps.wiring import StartError, demand, open_events, open_leases, open_store, require
+from sco.decide.policies import Policy, ScoPolicy, policy_named
 from sco.ports import ProviderError
 from sco.runtime.clock import SystemClock
+from sco.runtime.controller import CycleReport
 from sco.runtime.dryrun import DryRunProvider, Intent
 from sco.runtime.metrics import PlacementMetrics
-from sco.runtime.realtime import RealtimeRunner, RoundReport, summary
+from sco.runtime.pump import SignalPump
+from sco.runtime.realtime import RealtimeRunner, line, summary
 
-
-class StartError(Exception):
-    """Something named on the command line cannot be used; exit 2."""
+log = logging.getLogger(__name__)
 
 
 def start_openstack(region_file: Path, cloud: str) -> Any:
@@ -38,7 +37,7 @@ def start_openstack(region_file: Path, cloud: str) -> Any:
     try:
         region = load_region(region_file)
     except RegionFileError as e:
-        raise StartError(f"--region: {e}") from None
+        raise StartError(f"provider.region_file: {e}") from None
     provider = open_provider(region, cloud, SystemClock())
     try:
         provider.discover()
@@ -50,88 +49,134 @@ def start_openstack(region_file: Path, cloud: str) -> Any:
     return provider
 
 
+def policy_factory(settings: Settings) -> Callable[[], Policy]:
+    """A new policy per partition (baselines remember what they saw); the `sco`
+    policy with the configured hedge."""
+    name = settings.policy.name
+    policy_named(name)  # an unknown name fails here, before anything connects
+    if name == "sco":
+        return lambda: ScoPolicy(settings.policy.hedge)
+    return lambda: policy_named(name)
+
+
 def run_controllers(
-    provider: Any,
-    demand_file: Path,
-    state_url: str | None,
-    policy: str,
-    interval_s: float,
-    rounds: int | None,
-    dry_run: bool,
+    settings: Settings,
+    *,
     replica: str | None = None,
-    lease_ttl_s: float = 15.0,
-    metrics_port: int | None = None,
+    cycles: int | None = None,
+    dry_run: bool = False,
+    verbose: int = 0,
 ) -> int:
     """The controllers until stopped. With a database shared by several `sco run`
-    processes, each holds the leases of some partitions (`replica` names this one;
-    it must be unique per process). A dry run takes no lease."""
-    from sco.adapters.standalone import ServersAsNodes
-
+    processes, each leads some partitions (`replica` names this one; it must be unique
+    per process). A dry run takes no lease and acts on nothing. Returns the cycles run."""
+    require(settings, "provider.cloud", "provider.region_file", partitions=True)
+    policy = policy_factory(settings)
+    region_file, cloud = settings.provider.region_file, settings.provider.cloud
+    assert region_file is not None
+    assert cloud is not None
+    provider = start_openstack(region_file, cloud)
     clock = SystemClock()
-    policy_named(policy)  # fail on a bad name before connecting anything else
-    demand = FileDemandSource.load(demand_file, provider.region.region, clock.now())
-    acting: Any = DryRunProvider(provider) if dry_run else provider
-    nodes = ServersAsNodes(provider.last_listing)
-    scratch = tempfile.TemporaryDirectory(prefix="sco-dry-run-") if dry_run else None
-    if scratch is not None:
-        state_url = f"sqlite:///{Path(scratch.name) / 'state.sqlite'}"
-    assert state_url is not None
-    store = _open_store(state_url)
-    metrics = PlacementMetrics()
-    if metrics_port is not None and not dry_run:
-        start_http_server(metrics_port, addr="0.0.0.0", registry=metrics.registry)
-        click.echo(f"sco run: metrics on :{metrics_port}/metrics", err=True)
-    stop = threading.Event()
-    _stop_on_signals(stop)
-    provider.start_refresher()
+    partitions = demand(settings, provider.region.region, clock.now())
+    if dry_run:
+        return _dry_run(settings, provider, partitions, policy)
+    store = open_store(settings)
+    events = open_events(settings, store)
+    leases = open_leases(settings, store)
+    name = replica or default_replica_name()
+    done: list[CycleReport] = []
     try:
-        if not dry_run:
-            return _run_replica(
-                provider,
-                nodes,
-                store,
-                demand,
-                policy,
-                interval_s,
-                rounds,
-                stop,
-                replica or default_replica_name(),
-                lease_ttl_s,
-                metrics,
+        with process("run", settings, settings.http.run_port, verbose) as proc:
+            from sco.adapters.standalone import ServersAsNodes
+            from sco.runtime.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
+
+            def on_lease(change: LeaseChange) -> None:
+                if change.event != "renewed":
+                    click.echo(
+                        f"replica {name}: {change.partition} lease {change.event} "
+                        f"(token {change.token})",
+                        err=True,
+                    )
+
+            def on_report(report: CycleReport) -> None:
+                done.append(report)
+                if report.transitions or report.degraded or report.created:
+                    click.echo(line(report), err=True)
+
+            ttl = settings.leases.ttl_s
+            runner = ReplicaRunner(
+                config=ReplicaConfig(name, lease_ttl_s=ttl, act_margin_s=ttl / 3),
+                leases=leases,
+                provider=provider,
+                nodes=ServersAsNodes(provider.last_listing),
+                store=store,
+                demand=partitions,
+                policy=policy,
+                clock=clock,
+                interval_s=settings.policy.interval_s,
+                controller=settings.policy.controller,
+                on_lease=on_lease,
+                metrics=PlacementMetrics(proc.registry),
+                on_report=on_report,
+                pump=lambda wake: SignalPump(
+                    store=store,
+                    provider=provider,
+                    pools=list(provider.pools()),
+                    relay=events.relay,
+                    clock=clock,
+                    on_signals=wake,
+                    registry=proc.registry,
+                ),
+                cycles=cycles,
             )
-        runner = RealtimeRunner(
-            provider=acting,
-            nodes=nodes,
-            store=store,
-            demand=demand,
-            policy=lambda: policy_named(policy),
-            clock=clock,
-            interval_s=interval_s,
-            degraded=provider.degraded,
-        )
-        return runner.run(stop, rounds=1, on_round=_echo_round)  # a dry run looks once
+            proc.checks(live=runner.health, ready=runner.ready)
+            click.echo(
+                f"sco run: replica {name}, {len(runner.partitions)} partitions, "
+                f"events {events.kind}, leases {settings.leases.kind}",
+                err=True,
+            )
+            provider.start_refresher()
+            try:
+                runner.run(proc.stop)
+            finally:
+                runner.shutdown()
     finally:
         provider.stop()
+        events.close()
         store.close()
-        if dry_run:
-            _echo_intents(acting.intents)
-        if scratch is not None:
-            scratch.cleanup()
+    return len(done)
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
-    def handler(signum: int, _frame: object) -> None:
-        click.echo(f"sco run: signal {signum}, stopping after this round", err=True)
-        stop.set()
+def _dry_run(
+    settings: Settings, provider: Any, partitions: Any, policy: Callable[[], Policy]
+) -> int:
+    """One round on a scratch state through a provider that only writes down what it
+    would create and delete; prints that, and the plans' reasons."""
+    from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+    from sco.adapters.standalone import ServersAsNodes
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
-
-
-def _echo_round(report: RoundReport) -> None:
-    for line in summary(report):
-        click.echo(line, err=True)
+    acting = DryRunProvider(provider)
+    with tempfile.TemporaryDirectory(prefix="sco-dry-run-") as scratch:
+        store = SqlFleetStore(sqlite_url(Path(scratch) / "state.sqlite"))
+        try:
+            runner = RealtimeRunner(
+                provider=acting,
+                nodes=ServersAsNodes(provider.last_listing),
+                store=store,
+                demand=partitions,
+                policy=policy,
+                clock=SystemClock(),
+                config=settings.policy.controller,
+                degraded=provider.degraded,
+            )
+            report = runner.round()
+        finally:
+            store.close()
+            provider.stop()
+    for text in summary(report):
+        click.echo(text, err=True)
+    _echo_intents(acting.intents)
+    return 1
 
 
 def _echo_intents(intents: list[Intent]) -> None:
@@ -146,63 +191,3 @@ def default_replica_name() -> str:
     """Unique per process: a restarted process must never pass for its previous self,
     or it would inherit that one's fencing tokens."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def _open_store(url: str) -> SqlFleetStore:
-    try:
-        return SqlFleetStore(url)
-    except OperationalError as e:
-        raise StartError(f"--state: cannot reach the database: {_first_line(e)}") from None
-
-
-def _first_line(e: OperationalError) -> str:
-    return str(e.orig).strip().splitlines()[0] if e.orig else type(e).__name__
-
-
-def _run_replica(
-    provider: Any,
-    nodes: Any,
-    store: SqlFleetStore,
-    demand: FileDemandSource,
-    policy: str,
-    interval_s: float,
-    rounds: int | None,
-    stop: threading.Event,
-    name: str,
-    lease_ttl_s: float,
-    metrics: PlacementMetrics,
-) -> int:
-    from sco.adapters.sqlstate.leases import SqlLeases
-    from sco.runtime.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
-
-    def on_lease(change: LeaseChange) -> None:
-        if change.event != "renewed":
-            click.echo(
-                f"replica {name}: {change.partition} lease {change.event} (token {change.token})",
-                err=True,
-            )
-
-    runner = ReplicaRunner(
-        config=ReplicaConfig(name, lease_ttl_s=lease_ttl_s, act_margin_s=lease_ttl_s / 3),
-        leases=SqlLeases(store.engine),
-        provider=provider,
-        nodes=nodes,
-        store=store,
-        demand=demand,
-        policy=lambda: policy_named(policy),
-        clock=SystemClock(),
-        interval_s=interval_s,
-        on_lease=on_lease,
-        metrics=metrics,
-    )
-    click.echo(f"sco run: replica {name}", err=True)
-    try:
-        return runner.run(
-            stop,
-            rounds=rounds,
-            on_round=lambda reports: _echo_round(
-                RoundReport(0.0, tuple(reports), provider.degraded())
-            ),
-        )
-    finally:
-        runner.shutdown()

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from sco.domain.instances import Instance, expired
 from sco.domain.lifecycle import State, Timeouts, Trigger
@@ -38,30 +39,50 @@ class ActConfig:
             raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")
 
 
+class Reason(StrEnum):
+    """Why an action is taken: the code every create, drain, delete, expiry and close
+    carries into its transition, its log line and the acting metrics."""
+
+    PLAN_WANTS_MORE = "plan_wants_more"  # the plan wants more in a pool than is live there
+    REPLACE_RECLAIMED = "replace_reclaimed"  # the same, to replace what a reclaim took
+    OVER_TARGET = "over_target"  # a pool holds more than the plan wants there
+    RECLAIM_NOTICE = "reclaim_notice"  # the provider announced a reclaim: leave by then
+    NODE_DRAINED = "node_drained"  # the node left its scheduler: its server can go
+    DRAIN_DEADLINE = "drain_deadline"  # the node did not leave in time: the server goes
+    SERVER_FAILED = "server_failed"  # the server errored or was refused
+    TIMED_OUT = "timed_out"  # the state's timeout elapsed
+    NO_SERVER = "no_server"  # a failed record that never had a server: close it
+    HANDBACK = "handback"  # the operator handed the partition back
+
+
 @dataclass(frozen=True, slots=True)
 class Create:
     pool: PoolId
     count: int
+    reason: Reason = Reason.PLAN_WANTS_MORE
 
 
 @dataclass(frozen=True, slots=True)
 class Drain:
     instance_id: str
     drain_by: float
-    reason: str
+    reason: Reason
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Delete:
     instance_id: str
     trigger: Trigger  # DELETE_SENT or DELETE_RESENT
-    reason: str
+    reason: Reason
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Expire:
     instance_id: str
-    reason: str
+    reason: Reason
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +90,8 @@ class Close:
     """A failed record whose server never existed: nothing to delete."""
 
     instance_id: str
-    reason: str
+    reason: Reason
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +112,12 @@ def diff(
     targets: Mapping[PoolId, int],
     cfg: ActConfig,
     drained: Set[str] = frozenset(),
+    removal: Reason = Reason.OVER_TARGET,
 ) -> Actions:
     """What to create, drain, delete, expire and close so instances move toward `targets`.
 
-    `drained` holds the ids of draining instances whose nodes have left.
+    `drained` holds the ids of draining instances whose nodes have left; `removal` is
+    the reason given for taking away what is over target.
     """
     now = snapshot.now
     acts = _Acc()
@@ -104,7 +128,7 @@ def diff(
     for inst in snapshot.instances:
         if inst.id not in handled:
             _leaving(inst, now, drained, acts)
-    _toward_targets(snapshot, targets, cfg, handled, acts)
+    _toward_targets(snapshot, targets, cfg, handled, acts, removal)
     return acts.freeze()
 
 
@@ -132,11 +156,11 @@ def _timed_out(inst: Instance, now: float, timeouts: Timeouts, acts: _Acc) -> bo
         return False
     why = f"{inst.state} timed out"
     if trigger is Trigger.EXPIRED:
-        acts.expirations.append(Expire(inst.id, why))
+        acts.expirations.append(Expire(inst.id, Reason.TIMED_OUT, why))
     elif inst.state is State.FAILED and inst.server_id is None:
-        acts.closes.append(Close(inst.id, "no server was created"))
+        acts.closes.append(Close(inst.id, Reason.NO_SERVER, "no server was created"))
     else:
-        acts.deletes.append(Delete(inst.id, trigger, why))
+        acts.deletes.append(Delete(inst.id, trigger, Reason.TIMED_OUT, why))
     return True
 
 
@@ -144,17 +168,19 @@ def _leaving(inst: Instance, now: float, drained: Set[str], acts: _Acc) -> None:
     """Instances on their way out: noticed, draining, failed."""
     if inst.state is State.NOTICED:
         drain_by = inst.notice_deadline if inst.notice_deadline is not None else now
-        acts.drains.append(Drain(inst.id, drain_by, "reclaim notice"))
+        acts.drains.append(Drain(inst.id, drain_by, Reason.RECLAIM_NOTICE))
     elif inst.state is State.DRAINING:
         if inst.id in drained:
-            acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, "node drained"))
+            acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, Reason.NODE_DRAINED))
         elif inst.drain_by is not None and now >= inst.drain_by:
-            acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, "drain deadline passed"))
+            acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, Reason.DRAIN_DEADLINE))
     elif inst.state is State.FAILED:
         if inst.server_id is None:
-            acts.closes.append(Close(inst.id, "no server was created"))
+            acts.closes.append(Close(inst.id, Reason.NO_SERVER, "no server was created"))
         else:
-            acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, f"failed: {inst.reason}"))
+            acts.deletes.append(
+                Delete(inst.id, Trigger.DELETE_SENT, Reason.SERVER_FAILED, inst.reason)
+            )
 
 
 # Cheapest to give up first: not yet a server, then not yet a node, then newest ready.
@@ -167,6 +193,7 @@ def _toward_targets(
     cfg: ActConfig,
     handled: Set[str],
     acts: _Acc,
+    why: Reason,
 ) -> None:
     live: dict[PoolId, list[Instance]] = defaultdict(list)
     for inst in snapshot.instances:
@@ -194,6 +221,6 @@ def _toward_targets(
                     if ready_units - inst.units < (keep_for_spot if inst.is_spot else floor):
                         continue  # the floor outranks the plan; spot moves only once replaced
                     ready_units -= inst.units
-                    acts.drains.append(Drain(inst.id, snapshot.now + cfg.drain_s, "over target"))
+                    acts.drains.append(Drain(inst.id, snapshot.now + cfg.drain_s, why))
                 else:
-                    acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, "over target"))
+                    acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, why))

@@ -58,10 +58,14 @@ class Change:
     trigger: Trigger | None  # None for creation; adoption says so in `reason`
     at: float
     reason: str
+    code: str = ""  # the reason code (an action's `Reason`); "" means the trigger's name
 
 
-def step(instance: Instance, trigger: Trigger, at: float, reason: str, **fields: Any) -> Change:
-    """Move `instance` along the edge named by `trigger`, setting `fields` too.
+def step(
+    instance: Instance, trigger: Trigger, at: float, reason: str, *, code: str = "", **fields: Any
+) -> Change:
+    """Move `instance` along the edge named by `trigger`, setting `fields` too; `code` is
+    the reason code recorded with it (default: the trigger's name).
 
     Raises IllegalTransition when the table has no such edge.
     """
@@ -73,12 +77,12 @@ def step(instance: Instance, trigger: Trigger, at: float, reason: str, **fields:
     if to is State.READY and instance.ready_at is None:
         changes["ready_at"] = at
     after = dataclasses.replace(instance, **changes)
-    return Change(before=instance, after=after, trigger=trigger, at=at, reason=reason)
+    return Change(instance, after, trigger, at, reason, code or trigger.value)
 
 
-def created(instance: Instance, reason: str) -> Change:
+def created(instance: Instance, reason: str, code: str = "created") -> Change:
     """The change that brings a new record into fleet state."""
-    return Change(before=None, after=instance, trigger=None, at=instance.created_at, reason=reason)
+    return Change(None, instance, None, instance.created_at, reason, code)
 
 
 def expired(instance: Instance, now: float, timeouts: Timeouts) -> Trigger | None:

@@ -19,6 +19,9 @@ class Pool:
 
     `price_per_h` is the list price per instance-hour; a provider may report a
     different current price (spot prices move), which the snapshot carries.
+    `notice_s` is the reclaim notice the pool's reclaimer promises (0: none);
+    `cold_start_s`, when known, the time from create to a ready node there
+    (otherwise history measures it).
     """
 
     region: str
@@ -28,6 +31,8 @@ class Pool:
     units_per_instance: int
     price_per_h: float
     aggregate: str | None = None
+    notice_s: float = 0.0
+    cold_start_s: float | None = None
     id: PoolId = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -41,6 +46,10 @@ class Pool:
             raise ValueError(f"units_per_instance must be >= 1, got {self.units_per_instance}")
         if self.price_per_h < 0:
             raise ValueError(f"price_per_h must be >= 0, got {self.price_per_h}")
+        if self.notice_s < 0:
+            raise ValueError(f"notice_s must be >= 0, got {self.notice_s}")
+        if self.cold_start_s is not None and self.cold_start_s < 0:
+            raise ValueError(f"cold_start_s must be >= 0, got {self.cold_start_s}")
         parts = [self.region, self.hall, self.flavor]
         if self.aggregate:
             parts.append(self.aggregate)

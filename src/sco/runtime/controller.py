@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from sco.decide.acquirer import ActConfig, Actions, Create, diff
+from sco.decide.acquirer import ActConfig, Actions, Create, Reason, diff
 from sco.decide.policies import Decision, Policy
-from sco.domain.demand import Partition
+from sco.domain.demand import Demand, Partition
 from sco.domain.instances import Change, Instance, created, step
 from sco.domain.lifecycle import HAS_SERVER, State, Trigger
 from sco.domain.plans import Plan
 from sco.domain.pools import CapacityClass, Pool, PoolId
-from sco.domain.signals import ExclusionState
+from sco.domain.signals import ExclusionState, PoolScore
 from sco.domain.snapshot import PartitionSnapshot, PoolView
 from sco.ports import (
     Clock,
@@ -43,7 +45,7 @@ from sco.ports import (
     StateConflict,
 )
 from sco.runtime.clock import IdSource
-from sco.runtime.signals import PoolSignals, ReclaimMemory
+from sco.runtime.signals import FleetSignals
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class ControllerConfig:
     sweep_every_s: float = 600.0  # how often stale reservations are swept
     pool_refresh_s: float = 600.0  # planning may use pool reservation counts this old;
     # a create always re-reads them before it reserves
+    measured_cold_start_n: int = 5  # readies in history before their median is the cold start
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,13 @@ class CycleReport:
     notes: tuple[str, ...] = ()
     placement: Placement | None = None  # None when the cycle could not observe
     ready_delays_s: tuple[float, ...] = ()  # request to ready, of instances ready this cycle
+    acted: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (action, reason): n
+    reclaims: Mapping[tuple[PoolId, str], int] = field(default_factory=dict)  # (pool, kind): n
+    replaced: Mapping[PoolId, int] = field(default_factory=dict)  # replacements created
+    excluded: tuple[PoolId, ...] = ()  # pools this cycle planned as excluded or degraded
+    handback: bool = False  # the partition is being handed back
+    held: int = 0  # live instances after the cycle
+    took_s: float = 0.0  # how long the cycle took (wall time, for metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +123,11 @@ class PartitionController:
         policy: Policy,
         clock: Clock,
         ids: IdSource,
+        signals: FleetSignals | None = None,
         config: ControllerConfig | None = None,
-        reclaims: ReclaimMemory | None = None,
-        signals: PoolSignals | None = None,
     ) -> None:
+        """`signals` are shared by the controllers of one process (default: this
+        controller's own reader of the store's signals)."""
         self.partition = partition
         self.provider = provider
         self.nodes = nodes
@@ -125,9 +136,8 @@ class PartitionController:
         self.policy = policy
         self.clock = clock
         self.ids = ids
+        self.signals = signals or FleetSignals(store, provider.pools())
         self.config = config or ControllerConfig()
-        self.reclaims = reclaims or ReclaimMemory()
-        self.signals = signals or PoolSignals()
         self._pools: dict[PoolId, Pool] = {
             p.id: p for p in provider.pools() if partition.accepts(p.flavor)
         }
@@ -136,15 +146,22 @@ class PartitionController:
         self._plan_loaded = False
         self._open_requests: set[str] = set()
         self._issued: set[str] = set()  # request ids this controller object sent
-        self._ready_delays: list[float] = []
         self._last_sweep = float("-inf")
         self._pool_records: Mapping[PoolId, PoolRecord] = {}
         self._pool_records_at = float("-inf")
+        self._owed = 0  # spot reclaimed and not yet replaced: creates count as replacements
+        self._cycle = _CycleTally()
 
     # ------------------------------------------------------------ the cycle
 
     def cycle(self) -> CycleReport:
+        started = time.perf_counter()
+        report = self._cycle_once()
+        return dataclasses.replace(report, took_s=time.perf_counter() - started)
+
+    def _cycle_once(self) -> CycleReport:
         now = self.clock.now()
+        self._cycle = _CycleTally()
         try:
             servers = self.provider.list(self.partition.name)
             nodes = self.nodes.nodes(self.partition.name)
@@ -154,20 +171,36 @@ class PartitionController:
         records = self._load()
         synced = self._sync(records, servers, nodes, now)
         snapshot = self._snapshot(now)
+        handback = self.signals.intent(self.partition.name) == HANDBACK
         decision = self.policy.decide(snapshot)
+        if handback:
+            decision = Decision({}, {}, ("handback: the operator asked for everything back",))
         plan = self._publish_plan(decision, now)
         drained = frozenset(
             i.id
             for i in self._live()
             if i.state is State.DRAINING and i.server_id and nodes.get(i.server_id, _GONE).drained
         )
-        actions = diff(snapshot, plan.targets(), self.config.act, drained)
+        removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
+        actions = diff(snapshot, plan.targets(), self.config.act, drained, removal)
+        # Replacements are owed only while the plan is short of what is live.
+        short = sum(plan.targets().values()) - sum(1 for i in self._live() if i.is_live)
+        self._owed = min(self._owed, max(0, short))
         transitions, created_n = self._act(actions, snapshot, plan, now)
         self._sweep(now)
         report = self._report(now, synced + transitions, actions, created_n, notes=decision.notes)
-        delays, self._ready_delays = tuple(self._ready_delays), []
-        placed = placement_of(self._live(), snapshot.demand.target_units, plan.targets())
-        return dataclasses.replace(report, placement=placed, ready_delays_s=delays)
+        live = self._live()
+        return dataclasses.replace(
+            report,
+            placement=placement_of(live, snapshot.demand.target_units, plan.targets()),
+            ready_delays_s=tuple(self._cycle.delays),
+            acted=dict(self._cycle.acted),
+            reclaims=dict(self._cycle.reclaims),
+            replaced=dict(self._cycle.replaced),
+            excluded=tuple(p for p, v in snapshot.pools.items() if v.excluded or v.degraded),
+            handback=handback,
+            held=len(live),
+        )
 
     def _report(
         self,
@@ -225,6 +258,9 @@ class PartitionController:
                 self._records.pop(ch.after.id, None)
             else:
                 self._records[ch.after.id] = ch.after
+        if log.isEnabledFor(logging.INFO):
+            for ch in changes:
+                _log_transition(ch)
         return len(changes)
 
     # ------------------------------------------------------------ sync
@@ -258,7 +294,9 @@ class PartitionController:
                         server_id=view.server_id,
                     )
                 else:
-                    ch = created(self._adopt(view, now), "adopted: tagged server without record")
+                    ch = created(
+                        self._adopt(view, now), "tagged server without record", code="adopted"
+                    )
                 changes.append(ch)
                 inst = ch.after
             changes.extend(self._observed(inst, view, nodes.get(view.server_id, _GONE), now))
@@ -273,7 +311,23 @@ class PartitionController:
         observed = seen_requests & self._open_requests
         self._open_requests -= observed
         settled = observed | {ch.after.request_id for ch in orphans}
-        return self._commit(changes, dict.fromkeys(settled, 0))
+        n = self._commit(changes, dict.fromkeys(settled, 0))
+        if n:
+            self._note_reclaims(changes)
+        return n
+
+    def _note_reclaims(self, changes: Sequence[Change]) -> None:
+        """Reclaims just recorded: the shared signals count them at once, the metrics
+        by pool and kind, and each spot one is owed a replacement."""
+        for ch in changes:
+            if ch.trigger in _RECLAIMED and ch.before is not None:
+                if ch.trigger is Trigger.SERVER_VANISHED and ch.before.state is State.NOTICED:
+                    continue  # noticed before: counted at the notice
+                kind = "notice" if ch.trigger is Trigger.RECLAIM_NOTICE else "vanished"
+                self._cycle.reclaims[(ch.after.pool, kind)] += 1
+                if ch.after.is_spot:
+                    self.signals.note_reclaim(ch.after.pool, ch.after.id, ch.at)
+                    self._owed += 1
 
     def _orphaned(
         self, requested: Mapping[str, list[Instance]], seen: set[str], now: float
@@ -283,7 +337,13 @@ class PartitionController:
         listing grace: their sender can no longer record an answer, so they are
         closed now rather than holding the partition short until they time out."""
         return [
-            step(inst, Trigger.EXPIRED, now, "no server for a request whose sender is gone")
+            step(
+                inst,
+                Trigger.EXPIRED,
+                now,
+                "no server for a request whose sender is gone",
+                code="sender_gone",
+            )
             for request_id, waiting in requested.items()
             if request_id not in self._issued and request_id not in seen
             for inst in waiting
@@ -317,7 +377,7 @@ class PartitionController:
         """Passive transitions of one listed server, chained (CREATING may reach READY)."""
         out: list[Change] = []
 
-        def go(trigger: Trigger, reason: str, **fields: object) -> None:
+        def go(trigger: Trigger, reason: str, **fields: Any) -> None:
             nonlocal inst
             ch = step(inst, trigger, now, reason, **fields)
             out.append(ch)
@@ -327,56 +387,80 @@ class PartitionController:
             go(Trigger.SERVER_ERROR, view.fault or "server in ERROR")
             return out
         if view.notice_deadline is not None and inst.state in _CAN_NOTICE:
-            self.reclaims.note(inst.pool, now)
-            go(Trigger.RECLAIM_NOTICE, "reclaim notice", notice_deadline=view.notice_deadline)
+            go(
+                Trigger.RECLAIM_NOTICE,
+                f"reclaim notice: leave by {view.notice_deadline:.0f}",
+                notice_deadline=view.notice_deadline,
+            )
             return out
         if view.status is ServerStatus.ACTIVE and inst.state is State.CREATING:
             go(Trigger.SERVER_ACTIVE, "server ACTIVE")
         if node.joined and inst.state is State.ACTIVE:
             go(Trigger.NODE_JOINED, "node joined its scheduler")
-            self._ready_delays.append(now - inst.created_at)
+            self._cycle.delays.append(self._ready_delay(inst, view, node, now))
         return out
+
+    @staticmethod
+    def _ready_delay(inst: Instance, view: ServerView, node: NodeView, now: float) -> float:
+        """From the request to the node being ready, by the provider's or scheduler's own
+        clock when it says (not the cycle that happened to see it), within what the
+        controller's clock allows."""
+        ready = node.joined_at if node.joined_at is not None else view.active_at
+        if ready is None:
+            ready = now
+        return min(max(0.0, ready - inst.created_at), max(0.0, now - inst.created_at))
 
     def _vanished(self, inst: Instance, now: float) -> Change:
         if inst.state in (State.TERMINATING, State.FAILED):
             return step(inst, Trigger.SERVER_GONE, now, "server deleted")
-        if inst.is_spot:
-            self.reclaims.note(inst.pool, now)
         return step(inst, Trigger.SERVER_VANISHED, now, "server vanished without our delete")
 
     # ------------------------------------------------------------ plan
 
     def _snapshot(self, now: float) -> PartitionSnapshot:
+        self.signals.refresh(now)
         ids = list(self._pools)
         headroom = self.provider.headroom(ids)
         prices = self.provider.prices(ids)
         records = self._records_of_pools(now)
-        held = Counter(i.pool for i in self._live() if i.is_live)
         views = {}
+        signals = self.signals
         for p, pool in self._pools.items():
-            room = headroom.get(p, 0)
-            state = self.signals.state(p, now)
+            state = signals.state(p, now)
+            score = signals.score(p)
             views[p] = PoolView(
                 pool=pool,
-                headroom=room,
+                headroom=headroom.get(p, 0),
                 reserved=records[p].reserved if p in records else 0,
                 price_per_h=prices.get(p),
-                recent_reclaims=self.reclaims.count(p, now),
-                last_reclaim_at=self.reclaims.last(p),
-                up_since=self.signals.capacity_seen(p, now, room + held[p] > 0),
-                score=self.signals.score(p),
+                recent_reclaims=signals.recent_reclaims(p, now),
+                last_reclaim_at=signals.last_reclaim(p),
+                up_since=signals.up_since(p),
+                notice_s=pool.notice_s,
+                cold_start_s=self._cold_start(pool, score),
+                score=score,
                 version=records[p].version if p in records else 0,
                 excluded=state is ExclusionState.EXCLUDED,
                 degraded=state is ExclusionState.DEGRADED,
             )
+        demand = self.demand.demand(self.partition.name, now)
+        if signals.intent(self.partition.name) == HANDBACK:
+            demand = Demand(0, 0, demand.max_units, demand.guaranteed_budget_units)
         return PartitionSnapshot(
             partition=self.partition,
             now=now,
-            demand=self.demand.demand(self.partition.name, now),
+            demand=demand,
             pools=views,
             instances=tuple(self._live()),
             plan=self._plan,
         )
+
+    def _cold_start(self, pool: Pool, score: PoolScore | None) -> float | None:
+        """What the region file says, else what history measured (enough readies)."""
+        if pool.cold_start_s is not None:
+            return pool.cold_start_s
+        measured = score is not None and score.ready_n >= self.config.measured_cold_start_n
+        return score.ready_p50_s if measured and score is not None else None
 
     def _records_of_pools(self, now: float, fresh: bool = False) -> Mapping[PoolId, PoolRecord]:
         if fresh or now - self._pool_records_at >= self.config.pool_refresh_s:
@@ -395,6 +479,8 @@ class PartitionController:
             spot=dict(decision.spot),
             guaranteed=dict(decision.guaranteed),
             notes=decision.notes,
+            pools=dict(decision.pools),
+            terms=dict(decision.terms),
         )
         try:
             self.store.save_plan(plan)
@@ -406,8 +492,8 @@ class PartitionController:
             "partition %s: plan generation %d spot=%s guaranteed=%s %s",
             self.partition.name,
             plan.generation,
-            plan.targets(),
-            dict(plan.guaranteed),
+            {p: n for p, n in plan.spot.items() if n},
+            {p: n for p, n in plan.guaranteed.items() if n},
             "; ".join(plan.notes),
         )
         self._plan = plan
@@ -420,17 +506,30 @@ class PartitionController:
     ) -> tuple[int, int]:
         records = self._records or {}
         changes: list[Change] = []
+        acted = self._cycle.acted
         for e in actions.expirations:
-            changes.append(step(records[e.instance_id], Trigger.EXPIRED, now, e.reason))
+            inst = records[e.instance_id]
+            changes.append(step(inst, Trigger.EXPIRED, now, e.detail or e.reason, code=e.reason))
+            acted[("expire", e.reason)] += 1
         for c in actions.closes:
-            changes.append(step(records[c.instance_id], Trigger.SERVER_GONE, now, c.reason))
+            inst = records[c.instance_id]
+            changes.append(
+                step(inst, Trigger.SERVER_GONE, now, c.detail or c.reason, code=c.reason)
+            )
+            acted[("close", c.reason)] += 1
         for d in actions.drains:
             inst = records[d.instance_id]
             if inst.server_id:
                 self.nodes.drain(self.partition.name, inst.server_id, d.drain_by)
-            changes.append(step(inst, Trigger.DRAIN_REQUESTED, now, d.reason, drain_by=d.drain_by))
-        deletes = [(records[d.instance_id], d) for d in actions.deletes]
-        changes.extend(step(i, d.trigger, now, d.reason) for i, d in deletes)
+            why = d.detail or f"{d.reason}: leave by {d.drain_by:.0f}"
+            changes.append(
+                step(inst, Trigger.DRAIN_REQUESTED, now, why, code=d.reason, drain_by=d.drain_by)
+            )
+            acted[("drain", d.reason)] += 1
+        deletes = [(records[x.instance_id], x) for x in actions.deletes]
+        for i, x in deletes:
+            changes.append(step(i, x.trigger, now, x.detail or x.reason, code=x.reason))
+            acted[("delete", x.reason)] += 1
         n = self._commit(changes)
         if n:
             self._delete([i.server_id for i, _ in deletes if i.server_id])
@@ -466,6 +565,8 @@ class PartitionController:
             return 0, 0
         request_id = self.ids.new("req")
         pool = view.pool
+        replacing = min(self._owed, count)
+        codes = [Reason.REPLACE_RECLAIMED] * replacing + [create.reason] * (count - replacing)
         instances = tuple(
             Instance(
                 id=self.ids.new("inst"),
@@ -479,9 +580,9 @@ class PartitionController:
                 plan_generation=plan.generation,
                 created_at=now,
                 state_since=now,
-                reason="plan wants more",
+                reason=str(code),
             )
-            for _ in range(count)
+            for code in codes
         )
         reservation = Reservation(
             request_id,
@@ -499,6 +600,16 @@ class PartitionController:
         assert self._records is not None
         for i in instances:
             self._records[i.id] = i
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "partition %s: requesting %d in %s [%s] (request %s, plan %d)",
+                self.partition.name,
+                count,
+                pool.id,
+                ", ".join(sorted(set(codes))),
+                request_id,
+                plan.generation,
+            )
         self._open_requests.add(request_id)
         self._issued.add(request_id)
         try:
@@ -523,6 +634,12 @@ class PartitionController:
         if not accepted:
             self._open_requests.discard(request_id)
         recorded = self._commit(accepted + refused, {request_id: len(accepted)})
+        replaced = min(replacing, len(accepted))
+        self._owed -= replaced
+        if replaced:
+            self._cycle.replaced[pool.id] += replaced
+        for code in codes[: len(accepted)]:
+            self._cycle.acted[("create", str(code))] += 1
         return len(accepted), len(instances) + recorded
 
     def _refused(
@@ -546,6 +663,33 @@ class PartitionController:
             }
 
 
+@dataclass
+class _CycleTally:
+    """What one cycle did, for its report."""
+
+    delays: list[float] = field(default_factory=list)
+    acted: Counter[tuple[str, str]] = field(default_factory=Counter)
+    reclaims: Counter[tuple[PoolId, str]] = field(default_factory=Counter)
+    replaced: Counter[PoolId] = field(default_factory=Counter)
+
+
+def _log_transition(ch: Change) -> None:
+    after = ch.after
+    log.info(
+        "partition %s: %s %s %s -> %s [%s] %s%s",
+        after.partition,
+        after.id,
+        after.pool,
+        ch.before.state if ch.before else "new",
+        after.state,
+        ch.code or (ch.trigger or "created"),
+        ch.reason,
+        f" (server {after.server_id})" if after.server_id else "",
+    )
+
+
+HANDBACK = "handback"
 _GONE = NodeView(joined=False, drained=False)
 _CAN_ERROR = frozenset({State.CREATING, State.ACTIVE, State.READY})
 _CAN_NOTICE = frozenset({State.CREATING, State.ACTIVE, State.READY})
+_RECLAIMED = frozenset({Trigger.RECLAIM_NOTICE, Trigger.SERVER_VANISHED})

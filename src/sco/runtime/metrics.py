@@ -1,62 +1,139 @@
-"""Prometheus metrics of placement, fed by the controllers' cycle reports.
+"""Prometheus metrics of the controllers, fed by their cycle reports.
 
+Placement, as kube-state-metrics would export it:
 - `sco_placement_state{partition, state}`: units `placed` (ready toward the
   target), `unplaced` (target not yet ready) and `mismatch` (live units the
   plan does not want where they are);
 - `sco_placement_delay_seconds{partition}`: from an instance's request (when
-  the plan wanted it) to its node being ready;
-- `sco_partition_degraded{partition}`: 1 while a partition cannot act.
+  the plan wanted it) to its node being ready, by the provider's clock;
+- `sco_partition_degraded{partition}`: 1 while a partition cannot observe or act.
+
+Acting, each labelled by its reason code (`sco.decide.acquirer.Reason`):
+- `sco_actions_total{partition, action, reason}`: instances created, drained,
+  deleted, expired and closed;
+- `sco_reclaims_total{partition, pool, kind}`: reclaims seen, `notice` (announced)
+  or `vanished` (no notice);
+- `sco_replacements_total{partition, pool}`: instances created to replace reclaims;
+- `sco_pool_excluded{partition, pool}`: 1 while the partition plans the pool as
+  excluded or degraded (the watcher's word, acted on);
+- `sco_cycle_seconds{partition}`: how long a cycle took;
+- `sco_partition_instances{partition}`: live instances held;
+- `sco_partition_handback{partition}`: 1 while the partition is being handed back.
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sco.runtime.controller import CycleReport
 
 DELAY_BUCKETS = (5, 10, 20, 30, 60, 120, 180, 300, 600, 900, 1800, 3600)
+CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
 class PlacementMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        r = self.registry
         self.state = Gauge(
             "sco_placement_state",
             "Units of demand by placement state.",
             ["partition", "state"],
-            registry=self.registry,
+            registry=r,
         )
         self.delay = Histogram(
             "sco_placement_delay_seconds",
             "Seconds from an instance's request to its node being ready.",
             ["partition"],
             buckets=DELAY_BUCKETS,
-            registry=self.registry,
+            registry=r,
         )
         self.degraded = Gauge(
             "sco_partition_degraded",
             "1 while the partition cannot observe or act.",
             ["partition"],
-            registry=self.registry,
+            registry=r,
         )
+        self.actions = Counter(
+            "sco_actions",
+            "Instances acted on, by action and reason code.",
+            ["partition", "action", "reason"],
+            registry=r,
+        )
+        self.reclaims = Counter(
+            "sco_reclaims",
+            "Reclaims seen, announced (notice) or not (vanished).",
+            ["partition", "pool", "kind"],
+            registry=r,
+        )
+        self.replacements = Counter(
+            "sco_replacements",
+            "Instances created to replace reclaimed ones.",
+            ["partition", "pool"],
+            registry=r,
+        )
+        self.excluded = Gauge(
+            "sco_pool_excluded",
+            "1 while the partition plans the pool as excluded or degraded.",
+            ["partition", "pool"],
+            registry=r,
+        )
+        self.cycle = Histogram(
+            "sco_cycle_seconds",
+            "Seconds a partition's cycle took.",
+            ["partition"],
+            buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.held = Gauge(
+            "sco_partition_instances",
+            "Live instances the partition holds.",
+            ["partition"],
+            registry=r,
+        )
+        self.handback = Gauge(
+            "sco_partition_handback",
+            "1 while the partition is being handed back.",
+            ["partition"],
+            registry=r,
+        )
+        self._excluded: dict[str, set[str]] = {}
 
     def observe(self, report: CycleReport) -> None:
         p = report.partition
         self.degraded.labels(p).set(1 if report.degraded else 0)
-        if report.placement is not None:
-            self.state.labels(p, "placed").set(report.placement.placed)
-            self.state.labels(p, "unplaced").set(report.placement.unplaced)
-            self.state.labels(p, "mismatch").set(report.placement.mismatch)
+        self.cycle.labels(p).observe(report.took_s)
+        if report.placement is None:
+            return  # the cycle could not observe: nothing else is known
+        self.state.labels(p, "placed").set(report.placement.placed)
+        self.state.labels(p, "unplaced").set(report.placement.unplaced)
+        self.state.labels(p, "mismatch").set(report.placement.mismatch)
+        self.held.labels(p).set(report.held)
+        self.handback.labels(p).set(1 if report.handback else 0)
         for delay in report.ready_delays_s:
             self.delay.labels(p).observe(delay)
+        for (action, reason), n in report.acted.items():
+            self.actions.labels(p, action, reason).inc(n)
+        for (pool, kind), n in report.reclaims.items():
+            self.reclaims.labels(p, pool, kind).inc(n)
+        for pool, n in report.replaced.items():
+            self.replacements.labels(p, pool).inc(n)
+        now = set(report.excluded)
+        for pool in now | self._excluded.get(p, set()):
+            self.excluded.labels(p, pool).set(1 if pool in now else 0)
+        self._excluded[p] = now
 
     def forget(self, partition: str) -> None:
-        """A partition this replica no longer leads: its series go, the new leader's come."""
+        """A partition this replica no longer leads: its gauges go, the new leader's come
+        (counters stay: they count what this replica did)."""
         for state in ("placed", "unplaced", "mismatch"):
             with contextlib.suppress(KeyError):
                 self.state.remove(partition, state)
-        for metric in (self.delay, self.degraded):
+        for metric in (self.delay, self.degraded, self.held, self.handback, self.cycle):
             with contextlib.suppress(KeyError):
                 metric.remove(partition)
+        for pool in self._excluded.pop(partition, set()):
+            with contextlib.suppress(KeyError):
+                self.excluded.remove(partition, pool)

@@ -11,14 +11,11 @@ from sco.ports import EventLog, FleetStore
 
 
 def relay(store: FleetStore, log: EventLog, batch: int = 1000) -> int:
-    """Relay everything in the outbox now; returns how many events moved."""
+    """Relay everything in the outbox now; returns how many events moved. Several
+    relays may run at once (replicas): each batch is held by one of them."""
     moved = 0
     while True:
-        rows = store.outbox_batch(batch)
-        if not rows:
-            return moved
-        log.append([event for _, event in rows])
-        store.outbox_done(rows[-1][0])
-        moved += len(rows)
-        if len(rows) < batch:
+        n = store.relay_outbox(log.append, batch)
+        moved += n
+        if n < batch:
             return moved

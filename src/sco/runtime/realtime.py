@@ -1,31 +1,27 @@
-"""Running the controllers against a real provider, on the wall clock.
+"""The controllers against a real provider, on the wall clock: what every runner shares.
 
-Each round runs every partition's cycle at once, one thread per partition, so
-a slow create in one partition (Nova's scheduler takes seconds) never holds
-up another. Between rounds the outbox is relayed into the event log and the
-exclusion watcher reads it, as in the simulation.
+`ControllerKit` builds a partition's controller from what the controllers of
+one process share (provider, node plane, fleet state, demand, the fleet's
+signals). `RealtimeRunner.round` cycles every partition once, each on its own
+thread, and returns when all are done: a dry run looks once, and tests step
+the cloud round by round. A deployment (`sco run`) runs partitions
+independently in time (`sco.runtime.loops`, `sco.runtime.replicas`).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from sco.adapters.sqlstate.eventlog import SqlEventLog
-from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import Policy
 from sco.domain.demand import Partition
-from sco.domain.pools import Pool
-from sco.domain.signals import Exclusion
-from sco.ports import Clock, DemandSource, Provider, SchedulerCluster
+from sco.ports import Clock, DemandSource, FleetStore, Provider, SchedulerCluster
 from sco.runtime.clock import IdSource, UuidIds
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
 from sco.runtime.metrics import PlacementMetrics
-from sco.runtime.signals import PoolSignals, ReclaimMemory
-from sco.runtime.watcher import ExclusionWatcher
+from sco.runtime.signals import FleetSignals
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +41,19 @@ class ControllerKit:
 
     provider: Provider
     nodes: SchedulerCluster
-    store: SqlFleetStore
+    store: FleetStore
     demand: DemandSource
     policy: Callable[[], Policy]
     clock: Clock
     config: ControllerConfig | None = None
-    signals: PoolSignals = field(default_factory=PoolSignals)
-    reclaims: ReclaimMemory = field(default_factory=ReclaimMemory)
+    signals: FleetSignals = field(init=False)
     ids: IdSource = field(default_factory=UuidIds)
+    signals_refresh_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        self.signals = FleetSignals(
+            self.store, self.provider.pools(), refresh_s=self.signals_refresh_s
+        )
 
     def controller(self, partition: Partition) -> PartitionController:
         return PartitionController(
@@ -64,120 +65,67 @@ class ControllerKit:
             policy=self.policy(),
             clock=self.clock,
             ids=self.ids,
-            config=self.config,
-            reclaims=self.reclaims,
             signals=self.signals,
+            config=self.config,
         )
 
 
-class SignalRelay:
-    """Between rounds: the outbox into the event log, then the exclusion watcher."""
-
-    def __init__(
-        self,
-        store: SqlFleetStore,
-        pools: Sequence[Pool],
-        on_change: Callable[[Exclusion], None],
-    ) -> None:
-        self.events = SqlEventLog(store.engine)
-        self.watcher = ExclusionWatcher(self.events, store, list(pools), on_change=on_change)
-
-    def after_round(self) -> None:
-        if self.events.absorb_outbox():
-            self.watcher.poll(limit=100_000)
-
-
 class RealtimeRunner:
-    """Controllers for every partition of `demand`, cycled every `interval_s`."""
+    """One controller per partition of `demand`, cycled a round at a time."""
 
     def __init__(
         self,
         *,
         provider: Provider,
         nodes: SchedulerCluster,
-        store: SqlFleetStore,
+        store: FleetStore,
         demand: DemandSource,
         policy: Callable[[], Policy],
         clock: Clock,
-        interval_s: float,
         config: ControllerConfig | None = None,
         degraded: Callable[[], str] = lambda: "",
-        relay_events: bool = True,
         metrics: PlacementMetrics | None = None,
     ) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval must be > 0, got {interval_s}")
         self.clock = clock
-        self.interval_s = interval_s
         self.store = store
         self.metrics = metrics
         self._degraded = degraded
-        pools = list(provider.pools())
-        store.upsert_pools(pools)
+        store.upsert_pools(list(provider.pools()))
         kit = ControllerKit(provider, nodes, store, demand, policy, clock, config)
         self.signals = kit.signals
         self.controllers = [kit.controller(p) for p in demand.partitions()]
-        self._relay = SignalRelay(store, pools, self._excluded) if relay_events else None
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(len(self.controllers), 1), thread_name_prefix="sco-partition"
-        )
-
-    def _excluded(self, exclusion: Exclusion) -> None:
-        self.signals.update(exclusion)
-        log.info("pool %s: %s (%s)", exclusion.pool, exclusion.state, exclusion.reason)
 
     def round(self) -> RoundReport:
-        """One cycle of every partition, then the signal jobs."""
+        """One cycle of every partition, at once; returns when all are done."""
         at = self.clock.now()
-        futures = [self._pool.submit(c.cycle) for c in self.controllers]
         reports: list[CycleReport] = []
-        for controller, future in zip(self.controllers, futures, strict=True):
-            try:
-                report = future.result()
-            except Exception:
-                # A bug in one partition's cycle must not stop the others.
-                log.exception("partition %s: cycle failed", controller.partition.name)
-                continue
-            reports.append(report)
-            if self.metrics is not None:
-                self.metrics.observe(report)
-        if self._relay is not None:
-            self._relay.after_round()
+        with ThreadPoolExecutor(max_workers=max(len(self.controllers), 1)) as pool:
+            futures = [pool.submit(c.cycle) for c in self.controllers]
+            for controller, future in zip(self.controllers, futures, strict=True):
+                try:
+                    report = future.result()
+                except Exception:
+                    # A bug in one partition's cycle must not stop the others.
+                    log.exception("partition %s: cycle failed", controller.partition.name)
+                    continue
+                reports.append(report)
+                if self.metrics is not None:
+                    self.metrics.observe(report)
         return RoundReport(at, tuple(reports), self._degraded())
-
-    def run(
-        self,
-        stop: threading.Event,
-        rounds: int | None = None,
-        on_round: Callable[[RoundReport], None] | None = None,
-    ) -> int:
-        """Round after round until `stop` is set or `rounds` are done; returns rounds run."""
-        done = 0
-        try:
-            while not stop.is_set() and (rounds is None or done < rounds):
-                started = self.clock.now()
-                report = self.round()
-                done += 1
-                if on_round is not None:
-                    on_round(report)
-                if rounds is not None and done >= rounds:
-                    break
-                stop.wait(max(0.0, self.interval_s - (self.clock.now() - started)))
-        finally:
-            self._pool.shutdown(wait=True)
-        return done
 
 
 def summary(report: RoundReport) -> Sequence[str]:
     """One line per partition for the operator's log."""
-    lines = []
-    for c in report.cycles:
-        status = f"degraded: {c.degraded}" if c.degraded else "ok"
-        lines.append(
-            f"{c.partition}: plan {c.plan_generation}, +{c.created} created, "
-            f"{c.drained} drained, {c.deleted} deleted, {c.transitions} transitions, {status}"
-            + (f"; why: {'; '.join(c.notes)}" if c.notes else "")
-        )
-    if report.provider_degraded:
-        lines.append(f"provider degraded: {report.provider_degraded}")
-    return lines
+    return [line(c) for c in report.cycles] + (
+        [f"provider degraded: {report.provider_degraded}"] if report.provider_degraded else []
+    )
+
+
+def line(c: CycleReport) -> str:
+    """One cycle, for the operator's log."""
+    status = f"degraded: {c.degraded}" if c.degraded else "ok"
+    return (
+        f"{c.partition}: plan {c.plan_generation}, +{c.created} created, "
+        f"{c.drained} drained, {c.deleted} deleted, {c.transitions} transitions, {status}"
+        + (f"; why: {'; '.join(c.notes)}" if c.notes else "")
+    )

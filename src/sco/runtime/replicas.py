@@ -7,6 +7,11 @@ joins gets work. It runs a partition's controller only while it holds that
 partition's lease with time to spare, and every write carries the lease's
 fencing token, which the database checks (`sco.ports.FencedOut`).
 
+Each partition it leads cycles on a thread of its own (`sco.runtime.loops`),
+so a slow create in one partition never holds up another; the signal pump
+(`sco.runtime.pump`) relays the outbox and wakes the partitions when a new
+exclusion or score generation lands.
+
 When the database cannot be reached the replica cannot prove its leases, so
 it stops all its controllers; it takes the leases up again (the same tokens,
 if they did not expire meanwhile) when the database is back.
@@ -18,28 +23,37 @@ import hashlib
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import Policy
 from sco.domain.demand import Partition
 from sco.ports import (
     Clock,
     DemandSource,
     FencedOut,
+    FleetStore,
     Lease,
     LeaseManager,
     Provider,
     SchedulerCluster,
 )
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
+from sco.runtime.loops import PartitionLoops
 from sco.runtime.metrics import PlacementMetrics
-from sco.runtime.realtime import ControllerKit, SignalRelay
+from sco.runtime.pump import SignalPump
+from sco.runtime.realtime import ControllerKit
+from sco.runtime.signals import FleetSignals
 
 log = logging.getLogger(__name__)
+
+
+class FencedStore(FleetStore, Protocol):
+    fence: Callable[[str], int]
+
+    def raise_fence(self, partition: str, token: int) -> None: ...
 
 
 class Membership(LeaseManager, Protocol):
@@ -59,6 +73,7 @@ class ReplicaConfig:
     # before its leases expire: by then the survivors' fair share has room for them.
     heartbeat_ttl_s: float | None = None  # default: a third of the lease TTL
     act_margin_s: float = 5.0  # a cycle starts only with this much lease left
+    stuck_after_s: float = 300.0  # a cycle running this long means the replica is stuck
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -94,7 +109,7 @@ class ReplicaRunner:
         leases: Membership,
         provider: Provider,
         nodes: SchedulerCluster,
-        store: SqlFleetStore,
+        store: FencedStore,
         demand: DemandSource,
         policy: Callable[[], Policy],
         clock: Clock,
@@ -102,7 +117,12 @@ class ReplicaRunner:
         controller: ControllerConfig | None = None,
         on_lease: Callable[[LeaseChange], None] | None = None,
         metrics: PlacementMetrics | None = None,
+        on_report: Callable[[CycleReport], None] | None = None,
+        pump: Callable[[Callable[[], None]], SignalPump] | None = None,
+        cycles: int | None = None,
     ) -> None:
+        """`pump(wake)` builds this replica's signal pump, given what wakes its loops;
+        `cycles` ends each partition's loop after that many cycles (one-shot runs)."""
         self.config = config
         self.metrics = metrics
         self.leases = leases
@@ -110,20 +130,40 @@ class ReplicaRunner:
         self.clock = clock
         self.interval_s = interval_s
         self.on_lease = on_lease
+        self._on_report = on_report
         self.partitions: dict[str, Partition] = {p.name: p for p in demand.partitions()}
         self.held: dict[str, Lease] = {}
         self.controllers: dict[str, PartitionController] = {}
         self._lock = threading.Lock()
         store.fence = self.token
-        pools = list(provider.pools())
-        store.upsert_pools(pools)
+        store.upsert_pools(list(provider.pools()))
         self._kit = ControllerKit(provider, nodes, store, demand, policy, clock, controller)
-        self._relay = SignalRelay(store, pools, self._kit.signals.update)
+        self.loops = PartitionLoops(
+            interval_s,
+            on_report=self._report,
+            may_act=lambda name: name in self.actable(),
+            on_fenced=lambda name: self._drop(name, "lost"),
+            cycles=cycles,
+        )
+        self.pump = pump(self.loops.wake_all) if pump is not None else None
+        self._threads = False  # whether `run` started the loops (tests drive cycles by hand)
+        self._tended_at = time.monotonic()
+        self._tend_ok = False
+
+    @property
+    def signals(self) -> FleetSignals:
+        return self._kit.signals
 
     def token(self, partition: str) -> int:
         with self._lock:
             lease = self.held.get(partition)
         return lease.token if lease else 0
+
+    def _report(self, report: CycleReport) -> None:
+        if self.metrics is not None:
+            self.metrics.observe(report)
+        if self._on_report is not None:
+            self._on_report(report)
 
     # ------------------------------------------------------------ leases
 
@@ -144,7 +184,11 @@ class ReplicaRunner:
             self._shed(share)
             self._take(share, now)
         except Exception as e:  # the database is unreachable: nothing can be proven
+            self._tend_ok = False
             self._drop_all(f"lease store unreachable ({type(e).__name__})")
+        else:
+            self._tend_ok = True
+        self._tended_at = time.monotonic()
 
     def _renew(self, now: float) -> None:
         for name, lease in list(self.held.items()):
@@ -167,6 +211,8 @@ class ReplicaRunner:
         for name in sorted(free, key=lambda p: _spread(self.config.name, p)):
             if len(self.held) >= share:
                 return
+            if self.loops.busy(name):
+                continue  # its last controller is finishing a cycle: not two at once
             lease = self.leases.acquire(name, self.config.name, self.config.lease_ttl_s, now)
             if lease is None:
                 continue
@@ -177,18 +223,22 @@ class ReplicaRunner:
                 self.held[name] = lease
                 self.controllers[name] = controller
             self._note(name, "acquired", lease.token)
+            if self._threads:
+                self.loops.start(name, controller)
 
     def _drop(self, name: str, why: str) -> None:
         with self._lock:
             lease = self.held.pop(name, None)
             self.controllers.pop(name, None)
+        self.loops.stop(name)
         if self.metrics is not None:
             self.metrics.forget(name)
         if lease is not None:
             self._note(name, why, lease.token)
 
     def _drop_all(self, why: str) -> None:
-        log.warning("replica %s: %s; stopping all partitions", self.config.name, why)
+        if self.held:
+            log.warning("replica %s: %s; stopping all partitions", self.config.name, why)
         for name in list(self.held):
             self._drop(name, "unprovable")
 
@@ -204,69 +254,63 @@ class ReplicaRunner:
                 if lease.expires_at - now > self.config.act_margin_s
             ]
 
-    def cycle(self, pool: ThreadPoolExecutor) -> list[CycleReport]:
-        names = self.actable()
+    def cycle_once(self, name: str) -> CycleReport | None:
+        """One cycle of a partition this replica leads, on the caller's thread (tests
+        step replicas by hand); None when it may not act."""
         with self._lock:
-            running = {n: self.controllers[n] for n in names if n in self.controllers}
-        futures = {n: pool.submit(c.cycle) for n, c in running.items()}
-        reports = []
-        for name, future in futures.items():
-            try:
-                report = future.result()
-                reports.append(report)
-                if self.metrics is not None:
-                    self.metrics.observe(report)
-            except FencedOut as e:
-                log.warning("replica %s: %s fenced out: %s", self.config.name, name, e)
-                self._drop(name, "lost")
-            except Exception:
-                log.exception("replica %s: partition %s cycle failed", self.config.name, name)
+            controller = self.controllers.get(name)
+        if controller is None or name not in self.actable():
+            return None
         try:
-            self._relay.after_round()
-        except Exception as e:
-            log.warning("replica %s: signals skipped: %s", self.config.name, type(e).__name__)
-        return reports
+            report = controller.cycle()
+        except FencedOut as e:
+            log.warning("replica %s: %s fenced out: %s", self.config.name, name, e)
+            self._drop(name, "lost")
+            return None
+        self._report(report)
+        return report
 
-    def run(
-        self,
-        stop: threading.Event,
-        rounds: int | None = None,
-        on_round: Callable[[Sequence[CycleReport]], None] | None = None,
-    ) -> int:
-        """Cycles every `interval_s` until stopped; the leases are tended meanwhile in
-        a thread of their own, so a long cycle (Nova's scheduler can take a minute)
-        never lets them lapse."""
-        halt = threading.Event()
-        tender = threading.Thread(
-            target=self._tend_loop, args=(stop, halt), name="sco-leases", daemon=True
-        )
+    def run(self, stop: threading.Event) -> None:
+        """Lead partitions until `stop` is set (or, with `cycles`, until every partition
+        it leads has done that many): leases tended every `lease_every_s` on this
+        thread, each partition on a thread of its own, the signal pump on another."""
+        self._threads = True
         self.tend_leases()
-        tender.start()
-        done = 0
+        with self._lock:
+            held = dict(self.controllers)
+        for name, controller in held.items():
+            self.loops.start(name, controller)
+        if self.pump is not None:
+            self.pump.start()
         try:
-            with ThreadPoolExecutor(max_workers=max(len(self.partitions), 1)) as pool:
-                while not stop.is_set() and (rounds is None or done < rounds):
-                    started = self.clock.now()
-                    reports = self.cycle(pool)
-                    done += 1
-                    if on_round is not None:
-                        on_round(reports)
-                    if rounds is not None and done >= rounds:
-                        break
-                    stop.wait(max(0.0, self.interval_s - (self.clock.now() - started)))
+            while not stop.wait(self.config.lease_every_s):
+                try:
+                    self.tend_leases()
+                except Exception:
+                    log.exception("replica %s: tending leases failed", self.config.name)
+                if self.loops.cycles is not None and self.held and self.loops.done():
+                    return
         finally:
-            halt.set()
-            tender.join(timeout=30)
-        return done
+            self.loops.stop_all(wait_s=self.config.lease_ttl_s)
+            if self.pump is not None:
+                self.pump.stop()
 
-    def _tend_loop(self, stop: threading.Event, halt: threading.Event) -> None:
-        while not (stop.is_set() or halt.is_set()):
-            if halt.wait(self.config.lease_every_s):
-                return
-            try:
-                self.tend_leases()
-            except Exception:
-                log.exception("replica %s: tending leases failed", self.config.name)
+    def health(self) -> tuple[bool, str]:
+        """Live while no partition's cycle has been running for `stuck_after_s` (API
+        timeouts and Nova's scheduler wait are far shorter) and leases are tended."""
+        stale = self.loops.stalest_s()
+        if stale > self.config.stuck_after_s + self.interval_s:
+            return False, f"a partition has not finished a cycle in {stale:.0f}s"
+        since = time.monotonic() - self._tended_at
+        if since > self.config.stuck_after_s:
+            return False, f"leases not tended for {since:.0f}s"
+        return True, f"leading {len(self.held)} of {len(self.partitions)} partitions"
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready while the lease store answers (the replica can prove its leases)."""
+        if not self._tend_ok:
+            return False, "the lease store is unreachable"
+        return True, f"leading {len(self.held)} of {len(self.partitions)} partitions"
 
     def shutdown(self) -> None:
         """Hand every lease back, so others take over at once rather than after the TTL."""

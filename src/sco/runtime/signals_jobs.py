@@ -140,14 +140,21 @@ class ScoringJob:
 
 
 def sample_headroom(
-    provider: Provider, store: FleetStore, pools: Sequence[Pool], now: float
+    provider: Provider,
+    store: FleetStore,
+    pools: Sequence[Pool],
+    now: float,
+    period_s: float | None = None,
 ) -> int:
-    """Emit one `headroom` pool event per spot pool; returns how many."""
+    """Emit one `headroom` pool event per spot pool; returns how many. With `period_s`
+    the event id names the period rather than the moment, so replicas sampling the
+    same period emit one sample between them (the outbox skips known ids)."""
     spot = [p.id for p in pools if p.is_spot]
     room = provider.headroom(spot)
+    stamp = f"p{int(now // period_s)}" if period_s else f"{now:.3f}"
     events = [
         LifecycleEvent(
-            event_id=f"headroom:{pid}:{now:.3f}",
+            event_id=f"headroom:{pid}:{stamp}",
             at=now,
             partition="",
             pool=pid,

@@ -35,7 +35,7 @@ from sco.runtime.accounting import Accountant, PartitionMetrics
 from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import ControllerConfig, PartitionController
 from sco.runtime.history import WindowedHistory
-from sco.runtime.signals import PoolSignals, ReclaimMemory
+from sco.runtime.signals import FleetSignals, track_pool_ages
 from sco.runtime.signals_jobs import (
     HistoryLoader,
     ScoringJob,
@@ -97,6 +97,11 @@ class SignalTimeline:
 
     def excluded(self, exclusion: Exclusion) -> None:
         self.exclusions.append(exclusion)
+
+    @property
+    def episodes(self) -> int:
+        """Exclusions and degradations begun (a cooldown extended is the same one)."""
+        return sum(1 for ex in self.exclusions if ex.since == ex.last_crossing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,27 +212,17 @@ class Simulation:
         try:
             store.upsert_pools(pools)
             ids = CountingIds()
-            reclaims = ReclaimMemory()
-            signals = PoolSignals()
+            signals = FleetSignals(store, pools)
             timeline = SignalTimeline()
             event_log = SqlEventLog(store.engine)
-
-            def on_exclusion(ex: Exclusion) -> None:
-                signals.update(ex)
-                timeline.excluded(ex)
-
-            def on_scores(now: float, scores: list[PoolScore]) -> None:
-                signals.set_scores(scores)
-                timeline.scored(now, scores)
-
-            watcher = ExclusionWatcher(event_log, store, pools, on_change=on_exclusion)
+            watcher = ExclusionWatcher(event_log, store, pools, on_change=timeline.excluded)
             scorer = ScoringJob(
                 HistoryLoader(event_log, WindowedHistory(self.spec.scorer.window_s)),
                 store,
                 {p.id: p for p in pools},
                 self.spec.scorer,
                 self.spec.score_every_s,
-                on_scores,
+                timeline.scored,
             )
             controllers = [
                 PartitionController(
@@ -240,17 +235,23 @@ class Simulation:
                     clock=clock,
                     ids=ids,
                     config=self.spec.controller,
-                    reclaims=reclaims,
                     signals=signals,
                 )
                 for partition in self.demand.partitions()
             ]
             loop = _Signals(
-                watcher, scorer, event_log, store, pools, self.spec.headroom_every_s, region
+                watcher,
+                scorer,
+                event_log,
+                store,
+                pools,
+                self.spec.headroom_every_s,
+                region,
+                signals,
             )
             pacer = _Pacer(region, signals, self.spec.idle_resync_s)
             cycles = self._loop(region, clock, controllers, accountant, progress, loop, pacer)
-            exclusions = signals.episodes
+            exclusions = timeline.episodes
             metrics = accountant.finish(self.end_s)
             counts = store.counts()
             last = scorer.run(self.end_s)
@@ -324,6 +325,7 @@ class Simulation:
                 next_demand = self.demand.next_change_after(t)
                 pacer.poke()
             if t >= next_cycle:
+                pacer.signals.refresh(t)  # what the watcher and scorer wrote since
                 acted = False
                 for k, c in enumerate(controllers):
                     if not pacer.due(k, t):
@@ -357,9 +359,15 @@ class _Signals:
     pools: list[Pool]
     headroom_every_s: float
     region: SimRegion | None = None
+    signals: FleetSignals | None = None  # what is known of the pools' ages
     _last_sample: float = float("-inf")
 
     def after_cycle(self, now: float, acted: bool) -> None:
+        if self.region is not None:
+            ids = [p.id for p in self.pools]
+            held = {p: self.region.held_in(p) for p in ids}
+            ages = self.signals.ages() if self.signals is not None else None
+            track_pool_ages(self.store, ids, self.region.headroom(ids), held, now, ages)
         sampled = False
         if self.region is not None and now - self._last_sample >= self.headroom_every_s:
             sample_headroom(self.region, self.store, self.pools, now)
@@ -374,7 +382,7 @@ class _Signals:
 class _Pacer:
     """Which controllers cycle at a tick (see `SimulationSpec.idle_resync_s`)."""
 
-    def __init__(self, region: SimRegion, signals: PoolSignals, resync_s: float | None) -> None:
+    def __init__(self, region: SimRegion, signals: FleetSignals, resync_s: float | None) -> None:
         self.region = region
         self.signals = signals
         self.resync_s = resync_s

@@ -80,20 +80,22 @@ class ExclusionWatcher:
         self.config = config or ExclusionConfig()
         self.consumer = consumer
         self.on_change = on_change
-        # A flavor class: the spot pools of one flavor, the candidates for each other.
         self._class_of: dict[PoolId, tuple[PoolId, ...]] = {}
-        by_flavor: dict[str, list[PoolId]] = {}
-        for p in pools:
-            if p.is_spot:
-                by_flavor.setdefault(p.flavor, []).append(p.id)
-        for members in by_flavor.values():
-            for pid in members:
-                self._class_of[pid] = tuple(members)
+        self.set_pools(pools)
         self._windows: dict[PoolId, _Window] = {}
         self._counted: dict[str, float] = {}  # instance -> when its reclaim was counted
         self._seen: dict[str, None] = {}  # recent event ids, oldest first
         self.exclusions = store.exclusions()
         self.parked = 0
+
+    def set_pools(self, pools: Sequence[Pool]) -> None:
+        """The pools to watch (a pool added to the region later is watched from here on).
+        A flavor class: the spot pools of one flavor, the candidates for each other."""
+        by_flavor: dict[str, list[PoolId]] = {}
+        for p in pools:
+            if p.is_spot:
+                by_flavor.setdefault(p.flavor, []).append(p.id)
+        self._class_of = {pid: tuple(members) for members in by_flavor.values() for pid in members}
 
     def poll(self, limit: int = 10_000) -> PollResult:
         """Consume up to `limit` records; returns what was read, parked and changed."""

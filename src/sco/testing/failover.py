@@ -28,6 +28,7 @@ from sco.domain.instances import Change, created
 from sco.ports import NewRequest
 from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import PartitionController
+from sco.runtime.signals import FleetSignals
 from sco.testing.builders import write_json_trace, write_yaml
 from sco.testing.patroni import PatroniCluster
 
@@ -95,6 +96,7 @@ def run_failover(cluster: PatroniCluster, folder: Path, after_s: float = 15.0) -
         policy=ScoPolicy(HedgeConfig()),
         clock=clock,
         ids=CountingIds(),
+        signals=FleetSignals(store, region.pools()),
     )
     result = FailoverResult()
     stop = threading.Event()

@@ -3,13 +3,22 @@
 The same client code talks to an embedded chDB (`chdb:///path`) and to a
 ClickHouse server (`http://host:8123`). The table is a ReplacingMergeTree
 keyed by (pool, at, event_id), read with FINAL, so loading an event twice
-counts it once. chDB allows one engine path per process; several histories
-in one process share it through separate databases.
+counts it once.
+
+chDB is an engine inside the process that opens it, and one process at a
+time may open a folder. The history loader and the scorer are separate
+processes, so on chDB every call opens the engine, works and closes it,
+under an exclusive lock on `<folder>.lock` (about 40 ms a call): the two
+take turns. Several histories in one process share a folder through separate
+databases. A ClickHouse server keeps one client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import fcntl
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sco.decide.scorer import PoolStats
@@ -30,18 +39,57 @@ _COLUMNS = [
 _LEAVING = ("noticed", "draining", "terminating", "gone", "failed")
 
 
-class ClickHouseHistory:
-    def __init__(self, dsn: str, database: str = "sco") -> None:
-        import clickhouse_connect  # heavy and optional: only when history is used
+class HistoryUnavailable(Exception):
+    """Pool history cannot be reached (server down, credential refused, engine locked)."""
 
+
+class ClickHouseHistory:
+    def __init__(
+        self,
+        dsn: str,
+        database: str = "sco",
+        username: str | None = None,
+        password: str | None = None,
+    ) -> None:
         if not database.isidentifier():
             raise ValueError(f"database must be an identifier, got {database!r}")
         self.dsn = dsn
-        self.client: Any = clickhouse_connect.get_client(dsn=dsn)
-        self.client.command(f"CREATE DATABASE IF NOT EXISTS {database}")
         self.table = f"{database}.{TABLE}"
-        self.client.command(
-            f"""CREATE TABLE IF NOT EXISTS {self.table} (
+        self._auth: dict[str, Any] = {
+            k: v for k, v in (("username", username), ("password", password)) if v
+        }
+        self._folder = dsn[len("chdb://") :] if dsn.startswith("chdb://") else None
+        self._client: Any = None if self._folder is not None else self._connect()
+        with self._session() as client:
+            client.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+            client.command(self._ddl())
+
+    def _connect(self) -> Any:
+        import clickhouse_connect  # heavy and optional: only when history is used
+
+        try:
+            return clickhouse_connect.get_client(dsn=self.dsn, **self._auth)
+        except Exception as e:
+            raise HistoryUnavailable(f"{_safe(self.dsn)}: {type(e).__name__}: {e}") from None
+
+    @contextmanager
+    def _session(self) -> Iterator[Any]:
+        """A client for one call: the server's, or chDB opened under the folder's lock."""
+        if self._folder is None:
+            yield self._client
+            return
+        Path(self._folder).parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{self._folder.rstrip('/')}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            client = self._connect()
+            try:
+                yield client
+            finally:
+                client.close()
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _ddl(self) -> str:
+        return f"""CREATE TABLE IF NOT EXISTS {self.table} (
                 event_id String,
                 at Float64,
                 partition LowCardinality(String),
@@ -52,10 +100,10 @@ class ClickHouseHistory:
                 to_state LowCardinality(String),
                 value Nullable(Float64)
             ) ENGINE = ReplacingMergeTree ORDER BY (pool, at, event_id)"""
-        )
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
 
     def load(self, events: Sequence[LifecycleEvent]) -> int:
         if not events:
@@ -74,19 +122,30 @@ class ClickHouseHistory:
             ]
             for e in events
         ]
-        self.client.insert(self.table, rows, column_names=_COLUMNS)
+        with self._session() as client:
+            client.insert(self.table, rows, column_names=_COLUMNS)
         return len(rows)
 
     def count(self) -> int:
-        return int(self.client.command(f"SELECT count() FROM {self.table} FINAL"))
+        with self._session() as client:
+            return int(client.command(f"SELECT count() FROM {self.table} FINAL"))
+
+    def event_ids(self) -> set[str]:
+        """Every event id held (benchmarks and audits)."""
+        with self._session() as client:
+            rows = client.query(f"SELECT DISTINCT event_id FROM {self.table}").result_rows
+        return {str(r[0]) for r in rows}
 
     def pool_stats(self, now: float, window_s: float) -> list[PoolStats]:
         """Counts per pool over [now - window_s, now]; exposure clipped to the window."""
-        lo = now - window_s
+        with self._session() as client:
+            return self._stats(client, now - window_s, now)
+
+    def _stats(self, client: Any, lo: float, now: float) -> list[PoolStats]:
         params = {"lo": lo, "now": now}
         reclaim_kinds = ", ".join(f"'{k}'" for k in sorted(RECLAIM_KINDS))
         leaving = ", ".join(f"'{s}'" for s in _LEAVING)
-        instances = self.client.query(
+        instances = client.query(
             f"""
             SELECT pool,
                    sum(greatest(0, least(ifNull(left_at, {{now:Float64}}), {{now:Float64}})
@@ -110,7 +169,7 @@ class ClickHouseHistory:
             """,
             parameters=params,
         ).result_rows
-        events = self.client.query(
+        events = client.query(
             f"""
             SELECT pool,
                    countIf(kind IN ('create_accepted', 'create_failed')) AS attempts,
@@ -139,3 +198,10 @@ class ClickHouseHistory:
                 headroom_n=int(headroom_n),
             )
         return [PoolStats(pool, **fields) for pool, fields in sorted(stats.items())]
+
+
+def _safe(dsn: str) -> str:
+    """A DSN without its password, for messages."""
+    head, sep, rest = dsn.partition("://")
+    auth, at, host = rest.partition("@")
+    return f"{head}{sep}{auth.split(':', 1)[0]}@{host}" if at else dsn

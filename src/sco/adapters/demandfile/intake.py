@@ -41,6 +41,7 @@ class DemandFileError(ValueError):
         super().__init__(f"{path}: {field}: {message}")
         self.path = str(path)
         self.field = field
+        self.reason = message
 
 
 # Strict: `true` or "3" in a demand file is a mistake, not a number.
@@ -79,7 +80,9 @@ class _Steps(BaseModel):
 Value = NonNegative | _Daily | _Steps
 
 
-class _PartitionSpec(BaseModel):
+class PartitionSpec(BaseModel):
+    """One partition as a demand file (or `sco.yaml`'s `partitions`) gives it."""
+
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     kind: SchedulerKind
@@ -109,7 +112,7 @@ class _PartitionSpec(BaseModel):
 
 class _DemandFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    partitions: list[_PartitionSpec] = Field(min_length=1)
+    partitions: list[PartitionSpec] = Field(min_length=1)
 
 
 def _time_of_day(key: str) -> float:
@@ -224,10 +227,17 @@ def read_demand_file(path: Path | str, region: str) -> list[PartitionDemand]:
         doc = _DemandFile.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        raise DemandFileError(path, _loc(err["loc"]), err["msg"]) from None
+        raise DemandFileError(path, field_path(err["loc"]), err["msg"]) from None
+    return demand_of(doc.partitions, region, str(path))
+
+
+def demand_of(specs: Sequence[PartitionSpec], region: str, where: str) -> list[PartitionDemand]:
+    """Check partitions that parsed (names unique, floor and target within max); raises
+    DemandFileError naming `where` (the file) and the field."""
+    path = where
     out: list[PartitionDemand] = []
     names: set[str] = set()
-    for i, p in enumerate(doc.partitions):
+    for i, p in enumerate(specs):
         where = f"partitions[{i}]"
         if p.name in names:
             raise DemandFileError(path, f"{where}.name", f"{p.name!r} appears twice")
@@ -251,12 +261,13 @@ def read_demand_file(path: Path | str, region: str) -> list[PartitionDemand]:
     return out
 
 
-def _loc(loc: tuple[int | str, ...]) -> str:
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a user writes it: `partitions[1].floor_units`."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in {"int", "_Daily", "_Steps", "constrained-int"}:
+        elif part in {"int", "_Daily", "_Steps", "constrained-int"} or part.startswith("function-"):
             continue  # pydantic's union branch names say nothing to a user
         else:
             out += f".{part}" if out else str(part)

@@ -207,3 +207,16 @@ def _replica_key(name: str) -> str:
 
 def _duration(ttl_s: float) -> int:
     return max(1, round(ttl_s))
+
+
+def connect(namespace: str, kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """Leases in `namespace`, through a kubeconfig file or (None) the in-cluster
+    service account. Connects lazily: the first call reaches the API server."""
+    from kubernetes import client, config
+
+    if kubeconfig:
+        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+    else:
+        config.load_incluster_config()
+        api_client = client.ApiClient()
+    return KubernetesLeases(client.CoordinationV1Api(api_client), namespace)

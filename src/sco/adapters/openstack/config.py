@@ -43,6 +43,10 @@ class PoolSpec(BaseModel):
     units_per_instance: int = Field(default=1, ge=1)
     aggregate: str | None = None  # Nova host aggregate name; default: the hall
     availability_zone: str | None = None  # default: the hall
+    # The reclaim notice the reclaimer promises for this pool's servers (0: none), and
+    # create-to-ready time when known (otherwise measured from history).
+    notice_s: float = Field(default=0.0, ge=0)
+    cold_start_s: float | None = Field(default=None, ge=0)
 
     @property
     def aggregate_name(self) -> str:
@@ -106,6 +110,8 @@ class RegionSpec(BaseModel):
             p.units_per_instance,
             p.price_per_h,
             aggregate=p.aggregate if p.aggregate and p.aggregate != p.hall else None,
+            notice_s=p.notice_s,
+            cold_start_s=p.cold_start_s,
         )
 
     def spec_by_pool(self) -> Mapping[str, PoolSpec]:

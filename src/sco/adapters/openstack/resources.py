@@ -292,7 +292,18 @@ def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
         created_at=parse_time(str(server.get("created", ""))),
         notice_deadline=_deadline(meta.get(META_RECLAIM_AT)),
         fault=fault,
+        active_at=_launched(server.get("OS-SRV-USG:launched_at")),
     )
+
+
+def _launched(value: object) -> float | None:
+    """Nova's `launched_at`: when the server first became ACTIVE (null before)."""
+    if not value:
+        return None
+    try:
+        return parse_time(str(value))
+    except ValueError:
+        return None
 
 
 def _fault(server: Mapping[str, object], status: str) -> str:

@@ -109,6 +109,8 @@ class _Server:
     drained: bool = False
     deleting: bool = False
     notice_deadline: float | None = None
+    active_at: float | None = None
+    joined_at: float | None = None
 
 
 UNLIMITED = 1_000_000
@@ -167,6 +169,8 @@ class SimRegion:
                 spec.units_per_instance,
                 price,
                 aggregate=s.name,
+                notice_s=self.config.notice_s,
+                cold_start_s=self.config.cold_start_s + self.config.join_s,
             )
             self._add_pool(pool, price)
             self._series_of[pool.id] = i
@@ -180,6 +184,7 @@ class SimRegion:
                 spec.units_per_instance,
                 g_price,
                 aggregate="guaranteed",
+                cold_start_s=self.config.cold_start_s + self.config.join_s,
             )
             self._add_pool(pool, g_price)
             self._capacity[pool.id] = spec.guaranteed_quota_per_hall
@@ -262,9 +267,11 @@ class SimRegion:
             s.listed = True
         elif kind is _Kind.ACTIVE and not s.deleting:
             s.status = ServerStatus.ACTIVE
+            s.active_at = self.now
             self._push(self.now + self.config.join_s, _Kind.JOINED, s.server_id)
         elif kind is _Kind.JOINED and not s.deleting and not s.draining:
             s.joined = True
+            s.joined_at = self.now
             self._set_running(s, True)
         elif kind is _Kind.DRAIN_START and not s.deleting:
             self._set_running(s, False)
@@ -422,6 +429,7 @@ class SimRegion:
                 status=s.status,
                 created_at=s.created_at,
                 notice_deadline=s.notice_deadline,
+                active_at=s.active_at,
             )
             for s in self._servers.values()
             if s.partition == partition and s.listed
@@ -431,7 +439,7 @@ class SimRegion:
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         return {
-            s.server_id: NodeView(joined=s.joined, drained=s.drained)
+            s.server_id: NodeView(joined=s.joined, drained=s.drained, joined_at=s.joined_at)
             for s in self._servers.values()
             if s.partition == partition
         }

@@ -18,6 +18,7 @@ pools = Table(
     Column("units_per_instance", Integer, nullable=False),
     Column("price_per_h", Float, nullable=False),
     Column("version", Integer, nullable=False),
+    Column("up_since", Float),
 )
 
 instances = Table(
@@ -56,7 +57,9 @@ instance_history = Table(
     Column("to_state", String(16), nullable=False),
     Column("trigger", String(32)),
     Column("reason", Text, nullable=False),
+    Column("code", String(32)),
     Index("ix_history_instance", "instance_id"),
+    Index("ix_history_at", "at"),
 )
 
 reservations = Table(
@@ -82,6 +85,8 @@ plans = Table(
     Column("guaranteed", Text, nullable=False),
     Column("notes", Text, nullable=False),
     Column("fence", BigInteger, nullable=False, server_default="0"),
+    Column("pools", Text, nullable=False, server_default="{}"),
+    Column("terms", Text, nullable=False, server_default="{}"),
 )
 
 leases = Table(
@@ -156,4 +161,13 @@ pool_scores = Table(
     Column("pool", String(255), primary_key=True),
     Column("computed_at", Float, nullable=False),
     Column("body", Text, nullable=False),
+)
+
+partition_intents = Table(
+    "partition_intents",
+    metadata,
+    Column("partition", String(128), primary_key=True),
+    Column("intent", String(16), nullable=False),
+    Column("requested_at", Float, nullable=False),
+    Column("requested_by", String(255), nullable=False),
 )

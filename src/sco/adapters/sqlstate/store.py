@@ -29,13 +29,14 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from sco.adapters.sqlstate import schema as t
 from sco.domain.events import LifecycleEvent, event_of, parse_event
 from sco.domain.instances import Change, Instance, created
-from sco.domain.lifecycle import State
-from sco.domain.plans import Plan
+from sco.domain.lifecycle import LIVE, State
+from sco.domain.plans import Plan, PoolReason
 from sco.domain.pools import CapacityClass, Pool, PoolId
 from sco.domain.signals import Exclusion, ExclusionState, PoolScore
 from sco.ports import (
@@ -85,6 +86,27 @@ def migrate(engine: Engine) -> None:
 
 _MIGRATION_LOCK = 0x5C0_0001  # an advisory-lock key of sco's own
 
+# Read by every controller every cycle: built once.
+_STAMP = select(
+    select(func.coalesce(func.sum(t.exclusions.c.version), 0)).scalar_subquery(),
+    select(func.coalesce(func.max(t.pool_scores.c.generation), 0)).scalar_subquery(),
+    select(
+        func.coalesce(func.sum(t.pools.c.up_since), 0.0) + func.count(t.pools.c.up_since)
+    ).scalar_subquery(),
+    select(
+        func.count() * 1_000_003
+        + func.coalesce(func.sum(func.length(t.partition_intents.c.partition)), 0)
+    ).scalar_subquery(),
+)
+_RECLAIMS = (
+    select(t.instance_history.c.pool, t.instance_history.c.instance_id, t.instance_history.c.at)
+    .where(
+        t.instance_history.c.at >= bindparam("since"),
+        t.instance_history.c.trigger.in_(("reclaim_notice", "server_vanished")),
+    )
+    .order_by(t.instance_history.c.at)
+)
+
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
@@ -125,6 +147,8 @@ class SqlFleetStore:
         self.engine = open_engine(url)
         if run_migrations:
             migrate(self.engine)
+        dialect = sqlite if self.engine.dialect.name == "sqlite" else postgresql
+        self._emit = dialect.insert(t.outbox).on_conflict_do_nothing(index_elements=["event_id"])
 
     def close(self) -> None:
         self.engine.dispose()
@@ -194,7 +218,9 @@ class SqlFleetStore:
                     **_reservation_row(res), fence=self.fence(res.partition)
                 )
             )
-            _record(conn, [created(i, i.reason) for i in request.instances], self.fence)
+            _record(
+                conn, [created(i, i.reason, code=i.reason) for i in request.instances], self.fence
+            )
 
     def settle_reservation(self, request_id: str, count: int) -> None:
         with self.engine.begin() as conn:
@@ -261,6 +287,8 @@ class SqlFleetStore:
             spot=json.loads(r.spot),
             guaranteed=json.loads(r.guaranteed),
             notes=tuple(json.loads(r.notes)),
+            pools={p: PoolReason.from_json(doc) for p, doc in json.loads(r.pools).items()},
+            terms={k: float(v) for k, v in json.loads(r.terms).items()},
         )
 
     def save_plan(self, plan: Plan) -> None:
@@ -274,6 +302,10 @@ class SqlFleetStore:
                         spot=json.dumps(dict(plan.spot), sort_keys=True),
                         guaranteed=json.dumps(dict(plan.guaranteed), sort_keys=True),
                         notes=json.dumps(list(plan.notes)),
+                        pools=json.dumps(
+                            {p: why.to_json() for p, why in plan.pools.items()}, sort_keys=True
+                        ),
+                        terms=json.dumps(dict(plan.terms), sort_keys=True),
                         fence=self.fence(plan.partition),
                     )
                 )
@@ -330,9 +362,32 @@ class SqlFleetStore:
             conn.execute(delete(t.outbox).where(t.outbox.c.id <= up_to_id))
 
     def emit(self, events: Sequence[LifecycleEvent]) -> None:
+        """Put events in the outbox; an event id already there is skipped, so replicas
+        that emit the same sample (its id names pool and period) emit it once."""
         if events:
             with self.engine.begin() as conn:
-                conn.execute(_INSERT_OUTBOX, [_outbox_row(e) for e in events])
+                conn.execute(self._emit, [_outbox_row(e) for e in events])
+
+    def relay_outbox(self, append: Callable[[list[LifecycleEvent]], None], limit: int) -> int:
+        """Hand the oldest `limit` outbox events to `append` (the event log), then drop
+        them, in one transaction that holds their rows: replicas relaying at once take
+        different rows (PostgreSQL's SKIP LOCKED), and an `append` that raises leaves
+        them for the next try. At least once: a crash after `append` relays them again,
+        and readers drop event ids they have seen. Returns how many were relayed."""
+        q = select(t.outbox.c.id, t.outbox.c.payload).order_by(t.outbox.c.id).limit(limit)
+        if self.engine.dialect.name == "postgresql":
+            q = q.with_for_update(skip_locked=True)
+        with self.engine.begin() as conn:
+            rows = conn.execute(q).all()
+            if not rows:
+                return 0
+            append([parse_event(r.payload) for r in rows])
+            conn.execute(delete(t.outbox).where(t.outbox.c.id.in_([r.id for r in rows])))
+        return len(rows)
+
+    def outbox_size(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(t.outbox)).scalar() or 0)
 
     # ------------------------------------------------------------ signals
 
@@ -386,6 +441,78 @@ class SqlFleetStore:
                 delete(t.pool_scores).where(t.pool_scores.c.generation <= generation - keep)
             )
         return generation
+
+    def signal_stamp(self) -> tuple[int, int, float, int]:
+        """What moves when an exclusion, a score generation, a pool's age or an intent
+        is written: (sum of the exclusions' versions, latest score generation, a digest
+        of the pools' ages, a digest of the intents). One cheap query; a reader reloads
+        only what moved."""
+        with self.engine.connect() as conn:
+            row = conn.execute(_STAMP).one()
+        return int(row[0]), int(row[1]), float(row[2]), int(row[3])
+
+    def reclaims_since(self, since: float) -> list[tuple[PoolId, str, float]]:
+        """(pool, instance, at) of every reclaim recorded at or after `since`: notices and
+        servers that vanished without our delete, of every partition."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(_RECLAIMS, {"since": since}).all()
+        return [(r[0], r[1], float(r[2])) for r in rows]
+
+    def pool_ages(self) -> dict[PoolId, float | None]:
+        """Since when each pool has had capacity (None: it has none now)."""
+        with self.engine.connect() as conn:
+            return {
+                r.id: r.up_since for r in conn.execute(select(t.pools.c.id, t.pools.c.up_since))
+            }
+
+    def set_pool_age(self, pool: PoolId, up_since: float | None) -> bool:
+        """Record that `pool` has had capacity since `up_since` (None: it has none now),
+        only if that changes whether it has any: replicas that see the same change
+        write it once, and the first time stands. Returns whether it was written."""
+        c = t.pools.c
+        gate = c.up_since.is_(None) if up_since is not None else c.up_since.is_not(None)
+        with self.engine.begin() as conn:
+            done = conn.execute(update(t.pools).where(c.id == pool, gate).values(up_since=up_since))
+        return bool(done.rowcount)
+
+    def live_per_pool(self) -> dict[PoolId, int]:
+        """Live instances (of every partition) per pool."""
+        c = t.instances.c
+        q = (
+            select(c.pool, func.count())
+            .where(c.state.in_([s.value for s in LIVE]))
+            .group_by(c.pool)
+        )
+        with self.engine.connect() as conn:
+            return {pool: int(n) for pool, n in conn.execute(q)}
+
+    # ------------------------------------------------------------ intents
+
+    def put_intent(self, partition: str, intent: str, at: float, by: str) -> None:
+        """Record what an operator asks of a partition (one intent per partition)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(t.partition_intents).where(t.partition_intents.c.partition == partition)
+            )
+            conn.execute(
+                insert(t.partition_intents).values(
+                    partition=partition, intent=intent, requested_at=at, requested_by=by
+                )
+            )
+
+    def drop_intent(self, partition: str) -> bool:
+        with self.engine.begin() as conn:
+            gone = conn.execute(
+                delete(t.partition_intents).where(t.partition_intents.c.partition == partition)
+            )
+        return bool(gone.rowcount)
+
+    def intents(self) -> dict[str, str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.partition_intents.c.partition, t.partition_intents.c.intent)
+            )
+            return {r.partition: r.intent for r in rows}
 
     def latest_scores(self) -> dict[PoolId, PoolScore]:
         with self.engine.connect() as conn:
@@ -482,6 +609,7 @@ def _record(conn: Connection, changes: Sequence[Change], fence: Callable[[str], 
                 "to_state": ch.after.state.value,
                 "trigger": ch.trigger.value if ch.trigger else None,
                 "reason": ch.reason,
+                "code": ch.code or None,
             }
         )
     if history:

@@ -1,0 +1,43 @@
+"""What every `sco` command shares: durations, bad input, the state option."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from sco.adapters.sqlstate.store import sqlite_url
+
+EXIT_BAD_INPUT = 2
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    m = _DURATION.match(text)
+    if not m:
+        raise click.UsageError(f"{option}: {text!r} is not a duration like 90s, 30m, 12h or 7d")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+class BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+
+def state_url(state: str, must_exist: bool = True) -> str:
+    """A SQLite file path or a database URL, as a URL."""
+    if "://" in state:
+        return state
+    path = Path(state)
+    if must_exist and not path.is_file():
+        raise BadInput(f"--state: {state}: no such file")
+    return sqlite_url(path)
+
+
+def console(stderr: bool) -> Console:
+    """Rich output; wide enough for tables when not on a terminal (logs, CI)."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 132)

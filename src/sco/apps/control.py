@@ -1,0 +1,342 @@
+"""The control plane's commands, one per container of the seed, all reading `sco.yaml`.
+
+    sco run              controllers, a leader per partition
+    sco watch            exclusion watcher (continuous consumer of the event log)
+    sco score            pool scorer (one pass, or --every 5m)
+    sco history load     event log into pool history (continuous)
+    sco explain P        the current plan of a partition, pool by pool, with reasons
+    sco handback P       hand a partition back: drain and delete all it holds
+    sco config check F   validate a configuration and print it resolved, secrets masked
+
+`--config` (or `SCO_CONFIG`) names the file; every field can be overridden by a
+`SCO_...` environment variable, and each command's flags override both.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import yaml
+
+from sco.apps.common import BadInput, console, parse_duration, state_url
+from sco.apps.settings import Settings, SettingsError, load, masked
+from sco.apps.wiring import StartError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(fn: F) -> F:
+    return click.option(
+        "--config",
+        "config",
+        type=click.Path(path_type=Path),
+        envvar="SCO_CONFIG",
+        default=None,
+        help="sco.yaml (default: $SCO_CONFIG; without one, defaults and SCO_* variables).",
+    )(fn)
+
+
+def _settings(config: Path | None, overrides: dict[str, Any]) -> Settings:
+    try:
+        return load(config, overrides)
+    except SettingsError as e:
+        raise BadInput(str(e)) from None
+
+
+@contextmanager
+def _start_errors() -> Iterator[None]:
+    try:
+        yield
+    except StartError as e:
+        raise BadInput(str(e)) from None
+
+
+def _verbose() -> int:
+    ctx = click.get_current_context()
+    return int((ctx.find_root().params or {}).get("verbose") or 0)
+
+
+def _state(settings_state: str | None) -> str | None:
+    return state_url(settings_state, must_exist=False) if settings_state else None
+
+
+# ---------------------------------------------------------------- sco run
+
+
+@click.command()
+@config_option
+@click.option(
+    "--provider",
+    type=click.Choice(["openstack"]),
+    default=None,
+    help="Where servers come from (provider.kind).",
+)
+@click.option("--cloud", default=None, help="Cloud name in clouds.yaml (provider.cloud).")
+@click.option(
+    "--region",
+    "region_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Region file: pools, image, network (provider.region_file).",
+)
+@click.option(
+    "--demand",
+    "demand_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Demand file: partitions and their units (demand_file).",
+)
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--policy", default=None, help="Placement policy by name (policy.name).")
+@click.option("--interval", default=None, help="Time between a partition's cycles (15s).")
+@click.option("--cycles", type=int, default=None, help="Stop after this many cycles a partition.")
+@click.option(
+    "--replica",
+    default=None,
+    help="This process's name among replicas sharing the state (default: host-pid-random).",
+)
+@click.option("--lease-ttl", default=None, help="Partition lease time to live (leases.ttl_s).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="/metrics, /healthz and /readyz on this port (http.run_port; 0: none).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="One round that prints what would be created and deleted, and why; acts on nothing.",
+)
+def run(
+    config: Path | None,
+    provider: str | None,
+    cloud: str | None,
+    region_file: Path | None,
+    demand_file: Path | None,
+    state: str | None,
+    policy: str | None,
+    interval: str | None,
+    cycles: int | None,
+    replica: str | None,
+    lease_ttl: str | None,
+    metrics_port: int | None,
+    dry_run: bool,
+) -> None:
+    """Run the controllers against a real cloud, until stopped (SIGTERM/SIGINT).
+
+    Several processes may share one state database: each leads a fair share of the
+    partitions and takes over those of a replica that dies. Stopping sco leaves the
+    servers it created running; `sco handback` gives a partition's capacity back."""
+    from sco.apps.run import run_controllers
+
+    if cycles is not None and cycles < 1:
+        raise BadInput("--cycles: must be >= 1")
+    ttl = parse_duration(lease_ttl, "--lease-ttl") if lease_ttl else None
+    if ttl is not None and ttl < 3:
+        raise BadInput("--lease-ttl: must be at least 3s")
+    if demand_file is not None and not demand_file.is_file():
+        raise BadInput(f"--demand: {demand_file}: no such file")
+    settings = _settings(
+        config,
+        {
+            "provider.kind": provider,
+            "provider.cloud": cloud,
+            "provider.region_file": str(region_file) if region_file else None,
+            "demand_file": str(demand_file) if demand_file else None,
+            "partitions": [] if demand_file else None,
+            "state.url": _state(state),
+            "policy.name": policy,
+            "policy.interval_s": parse_duration(interval, "--interval") if interval else None,
+            "leases.ttl_s": ttl,
+            "http.run_port": metrics_port,
+        },
+    )
+    with _start_errors():
+        n = run_controllers(
+            settings, replica=replica, cycles=cycles, dry_run=dry_run, verbose=_verbose()
+        )
+    click.echo(f"sco run: {n} cycles", err=True)
+
+
+# ---------------------------------------------------------------- signals
+
+
+@click.command()
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="http.watch_port.")
+def watch(config: Path | None, state: str | None, port: int | None) -> None:
+    """The exclusion watcher: reads the event log continuously and takes pools that go
+    bad out of placement (exclusions in fleet state, acted on by every controller)."""
+    from sco.apps.signals import watch as run_watch
+
+    settings = _settings(config, {"state.url": _state(state), "http.watch_port": port})
+    with _start_errors():
+        run_watch(settings, _verbose())
+
+
+@click.command()
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--history", default=None, help="Pool history: chdb://PATH or http://host:8123.")
+@click.option("--every", default=None, help="Score every so often (5m) until stopped.")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="http.score_port.")
+def score(
+    config: Path | None, state: str | None, history: str | None, every: str | None, port: int | None
+) -> None:
+    """The pool scorer: reads pool history and writes a new score generation to fleet
+    state. One pass (as a CronJob runs it), or --every; exits non-zero when history
+    cannot be read."""
+    from sco.apps.signals import score as run_score
+
+    every_s = parse_duration(every, "--every") if every else None
+    if every_s is not None and every_s <= 0:
+        raise BadInput("--every: must be > 0")
+    settings = _settings(
+        config, {"state.url": _state(state), "history.url": history, "http.score_port": port}
+    )
+    with _start_errors():
+        run_score(settings, every_s, _verbose())
+
+
+@click.group()
+def history() -> None:
+    """Pool history (ClickHouse, or chDB embedded)."""
+
+
+@history.command("load")
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--history", "url", default=None, help="Pool history: chdb://PATH or http://...")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="http.history_port.")
+def history_load(config: Path | None, state: str | None, url: str | None, port: int | None) -> None:
+    """Load the event log into pool history, continuously and idempotently (an event
+    loaded twice counts once)."""
+    from sco.apps.signals import load_history
+
+    settings = _settings(
+        config, {"state.url": _state(state), "history.url": url, "http.history_port": port}
+    )
+    with _start_errors():
+        load_history(settings, _verbose())
+
+
+# ---------------------------------------------------------------- operators
+
+
+@click.command()
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.argument("partition")
+def explain(config: Path | None, state: str | None, as_json: bool, partition: str) -> None:
+    """The current plan of PARTITION, pool by pool, with the reasons behind each count."""
+    from sco.apps.explain import NothingToExplain, render
+    from sco.apps.explain import explain as load_explanation
+
+    url = state_url(state) if state else _settings(config, {}).state.url
+    try:
+        found = load_explanation(url, partition)
+    except NothingToExplain as e:
+        raise BadInput(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(found.as_dict(), sort_keys=True))
+    else:
+        render(console(stderr=False), found)
+
+
+@click.command()
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--cancel", is_flag=True, help="Take the partition back into service.")
+@click.option(
+    "--wait/--no-wait", default=True, show_default=True, help="Wait until it holds nothing."
+)
+@click.option("--timeout", default="30m", show_default=True, help="How long to wait.")
+@click.argument("partition")
+def handback(
+    config: Path | None,
+    state: str | None,
+    cancel: bool,
+    wait: bool,
+    timeout: str,
+    partition: str,
+) -> None:
+    """Hand PARTITION's capacity back: its leader drains every node and deletes every
+    server it holds, spot and guaranteed, and creates nothing until --cancel.
+
+    The intent is kept in fleet state, so it survives restarts and holds on every
+    replica. The running `sco run` does the work; this command waits and reports."""
+    from sco.apps.wiring import open_store
+
+    settings = _settings(config, {"state.url": _state(state)})
+    limit_s = parse_duration(timeout, "--timeout")
+    with _start_errors():
+        store = open_store(settings)
+    try:
+        names = {p.name for p in settings.partitions}
+        if names and partition not in names:
+            raise BadInput(f"partition {partition!r} is not in the configuration")
+        if cancel:
+            dropped = store.drop_intent(partition)
+            click.echo(
+                f"{partition}: back in service" if dropped else f"{partition}: was not handed back"
+            )
+            return
+        store.put_intent(partition, "handback", time.time(), _who())
+        click.echo(f"{partition}: handback recorded; the partition's leader drains it now")
+        if wait:
+            _wait_empty(store, partition, limit_s)
+    finally:
+        store.close()
+
+
+def _who() -> str:
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def _wait_empty(store: Any, partition: str, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    last = None
+    while True:
+        held = list(store.instances(partition))
+        summary = ", ".join(
+            f"{n} {s}" for s, n in sorted(Counter(str(i.state) for i in held).items())
+        )
+        if summary != last:
+            click.echo(f"{partition}: holds {summary or 'nothing'}")
+            last = summary
+        if not held:
+            return
+        if time.monotonic() > deadline:
+            raise click.ClickException(
+                f"{partition}: still holds {summary} after {limit_s:.0f}s (is `sco run` running?)"
+            )
+        time.sleep(2.0)
+
+
+@click.group("config")
+def config_group() -> None:
+    """The configuration file (sco.yaml)."""
+
+
+@config_group.command("check")
+@click.argument("file", type=click.Path(path_type=Path))
+def config_check(file: Path) -> None:
+    """Validate FILE (under the SCO_* environment) and print it resolved, secrets masked."""
+    settings = _settings(file, {})
+    click.echo(yaml.safe_dump(masked(settings), sort_keys=False), nl=False)
+    click.echo(f"{file}: ok", err=True)
+
+
+COMMANDS = (run, watch, score, history, explain, handback, config_group)

@@ -1,0 +1,125 @@
+"""`sco explain PARTITION`: the current plan, pool by pool, with its reasons.
+
+What the planner weighed for each pool (hazard terms, price, crowding,
+stickiness, per instance-hour: the pool's cost is their sum), what it holds
+and may still take, what kept it out (excluded, degraded, no room), and the
+partition's own figures (spare, floor need, cold start, notice). Then what
+the partition holds, by state, and the exclusions in force.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy.exc import SQLAlchemyError
+
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.domain.plans import Plan
+from sco.domain.signals import Exclusion
+
+
+class NothingToExplain(ValueError):
+    """No plan for the partition (a name misspelt, or no controller has run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    plan: Plan
+    held: dict[str, int]  # instances by state
+    exclusions: dict[str, Exclusion]
+    intent: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        p = self.plan
+        return {
+            "partition": p.partition,
+            "generation": p.generation,
+            "created_at": p.created_at,
+            "spot": dict(p.spot),
+            "guaranteed": dict(p.guaranteed),
+            "notes": list(p.notes),
+            "terms": dict(p.terms),
+            "pools": {pool: why.to_json() for pool, why in sorted(p.pools.items())},
+            "held": self.held,
+            "intent": self.intent,
+            "exclusions": {
+                pool: {"state": str(ex.state), "until": ex.until, "reason": ex.reason}
+                for pool, ex in sorted(self.exclusions.items())
+            },
+        }
+
+
+def explain(url: str, partition: str) -> Explanation:
+    store = SqlFleetStore(url, run_migrations=False)
+    try:
+        plan = store.latest_plan(partition)
+        if plan is None:
+            raise NothingToExplain(f"no plan for partition {partition!r} in {_where(url)}")
+        held = Counter(str(i.state) for i in store.instances(partition))
+        exclusions = {
+            pool: ex for pool, ex in store.exclusions().items() if ex.active(plan.created_at)
+        }
+        intent = store.intents().get(partition)
+    except SQLAlchemyError as e:
+        raise NothingToExplain(f"cannot read fleet state: {type(e).__name__}") from None
+    finally:
+        store.close()
+    return Explanation(plan, dict(held), exclusions, intent)
+
+
+def _where(url: str) -> str:
+    return url.rsplit("@", maxsplit=1)[-1]
+
+
+# The terms in the order an operator reads them: what the pool is, then what placing
+# there costs.
+_TERM_ORDER = ("age", "history", "recent_reclaims", "full_pool", "storm", "price", "crowding")
+
+
+def render(console: Console, e: Explanation) -> None:
+    p = e.plan
+    console.print(
+        f"[bold]{p.partition}[/]: plan generation {p.generation}"
+        + (f" — [red]intent: {e.intent}[/]" if e.intent else "")
+    )
+    for note in p.notes:
+        console.print(f"  why: {note}")
+    if p.terms:
+        console.print(
+            "  partition: " + ", ".join(f"{k} {_num(v)}" for k, v in sorted(p.terms.items()))
+        )
+    table = Table(title="pools (terms per instance-hour; cost = their sum)")
+    for col in ("pool", "class", "target", "held", "room", "price/h", "cost", "terms", "flags"):
+        table.add_column(
+            col, justify="left" if col in ("pool", "class", "terms", "flags") else "right"
+        )
+    spot = set(p.spot)
+    for pool, why in sorted(p.pools.items(), key=lambda kv: (kv[0] not in spot, kv[0])):
+        terms = {k: v for k, v in why.terms.items() if v}
+        ordered = sorted(terms, key=lambda k: (_TERM_ORDER.index(k) if k in _TERM_ORDER else 99, k))
+        cost = sum(v for k, v in why.terms.items() if k != "stickiness")
+        table.add_row(
+            pool,
+            "guaranteed" if pool in p.guaranteed or not why.terms else "spot",
+            str(why.target),
+            str(why.held),
+            str(why.available),
+            f"{why.price_per_h:.3f}",
+            f"{cost:.3f}" if why.terms else "",
+            ", ".join(f"{k} {_num(terms[k])}" for k in ordered),
+            ", ".join(why.flags),
+        )
+    console.print(table)
+    console.print(
+        "holds: " + (", ".join(f"{n} {s}" for s, n in sorted(e.held.items())) or "nothing")
+    )
+    for pool, ex in sorted(e.exclusions.items()):
+        console.print(f"exclusion: {pool} {ex.state} until {ex.until:.0f} ({ex.reason})")
+
+
+def _num(v: float) -> str:
+    return f"{v:.3g}"

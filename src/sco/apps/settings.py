@@ -1,0 +1,368 @@
+"""`sco.yaml`: one configuration file for every `sco` process.
+
+Read once at a command's entry and handed down as values; adapters never read
+the environment. Every field can be overridden by an environment variable,
+`SCO_` and the field's path in capitals with `__` between levels
+(`SCO_STATE__URL`, `SCO_POLICY__HEDGE__MAX_SPARE`, `SCO_EVENTS__KAFKA__SASL_PASSWORD`),
+and a command's own flags override both. Relative paths in the file are read
+from the file's folder. `sco config check FILE` validates a file and prints
+what it resolves to, secrets masked; every error names the field.
+
+```yaml
+state: {url: sqlite:///sco-state.sqlite}      # or postgresql+psycopg://...
+events: {kind: embedded}                      # or kind: kafka, kafka: {brokers: ...}
+history: {url: chdb://sco-history}            # or http://clickhouse:8123
+leases: {kind: database, ttl_s: 15}           # or kind: kubernetes, kubernetes: {...}
+provider: {kind: openstack, cloud: mycloud, region_file: region.yaml}
+partitions:                                   # as in a demand file; or demand_file: PATH
+  - {name: batch, kind: slurm, target_units: 8, floor_units: 2, max_units: 16}
+policy: {name: sco, interval_s: 15, hedge: {max_spare: 2}}
+http: {bind: 0.0.0.0, run_port: 9100}
+log: {level: info, format: text}
+```
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from sco.adapters.demandfile.intake import DemandFileError, PartitionSpec, demand_of, field_path
+from sco.decide.exclusion import ExclusionConfig
+from sco.decide.hedge import HedgeConfig
+from sco.decide.scorer import ScorerConfig
+from sco.runtime.controller import ControllerConfig
+
+ENV_PREFIX = "SCO_"
+ENV_DELIMITER = "__"
+
+
+class SettingsError(ValueError):
+    """A configuration that cannot be used; the message names the source and field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StateSettings(_Section):
+    url: str = Field(
+        default="sqlite:///sco-state.sqlite",
+        description="Fleet state: sqlite:///PATH (one host) or postgresql+psycopg://... "
+        "(list every Patroni member with target_session_attrs=read-write).",
+    )
+
+
+class KafkaSettings(_Section):
+    brokers: str = Field(description="Bootstrap brokers, host:port[,host:port...].")
+    topic_prefix: str = Field(default="sco.events.", description="Topics are <prefix><region>.")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="How clients reach the brokers."
+    )
+    sasl_mechanism: str | None = Field(default=None, description="PLAIN, SCRAM-SHA-512, ...")
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = Field(default=None, description="CA bundle (PEM file).")
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: SecretStr | None = None
+    new_topic_partitions: int | None = Field(
+        default=3,
+        ge=1,
+        description="Create missing topics with this many partitions; null: they must exist.",
+    )
+    client: dict[str, str] = Field(
+        default_factory=dict, description="Further librdkafka properties for every client."
+    )
+
+    def librdkafka(self) -> dict[str, str]:
+        """The client properties, secrets revealed: only for the Kafka client itself."""
+        props: dict[str, str] = {"security.protocol": self.security_protocol}
+        optional = {
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+        }
+        props.update({k: v for k, v in optional.items() if v})
+        for key, secret in (
+            ("sasl.password", self.sasl_password),
+            ("ssl.key.password", self.ssl_key_password),
+        ):
+            if secret is not None:
+                props[key] = secret.get_secret_value()
+        return {**props, **self.client}
+
+
+class EventsSettings(_Section):
+    kind: Literal["embedded", "kafka"] = Field(
+        default="embedded",
+        description="embedded: a log table in a database; kafka: a topic per region.",
+    )
+    url: str | None = Field(
+        default=None,
+        description="embedded only: a database of its own for the log (default: the state's).",
+    )
+    kafka: KafkaSettings | None = None
+
+    @model_validator(mode="after")
+    def _kafka_needs_brokers(self) -> EventsSettings:
+        if self.kind == "kafka" and self.kafka is None:
+            raise ValueError("kind kafka needs a kafka section with brokers")
+        return self
+
+
+class HistorySettings(_Section):
+    url: str = Field(
+        default="chdb://sco-history",
+        description="Pool history: chdb://PATH (embedded ClickHouse) or http(s)://host:8123.",
+    )
+    database: str = Field(default="sco", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    username: str | None = None
+    password: SecretStr | None = None
+
+
+class KubernetesLeaseSettings(_Section):
+    namespace: str = Field(default="sco", description="Namespace of the Lease objects.")
+    kubeconfig: str | None = Field(
+        default=None, description="A kubeconfig file; null: the in-cluster service account."
+    )
+    context: str | None = None
+
+
+class LeaseSettings(_Section):
+    kind: Literal["database", "kubernetes"] = Field(
+        default="database", description="Where partition leases live."
+    )
+    ttl_s: float = Field(
+        default=15.0, ge=3.0, description="A dead replica's partitions move after this long."
+    )
+    kubernetes: KubernetesLeaseSettings = Field(default_factory=KubernetesLeaseSettings)
+
+
+class ProviderSettings(_Section):
+    kind: Literal["openstack"] = "openstack"
+    cloud: str | None = Field(default=None, description="Cloud name in clouds.yaml.")
+    region_file: Path | None = Field(
+        default=None, description="Region file: pools (hall, flavor, class, price), image."
+    )
+
+
+class PolicySettings(_Section):
+    name: str = Field(default="sco", description="Placement policy by name (`sco policies`).")
+    interval_s: float = Field(default=15.0, gt=0, description="Time between a partition's cycles.")
+    hedge: HedgeConfig = Field(default_factory=HedgeConfig, description="The sco policy.")
+    controller: ControllerConfig = Field(
+        default_factory=ControllerConfig,
+        description="Acting (batch size, drain time, per-state timeouts) and reservations.",
+    )
+    exclusion: ExclusionConfig = Field(default_factory=ExclusionConfig)
+    scorer: ScorerConfig = Field(default_factory=ScorerConfig)
+    score_every_s: float = Field(default=300.0, gt=0, description="`sco score --every` default.")
+
+
+class HttpSettings(_Section):
+    bind: str = Field(default="0.0.0.0", description="Address the /metrics and /healthz listen on.")
+    run_port: int = Field(default=9100, ge=0, le=65535, description="`sco run`; 0: none.")
+    watch_port: int = Field(default=9101, ge=0, le=65535, description="`sco watch`; 0: none.")
+    score_port: int = Field(default=9102, ge=0, le=65535, description="`sco score`; 0: none.")
+    history_port: int = Field(
+        default=9103, ge=0, le=65535, description="`sco history load`; 0: none."
+    )
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = Field(
+        default="text", description="text: one line per record; json: one JSON object per line."
+    )
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        extra="forbid",
+        frozen=True,
+    )
+
+    state: StateSettings = Field(default_factory=StateSettings)
+    events: EventsSettings = Field(default_factory=EventsSettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
+    leases: LeaseSettings = Field(default_factory=LeaseSettings)
+    provider: ProviderSettings = Field(default_factory=ProviderSettings)
+    partitions: list[PartitionSpec] = Field(
+        default_factory=list, description="Scheduler clusters and their demand."
+    )
+    demand_file: Path | None = Field(
+        default=None, description="Partitions from a demand file instead of `partitions`."
+    )
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+    @model_validator(mode="after")
+    def _one_demand(self) -> Settings:
+        if self.partitions and self.demand_file is not None:
+            raise ValueError("give partitions or demand_file, not both")
+        try:
+            demand_of(self.partitions, "", "partitions")
+        except DemandFileError as e:
+            raise ValueError(
+                f"partitions{e.field.removeprefix('partitions')}: {e.reason}"
+            ) from None
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003 (not read: no .env)
+        file_secret_settings: PydanticBaseSettingsSource,  # noqa: ARG003
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags (init) over the environment over the file.
+        return (init_settings, env_settings, _FileSource(settings_cls, _FILE.get() or {}))
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The YAML file, read (and its relative paths resolved) before settings are built."""
+
+    def __init__(self, settings_cls: type[BaseSettings], doc: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self.doc = doc
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:  # noqa: ARG002
+        return self.doc.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.doc)
+
+
+_FILE: ContextVar[dict[str, Any] | None] = ContextVar("sco_settings_file", default=None)
+
+
+def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """The file at `path` (None: defaults only), under the environment, under
+    `overrides` (dotted field paths from flags, e.g. {"state.url": ...}; None values
+    are not given).
+
+    Raises SettingsError naming the file or variable and the field.
+    """
+    doc: dict[str, Any] = {}
+    where = "defaults"
+    if path is not None:
+        where = str(path)
+        doc = _read(path)
+        _resolve_paths(doc, path.parent)
+    flags: dict[str, Any] = {}
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _put(flags, dotted.split("."), value)
+    token = _FILE.set(doc)
+    try:
+        return Settings(**flags)
+    except ValidationError as e:
+        raise SettingsError(_explain(e, where)) from None
+    finally:
+        _FILE.reset(token)
+
+
+def _put(doc: dict[str, Any], path: list[str], value: Any) -> None:
+    node = doc
+    for key in path[:-1]:
+        nxt = node.get(key)
+        if not isinstance(nxt, dict):
+            nxt = node[key] = {}
+        node = nxt
+    node[path[-1]] = value
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SettingsError(f"{path}: no such file") from None
+    except (OSError, yaml.YAMLError) as e:
+        raise SettingsError(f"{path}: not YAML: {str(e).splitlines()[0]}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{path}: must be a mapping of sections (state, events, ...)")
+    return raw
+
+
+_PATHS = (("provider", "region_file"), ("demand_file",), ("leases", "kubernetes", "kubeconfig"))
+
+
+def _resolve_paths(doc: dict[str, Any], base: Path) -> None:
+    """Relative paths (and chdb:// and sqlite:/// URLs) in a file are the file's folder's."""
+    for path in _PATHS:
+        node: Any = doc
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(path[-1]), str):
+            p = Path(node[path[-1]]).expanduser()
+            node[path[-1]] = str(p if p.is_absolute() else base / p)
+    for section, prefix in (
+        ("state", "sqlite:///"),
+        ("history", "chdb://"),
+        ("events", "sqlite:///"),
+    ):
+        node = doc.get(section)
+        url = node.get("url") if isinstance(node, dict) else None
+        if isinstance(url, str) and url.startswith(prefix) and not url.startswith(prefix + "/"):
+            rest = url[len(prefix) :]
+            if rest and not rest.startswith(":memory:"):
+                node["url"] = prefix + str(base / rest)
+
+
+def _explain(e: ValidationError, where: str) -> str:
+    err = e.errors()[0]
+    field = field_path(err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    var = ENV_PREFIX + ENV_DELIMITER.join(str(x).upper() for x in err["loc"] if isinstance(x, str))
+    source = f"{var} (environment)" if var in os.environ else where
+    if field == "file":  # a check of the whole file: its message names the field
+        return f"{source}: {msg}"
+    return f"{source}: {field}: {msg}"
+
+
+def chdb_path(url: str) -> str | None:
+    """The folder of an embedded history URL, or None for a server."""
+    return url[len("chdb://") :] if url.startswith("chdb://") else None
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The resolved configuration as plain data, secrets shown as stars."""
+    doc: dict[str, Any] = settings.model_dump(mode="json")
+    url = doc["state"]["url"]
+    doc["state"]["url"] = _mask_url(url)
+    if doc["events"].get("url"):
+        doc["events"]["url"] = _mask_url(doc["events"]["url"])
+    doc["history"]["url"] = _mask_url(doc["history"]["url"])
+    return doc
+
+
+def _mask_url(url: str) -> str:
+    """A password in a URL (`scheme://user:secret@host`) shown as stars."""
+    head, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    auth, _, host = rest.partition("@")
+    user = auth.split(":", 1)[0]
+    return f"{head}://{user}:***@{host}" if ":" in auth else url

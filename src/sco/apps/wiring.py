@@ -1,0 +1,156 @@
+"""From `sco.yaml` to adapters: the one place each store, log and client is opened.
+
+Each opener turns what cannot be reached into `StartError` with one line
+naming the setting, so a command exits 2 before doing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import OperationalError
+
+from sco.adapters.demandfile.intake import (
+    DemandFileError,
+    FileDemandSource,
+    demand_of,
+    read_demand_file,
+)
+from sco.adapters.sqlstate.eventlog import SqlEventLog
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.apps.settings import Settings
+from sco.ports import EventLog
+
+Relay = Callable[[], int]
+
+
+class StartError(Exception):
+    """Something named in the configuration or on the command line cannot be used."""
+
+
+def open_store(settings: Settings, run_migrations: bool = True) -> SqlFleetStore:
+    try:
+        return SqlFleetStore(settings.state.url, run_migrations=run_migrations)
+    except OperationalError as e:
+        raise StartError(f"state.url: cannot reach the database: {_first_line(e)}") from None
+    except ModuleNotFoundError as e:
+        raise StartError(
+            f"state.url: {e.name} is not installed (pip install 'sco[postgres]')"
+        ) from None
+
+
+def _first_line(e: OperationalError) -> str:
+    return str(e.orig).strip().splitlines()[0] if e.orig else type(e).__name__
+
+
+@dataclass
+class Events:
+    """The event log as configured, how the outbox reaches it, and how to let it go."""
+
+    log: EventLog
+    relay: Relay  # move what the outbox holds into the log; returns how many
+    close: Callable[[], None]
+    kind: str
+
+
+def open_events(settings: Settings, store: SqlFleetStore) -> Events:
+    cfg = settings.events
+    if cfg.kind == "kafka":
+        assert cfg.kafka is not None
+        try:
+            from sco.adapters.kafka.eventlog import KafkaEventLog
+        except ModuleNotFoundError:
+            raise StartError("events.kind kafka: pip install 'sco[kafka]'") from None
+        k = cfg.kafka
+        try:
+            kafka = KafkaEventLog(
+                k.brokers,
+                k.librdkafka(),
+                topic_prefix=k.topic_prefix,
+                new_topic_partitions=k.new_topic_partitions,
+                poll_timeout_s=0.5,
+            )
+        except (ValueError, Exception) as e:
+            raise StartError(f"events.kafka: {type(e).__name__}: {e}") from None
+        return Events(kafka, lambda: store.relay_outbox(kafka.append, 1000), kafka.close, "kafka")
+    if cfg.url is None:
+        shared = SqlEventLog(store.engine)
+        return Events(shared, shared.absorb_outbox, lambda: None, "embedded")
+    try:
+        own = SqlEventLog.open(cfg.url)
+    except OperationalError as e:
+        raise StartError(f"events.url: cannot reach the database: {_first_line(e)}") from None
+    return Events(own, lambda: store.relay_outbox(own.append, 1000), own.close, "embedded")
+
+
+def open_history(settings: Settings) -> Any:
+    """Pool history in ClickHouse or chDB (`sco.adapters.clickhouse.ClickHouseHistory`)."""
+    try:
+        from sco.adapters.clickhouse.history import ClickHouseHistory, HistoryUnavailable
+    except ModuleNotFoundError:
+        raise StartError("history: pip install 'sco[history]'") from None
+    h = settings.history
+    try:
+        return ClickHouseHistory(
+            h.url,
+            h.database,
+            h.username,
+            h.password.get_secret_value() if h.password else None,
+        )
+    except HistoryUnavailable as e:
+        raise StartError(f"history.url: cannot reach pool history: {e}") from None
+    except Exception as e:
+        raise StartError(f"history.url: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+
+
+def open_leases(settings: Settings, store: SqlFleetStore) -> Any:
+    """Partition leases and replica membership, in the database or as Kubernetes Leases."""
+    cfg = settings.leases
+    if cfg.kind == "database":
+        from sco.adapters.sqlstate.leases import SqlLeases
+
+        return SqlLeases(store.engine)
+    try:
+        from sco.adapters.kubernetes.leases import connect
+    except ModuleNotFoundError:
+        raise StartError("leases.kind kubernetes: pip install 'sco[kubernetes]'") from None
+    k = cfg.kubernetes
+    try:
+        return connect(k.namespace, k.kubeconfig, k.context)
+    except Exception as e:
+        raise StartError(f"leases.kubernetes: {type(e).__name__}: {e}") from None
+
+
+def demand(settings: Settings, region: str, start_s: float) -> FileDemandSource:
+    """Partitions from `partitions` or `demand_file`."""
+    try:
+        if settings.demand_file is not None:
+            return FileDemandSource(
+                read_demand_file(settings.demand_file, region), start_s, str(settings.demand_file)
+            )
+        return FileDemandSource(demand_of(settings.partitions, region, "partitions"), start_s)
+    except DemandFileError as e:
+        raise StartError(str(e)) from None
+
+
+def require(settings: Settings, *fields: str, partitions: bool = False) -> None:
+    """Fail when a setting a command needs is missing."""
+    for dotted in fields:
+        node: Any = settings
+        for part in dotted.split("."):
+            node = getattr(node, part)
+        if node is None or node == []:
+            raise StartError(f"{dotted}: not set (in sco.yaml, SCO_{_env(dotted)}, or a flag)")
+    if partitions and not settings.partitions and settings.demand_file is None:
+        raise StartError("partitions: none configured (partitions or demand_file)")
+
+
+def _env(dotted: str) -> str:
+    return "__".join(dotted.upper().split("."))
+
+
+def path_or_none(value: str | None) -> Path | None:
+    return Path(value) if value else None
