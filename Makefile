@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit openstack bench clean
+.PHONY: demo test lint typecheck layers unit openstack bench clean lab lab-down
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh $(VENV)
@@ -48,3 +48,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache
+
+# A local OpenStack (Nova with fake computes, Placement, Glance, Neutron's API) to try
+# sco on: writes .lab/sco.yaml, region.yaml and clouds.yaml. `make lab-down` stops it.
+lab: $(STAMP) openstack
+	$(BIN)/python -m sco.testing.lab up .lab
+
+lab-down: $(STAMP)
+	$(BIN)/python -m sco.testing.lab down .lab

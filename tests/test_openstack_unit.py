@@ -363,6 +363,20 @@ def test_servers_as_nodes() -> None:
     assert "a" not in nodes.nodes("p")
 
 
+def test_servers_as_nodes_keeps_each_partitions_drains() -> None:
+    """Regression: one node plane serves every partition of a process; looking at
+    one partition's nodes forgot another's drains, so a drained node waited for its
+    drain deadline (60 s) before its server went."""
+    listing = {
+        "p": [ServerView("a", "p", "pool", "r", 1, ServerStatus.ACTIVE, 0.0)],
+        "q": [ServerView("b", "q", "pool", "r", 1, ServerStatus.ACTIVE, 0.0)],
+    }
+    nodes = ServersAsNodes(lambda p: listing[p])
+    nodes.drain("p", "a", 100.0)
+    assert not nodes.nodes("q")["b"].drained
+    assert nodes.nodes("p")["a"].drained
+
+
 def test_server_listing_pages_stay_under_neutrons_url_limit() -> None:
     """Nova asks Neutron for the ports of a whole page of servers in one URL; a
     page of 100 made Neutron answer 414 and Nova 500 on a real stack. Listing

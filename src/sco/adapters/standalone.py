@@ -20,17 +20,18 @@ class ServersAsNodes:
 
     def __init__(self, listing: Callable[[str], Sequence[ServerView]]) -> None:
         self._listing = listing
-        self._drained: set[str] = set()
+        self._drained: dict[str, set[str]] = {}  # per partition: one node plane serves all
         self._lock = threading.Lock()
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         with self._lock:
-            drained = set(self._drained)
+            drained = set(self._drained.get(partition, ()))
         views = self._listing(partition)
         live = {v.server_id for v in views}
         with self._lock:
             # Forget drained servers that are gone, keeping drains asked for meanwhile.
-            self._drained = {s for s in self._drained if s in live or s not in drained}
+            mine = self._drained.get(partition, set())
+            self._drained[partition] = {s for s in mine if s in live or s not in drained}
         return {
             v.server_id: NodeView(
                 joined=v.status is ServerStatus.ACTIVE,
@@ -42,4 +43,4 @@ class ServersAsNodes:
 
     def drain(self, partition: str, server_id: str, drain_by: float) -> None:  # noqa: ARG002
         with self._lock:
-            self._drained.add(server_id)
+            self._drained.setdefault(partition, set()).add(server_id)

@@ -77,7 +77,16 @@ def _where(url: str) -> str:
 
 # The terms in the order an operator reads them: what the pool is, then what placing
 # there costs.
-_TERM_ORDER = ("age", "history", "recent_reclaims", "full_pool", "storm", "price", "crowding")
+_TERM_ORDER = (
+    "age",
+    "history",
+    "recent_reclaims",
+    "full_pool",
+    "degraded",
+    "storm",
+    "price",
+    "crowding",
+)
 
 
 def render(console: Console, e: Explanation) -> None:

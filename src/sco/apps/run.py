@@ -28,7 +28,7 @@ from sco.runtime.realtime import RealtimeRunner, line, summary
 log = logging.getLogger(__name__)
 
 
-def start_openstack(region_file: Path, cloud: str) -> Any:
+def start_openstack(region_file: Path, cloud: str, clouds_file: Path | None = None) -> Any:
     """Load the region file, connect, resolve every pool and read headroom once,
     so a wrong cloud, credential, endpoint, flavor or aggregate stops us here."""
     from sco.adapters.openstack import RegionError, open_provider
@@ -38,7 +38,9 @@ def start_openstack(region_file: Path, cloud: str) -> Any:
         region = load_region(region_file)
     except RegionFileError as e:
         raise StartError(f"provider.region_file: {e}") from None
-    provider = open_provider(region, cloud, SystemClock())
+    provider = open_provider(
+        region, cloud, SystemClock(), str(clouds_file) if clouds_file else None
+    )
     try:
         provider.discover()
         provider.refresh()
@@ -75,7 +77,7 @@ def run_controllers(
     region_file, cloud = settings.provider.region_file, settings.provider.cloud
     assert region_file is not None
     assert cloud is not None
-    provider = start_openstack(region_file, cloud)
+    provider = start_openstack(region_file, cloud, settings.provider.clouds_file)
     clock = SystemClock()
     partitions = demand(settings, provider.region.region, clock.now())
     if dry_run:

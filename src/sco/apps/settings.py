@@ -159,6 +159,11 @@ class ProviderSettings(_Section):
     region_file: Path | None = Field(
         default=None, description="Region file: pools (hall, flavor, class, price), image."
     )
+    clouds_file: Path | None = Field(
+        default=None,
+        description="A clouds.yaml of its own (default: OS_CLIENT_CONFIG_FILE or the usual "
+        "places).",
+    )
 
 
 class PolicySettings(_Section):
@@ -306,7 +311,12 @@ def _read(path: Path) -> dict[str, Any]:
     return raw
 
 
-_PATHS = (("provider", "region_file"), ("demand_file",), ("leases", "kubernetes", "kubeconfig"))
+_PATHS = (
+    ("provider", "region_file"),
+    ("provider", "clouds_file"),
+    ("demand_file",),
+    ("leases", "kubernetes", "kubeconfig"),
+)
 
 
 def _resolve_paths(doc: dict[str, Any], base: Path) -> None:

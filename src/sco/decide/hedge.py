@@ -59,6 +59,8 @@ class HedgeConfig:
     # then any shrink of the pool takes ours (capacity drops by one or two are common)
     region_reclaim_hazard: float = 1.0  # per hour, added to every pool per reclaim seen
     # anywhere within the hour: reclaims come in storms
+    degraded_hazard: float = 5.0  # per hour, added to a pool the watcher marked degraded
+    # (it would be excluded, but it is among the last candidates of its flavor)
     spare_threshold: float = 0.05  # a spare per this many expected reclaims in a cold start
     max_spare: int = 2
     boot_spare: bool = True  # while spot is short of ready, one spare races the boots
@@ -92,7 +94,8 @@ class HedgePlan:
 
 def hazard_terms(v: PoolView, now: float, cfg: HedgeConfig) -> dict[str, float]:
     """Expected reclaims per instance-hour in pool `v` now, term by term (they sum to
-    the pool's own hazard): its age, its history, its recent reclaims, being full."""
+    the pool's own hazard): its age, its history, its recent reclaims, being full,
+    being marked degraded by the watcher."""
     if v.up_since is not None:
         age_h = max(0.0, now - v.up_since) / 3600
         age = cfg.lomax_alpha / (cfg.lomax_beta_h + age_h)
@@ -103,6 +106,7 @@ def hazard_terms(v: PoolView, now: float, cfg: HedgeConfig) -> dict[str, float]:
         terms = {"age": age / 2, "history": v.score.hazard_per_h / 2}
     terms["recent_reclaims"] = cfg.recent_reclaim_hazard * v.recent_reclaims
     terms["full_pool"] = cfg.full_pool_hazard if v.available == 0 else 0.0
+    terms["degraded"] = cfg.degraded_hazard if v.degraded else 0.0
     return terms
 
 
@@ -177,7 +181,8 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         elif spot_spare:
             targets = _place(demand.wanted_units + spot_spare, spot_views, held, hazard, cfg)
         hedge_g = _guaranteed_spare(spare - spot_spare, targets, own, cold_s, notice, cfg, demand)
-        notes.append(f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed")
+        if spot_spare or hedge_g:
+            notes.append(f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed")
     unit = {v.pool.id: v.pool.units_per_instance for v in spot_views}
     coming = tally.spot_booting_units + sum(
         max(0, n - held[p]) * unit[p] for p, n in targets.items()

@@ -123,10 +123,12 @@ class SignalPump:
 
     def _check_stamp(self) -> None:
         stamp = self.store.signal_stamp()
-        if self._stamp is not None and stamp != self._stamp:
-            log.info("signals moved (exclusions %d, scores %d): cycling now", *stamp)
-            self.on_signals()
+        before = self._stamp
         self._stamp = stamp
+        # Exclusions, scores and intents change plans at once; pool ages can wait.
+        if before is not None and (stamp[:2] != before[:2] or stamp[3] != before[3]):
+            log.info("new exclusions, scores or intents: every partition cycles now")
+            self.on_signals()
 
     def _ages(self) -> None:
         ids = [p.id for p in self.pools]

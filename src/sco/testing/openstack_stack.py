@@ -192,11 +192,19 @@ class NovaStack:
     def env(self) -> dict[str, str]:
         return stack_env(SCO_OS_BASE_PORT=str(self.base_port))
 
-    def up(self) -> NovaStack:
-        import threading
-
+    def connect(self) -> NovaStack:
+        """A connection to a stack already up (its clouds.yaml)."""
         from openstack import config as sdk_config
         from openstack import connection
+
+        if not self.clouds_yaml.is_file():
+            raise RuntimeError(f"no stack in {self.folder} (no clouds.yaml)")
+        loader = sdk_config.OpenStackConfig(config_files=[str(self.clouds_yaml)])
+        self.conn = connection.Connection(config=loader.get_one(cloud="sco-test"))
+        return self
+
+    def up(self) -> NovaStack:
+        import threading
 
         nova_sh("up", str(self.folder), env=self.env)
         threads = [
@@ -212,8 +220,7 @@ class NovaStack:
             t.start()
         for t in threads:
             t.join()
-        loader = sdk_config.OpenStackConfig(config_files=[str(self.clouds_yaml)])
-        self.conn = connection.Connection(config=loader.get_one(cloud="sco-test"))
+        self.connect()
         computes = sum(len(h) for h in self.halls.values())
         _wait(lambda: len(list(self.conn.compute.hypervisors())) == computes, 180)
         spot = self.conn.compute.create_flavor(name="spot.small", vcpus=1, ram=512, disk=1)

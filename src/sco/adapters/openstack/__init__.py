@@ -40,9 +40,14 @@ def secret_source(region: RegionSpec, clock: Clock) -> SecretSource:
     return OpenBaoSecrets(config, clock)
 
 
-def open_provider(region: RegionSpec, cloud: str, clock: Clock) -> OpenStackProvider:
-    """A provider for `cloud`, not yet discovered (call `discover`, then `refresh`)."""
-    sessions = CloudSessions(cloud, secret_source(region, clock), clock, region.api_timeout_s)
+def open_provider(
+    region: RegionSpec, cloud: str, clock: Clock, clouds_file: str | None = None
+) -> OpenStackProvider:
+    """A provider for `cloud`, not yet discovered (call `discover`, then `refresh`);
+    `clouds_file` is a clouds.yaml to read instead of the usual places."""
+    sessions = CloudSessions(
+        cloud, secret_source(region, clock), clock, region.api_timeout_s, clouds_file
+    )
     client = CloudClient(
         sessions,
         clock,

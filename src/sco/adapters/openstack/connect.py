@@ -28,9 +28,15 @@ class CloudSessions:
     rebuilt before the next call."""
 
     def __init__(
-        self, cloud: str, secrets: SecretSource, clock: Clock, api_timeout_s: float = 30.0
+        self,
+        cloud: str,
+        secrets: SecretSource,
+        clock: Clock,
+        api_timeout_s: float = 30.0,
+        clouds_file: str | None = None,
     ) -> None:
         self.cloud = cloud
+        self.clouds_file = clouds_file
         self._secrets = secrets
         self._clock = clock
         self._timeout = api_timeout_s
@@ -53,36 +59,45 @@ class CloudSessions:
             if self._conn is None or due:
                 fresh = self._secrets.credential()
                 if self._conn is None or fresh != cred:
-                    self._conn = connect(self.cloud, fresh, self._timeout)
+                    self._conn = connect(self.cloud, fresh, self._timeout, self.clouds_file)
                 self._credential = fresh
             return self._conn
 
 
-def connect(cloud: str, credential: Credential, api_timeout_s: float) -> Any:
+def connect(
+    cloud: str, credential: Credential, api_timeout_s: float, clouds_file: str | None = None
+) -> Any:
     """An openstacksdk Connection, or a PermanentProviderError naming what is wrong
-    (never quoting the credential)."""
-    import openstack
+    (never quoting the credential). `clouds_file`: a clouds.yaml of its own, instead of
+    OS_CLIENT_CONFIG_FILE or the usual places."""
+    from openstack import connection
     from openstack import exceptions as sdk_errors
 
     extra: dict[str, Any] = {}
     if credential.fields:
-        base = _cloud_auth(cloud)
+        base = _cloud_auth(cloud, clouds_file)
         extra["auth"] = {**base, **credential.revealed()}
     try:
-        return openstack.connect(cloud=cloud, api_timeout=api_timeout_s, **extra)
+        region = _loader(clouds_file).get_one(cloud=cloud, api_timeout=api_timeout_s, **extra)
+        return connection.Connection(config=region)
     except sdk_errors.ConfigException as e:
         if "not found" in str(e).lower():
-            raise PermanentProviderError(
-                f"cloud {cloud!r} is not in clouds.yaml (OS_CLIENT_CONFIG_FILE or the usual places)"
-            ) from None
+            where = clouds_file or "clouds.yaml (OS_CLIENT_CONFIG_FILE or the usual places)"
+            raise PermanentProviderError(f"cloud {cloud!r} is not in {where}") from None
         raise PermanentProviderError(f"cloud {cloud!r}: {type(e).__name__}") from None
     except Exception as e:  # keystoneauth raises many kinds
         raise RetryableProviderError(f"cloud {cloud!r}: {type(e).__name__}") from None
 
 
-def _cloud_auth(cloud: str) -> dict[str, Any]:
+def _loader(clouds_file: str | None) -> Any:
     from openstack import config as sdk_config
 
-    region = sdk_config.OpenStackConfig().get_one(cloud=cloud)
+    if clouds_file:
+        return sdk_config.OpenStackConfig(config_files=[clouds_file])
+    return sdk_config.OpenStackConfig()
+
+
+def _cloud_auth(cloud: str, clouds_file: str | None) -> dict[str, Any]:
+    region = _loader(clouds_file).get_one(cloud=cloud)
     auth = region.config.get("auth") or {}
     return dict(auth)
