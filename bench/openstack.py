@@ -142,7 +142,6 @@ def boot_benchmark(folder: Path, servers: int) -> dict[str, Any]:
             demand=FileDemandSource.load(demand, "bench", clock.now()),
             policy=lambda: policy_named("sco"),
             clock=clock,
-            interval_s=1.0,
             config=ControllerConfig(act=ActConfig(max_batch=SLOTS)),
         )
         started = time.monotonic()

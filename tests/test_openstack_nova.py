@@ -222,7 +222,6 @@ def _runner(provider: OpenStackProvider, state: Path, demand: Path) -> RealtimeR
         demand=FileDemandSource.load(demand, "lab", clock.now()),
         policy=lambda: policy_named("sco"),
         clock=clock,
-        interval_s=1.0,
         config=ControllerConfig(list_grace_s=5.0),
         degraded=provider.degraded,
     )

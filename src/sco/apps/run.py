@@ -172,11 +172,21 @@ def _dry_run(
                 degraded=provider.degraded,
             )
             report = runner.round()
+            plans = [store.latest_plan(c.partition.name) for c in runner.controllers]
         finally:
             store.close()
             provider.stop()
     for text in summary(report):
         click.echo(text, err=True)
+    for plan in plans:
+        for pool, why in sorted((plan.pools if plan else {}).items()):
+            terms = ", ".join(f"{k} {v:.3g}" for k, v in why.terms.items() if v)
+            click.echo(
+                f"{plan.partition if plan else ''}: why: {pool} target {why.target}"
+                + (f" ({terms})" if terms else "")
+                + (f" [{', '.join(why.flags)}]" if why.flags else ""),
+                err=True,
+            )
     _echo_intents(acting.intents)
     return 1
 

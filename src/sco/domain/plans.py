@@ -70,6 +70,23 @@ class Plan:
         """Instance target per pool, zeros dropped."""
         return {p: n for p, n in {**self.spot, **self.guaranteed}.items() if n > 0}
 
+    def same_decision(
+        self,
+        spot: Mapping[PoolId, int],
+        guaranteed: Mapping[PoolId, int],
+        notes: tuple[str, ...],
+        pools: Mapping[PoolId, PoolReason],
+    ) -> bool:
+        """The same targets for the same reasons (notes, and what kept each pool out):
+        no new generation is needed. Figures that drift every cycle (a pool's age) do
+        not make a new one."""
+        flags = {p: why.flags for p, why in self.pools.items() if why.flags}
+        return (
+            self.same_targets(spot, guaranteed)
+            and self.notes == notes
+            and flags == {p: why.flags for p, why in pools.items() if why.flags}
+        )
+
     def same_targets(self, spot: Mapping[PoolId, int], guaranteed: Mapping[PoolId, int]) -> bool:
         def nz(m: Mapping[PoolId, int]) -> dict[PoolId, int]:
             return {p: n for p, n in m.items() if n > 0}

@@ -470,7 +470,9 @@ class PartitionController:
 
     def _publish_plan(self, decision: Decision, now: float) -> Plan:
         current = self._plan
-        if current is not None and current.same_targets(decision.spot, decision.guaranteed):
+        if current is not None and current.same_decision(
+            decision.spot, decision.guaranteed, decision.notes, decision.pools
+        ):
             return current
         plan = Plan(
             partition=self.partition.name,

@@ -89,14 +89,14 @@ class SignalPump:
         """One turn: whatever is due."""
         now_mono = time.monotonic()
         c = self.config
-        if self.relay is not None and self._due("relay", c.relay_every_s, now_mono):
-            self._guard("relay", self._relay_all)
-        if self._due("stamp", c.stamp_every_s, now_mono):
-            self._guard("stamp", self._check_stamp)
         if self._due("ages", c.ages_every_s, now_mono):
             self._guard("ages", self._ages)
         if self._due("headroom", c.headroom_every_s, now_mono):
             self._guard("headroom", self._headroom)
+        if self.relay is not None and self._due("relay", c.relay_every_s, now_mono):
+            self._guard("relay", self._relay_all)
+        if self._due("stamp", c.stamp_every_s, now_mono):
+            self._guard("stamp", self._check_stamp)
 
     def _due(self, what: str, every_s: float, now: float) -> bool:
         if now - self._last.get(what, float("-inf")) < every_s:
