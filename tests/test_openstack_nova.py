@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,17 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
+from sco.adapters.clickhouse.history import ClickHouseHistory
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.openstack import open_provider
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.provider import OpenStackProvider
-from sco.adapters.openstack.resources import META_RECLAIM_AT, QuotaRoom, partition_tag
+from sco.adapters.openstack.resources import (
+    META_RECLAIM_AT,
+    QuotaRoom,
+    parse_time,
+    partition_tag,
+)
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.adapters.standalone import ServersAsNodes
 from sco.decide.policies import policy_named
@@ -40,6 +47,16 @@ from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
 from sco.testing.chaos import audit
+from sco.testing.controlplane import (
+    ControlPlaneRun,
+    committed_events,
+    excluded_anywhere,
+    histogram_quantile,
+    sample,
+    topic_event_ids,
+    wait_for,
+)
+from sco.testing.kafka_broker import TansuBroker
 from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port, region_spec
 from sco.testing.postgres import PostgresServer
 
@@ -88,17 +105,6 @@ class Cloud:
     def _placement_empty(self) -> bool:
         r = self.conn.placement.get("/usages?project_id=admin", microversion="1.39")
         return not any(r.json()["usages"].values())
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 @pytest.fixture(scope="module")
@@ -573,7 +579,7 @@ def test_chaos_light_replicas_take_over_without_duplicates(
             lambda: all(holders().get(p) == "second" for p in victim_partitions),
             ttl + 10,
             "takeover",
-            every=0.2,
+            every_s=0.2,
         )
         takeover_s = time.time() - killed_at
         assert takeover_s <= ttl + 2
@@ -596,3 +602,145 @@ def test_chaos_light_replicas_take_over_without_duplicates(
     assert found["leaked_servers"] == 0, found
     assert found["lost_transitions"] == 0, found
     echo(f"chaos light: takeover {takeover_s:.1f} s with a {ttl:.0f} s lease; {found}")
+
+
+# ---------------------------------------------------------------- the whole control plane
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
+    b = TansuBroker(tmp_path_factory.mktemp("tansu")).start()
+    yield b
+    b.stop()
+
+
+def test_control_plane_processes_share_signals_and_lose_nothing(
+    clean: Cloud, tmp_path: Path, postgres: PostgresServer, broker: TansuBroker
+) -> None:
+    """Two `sco run` replicas, `sco watch`, `sco history load` and `sco score --every`
+    as separate processes on PostgreSQL, Kafka (tansu) and chDB. Every spot server of
+    one pool is reclaimed at once: the watcher excludes the pool, both replicas act on
+    it, the partitions are refilled elsewhere; every committed event reaches the topic
+    and pool history; no server is created twice or left behind; every process stops
+    cleanly on SIGTERM."""
+    url = postgres.new_database()
+    prefix = f"sco.cp{uuid.uuid4().hex[:6]}."
+    history = f"chdb://{tmp_path / 'history'}"
+    config = {
+        "state": {"url": url},
+        "events": {
+            "kind": "kafka",
+            "kafka": {
+                "brokers": broker.bootstrap,
+                "topic_prefix": prefix,
+                "new_topic_partitions": 1,
+            },
+        },
+        "history": {"url": history},
+        "leases": {"kind": "database", "ttl_s": 6},
+        "provider": {
+            "cloud": CLOUD,
+            "region_file": str(clean.region_file),
+            "clouds_file": str(clean.clouds_yaml),
+        },
+        "partitions": [
+            {"name": f"c{i}", "kind": "slurm", "target_units": 2, "floor_units": 1, "max_units": 2}
+            for i in range(4)
+        ],
+        # Two spot pools: min_candidates 1 lets the watcher exclude one of them.
+        "policy": {"interval_s": 2, "exclusion": {"min_candidates": 1}},
+        "log": {"level": "info"},
+    }
+    run = ControlPlaneRun(tmp_path / "cp", config, dict(os.environ))
+    ports = {name: free_port() for name in ("ra", "rb", "watch", "history", "score")}
+    try:
+        for name in ("ra", "rb"):
+            run.start(
+                name, "run", "--replica", name, "--metrics-port", str(ports[name]), port=ports[name]
+            )
+        run.start("watch", "watch", "--port", str(ports["watch"]), port=ports["watch"])
+        run.start(
+            "history", "history", "load", "--port", str(ports["history"]), port=ports["history"]
+        )
+        run.start(
+            "score", "score", "--every", "15s", "--port", str(ports["score"]), port=ports["score"]
+        )
+
+        def spot() -> list[dict[str, Any]]:
+            return [
+                s
+                for s in clean.servers(tags="sco")
+                if s["metadata"].get("sco:class") == "spot" and s["status"] == "ACTIVE"
+            ]
+
+        wait_for(
+            lambda: len(spot()) >= 8 or not all(v is None for v in run.alive().values()),
+            180,
+            "8 spot servers",
+        )
+        assert all(v is None for v in run.alive().values()), {n: run.tail(n) for n in run.procs}
+        victims = [s["id"] for s in spot() if s["OS-EXT-AZ:availability_zone"] == "hall-a"]
+        assert len(victims) >= 3, "enough in one pool to cross the watcher's threshold"
+        for sid in victims:
+            clean.delete(sid)
+        engine = create_engine(url)
+
+        def exclusion() -> Any:
+            with engine.connect() as c:
+                return c.execute(
+                    text("SELECT since FROM exclusions WHERE pool = :p AND state = 'excluded'"),
+                    {"p": SPOT_A},
+                ).first()
+
+        since = float(wait_for(exclusion, 60, "the watcher's exclusion")[0])
+        seen: dict[str, float] = {}
+
+        def both_act() -> bool:
+            for name in ("ra", "rb"):
+                if name not in seen and excluded_anywhere(run.metrics(name), SPOT_A):
+                    seen[name] = time.time()
+            return len(seen) == 2
+
+        wait_for(both_act, 30, "both replicas acting on the exclusion", every_s=0.1)
+        visible_s = max(seen.values()) - since
+        # Refilled: once both act on the exclusion, nothing new goes to the excluded pool
+        # (what was replaced there before the watcher's word stays).
+        wait_for(lambda: len(spot()) >= 8, 120, "the reclaimed servers replaced")
+        acted = max(seen.values())
+        late = [
+            s
+            for s in clean.servers(tags="sco")
+            if s["OS-EXT-AZ:availability_zone"] == "hall-a"
+            and s["metadata"].get("sco:class") == "spot"
+            and parse_time(s["created"]) > acted + 1.0
+        ]
+        assert not late, [(s["id"], s["created"]) for s in late]
+        texts = [run.metrics("ra"), run.metrics("rb")]
+        cycle_p99 = histogram_quantile(texts, "sco_cycle_seconds", 0.99)
+        wait_for(
+            lambda: (sample(run.metrics("score"), "sco_score_generation") or 0) >= 1,
+            60,
+            "a score generation",
+        )
+        codes = run.stop_all(["ra", "rb"])  # the replicas first: they relay what is left
+        committed = committed_events(url)
+        hist = ClickHouseHistory(history)
+        wait_for(lambda: committed <= hist.event_ids(), 60, "history to hold every event")
+        codes |= run.stop_all(["watch", "history", "score"])
+    finally:
+        run.stop_all()
+    assert codes == dict.fromkeys(("ra", "rb", "watch", "history", "score"), 0), {
+        n: run.tail(n) for n in run.procs
+    }
+    in_topic = topic_event_ids(broker.bootstrap, prefix)
+    lost = committed - (set(in_topic) & hist.event_ids())
+    assert not lost, sorted(lost)[:10]
+    found = audit(url, clean.servers(tags="sco"))
+    assert found["duplicate_creates"] == 0, found
+    assert found["leaked_servers"] == 0, found
+    assert found["lost_transitions"] == 0, found
+    echo(
+        f"control plane: 5 processes, exclusion acted on by both replicas {visible_s:.2f} s "
+        f"after the watcher's crossing, {len(committed)} events committed, "
+        f"{len(in_topic)} in the topic, cycle p99 {cycle_p99:.2f} s"
+    )

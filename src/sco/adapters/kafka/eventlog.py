@@ -19,8 +19,9 @@ as the port allows.
 Reading. Each consumer name is a Kafka consumer group (classic protocol), subscribed to
 the topics of the configured regions or, with none configured, to every topic matching
 `^<prefix>` but the dead-letter topic (a region topic created later is picked up at the
-client's next metadata refresh, `topic.metadata.refresh.interval.ms`). Offsets are
-committed only by `commit`; a group with no committed offset starts at the earliest record.
+client's next metadata refresh, `topic.metadata.refresh.interval.ms`, 5 s by default
+here). Offsets are committed only by `commit`; a group with no committed offset starts at
+the earliest record.
 
 Offsets. Kafka's offsets are per topic-partition; the port's `LogRecord.offset` is one
 integer. `read` hands out a sequence number per record, increasing over the adapter's
@@ -222,6 +223,9 @@ class KafkaEventLog:
         self._consumer_config = {
             "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000,
+            # A region topic created after a consumer subscribed (its first events) is
+            # found at the next metadata refresh: librdkafka's default waits 5 minutes.
+            "topic.metadata.refresh.interval.ms": 5000,
             **self._client,
             **(consumer_config or {}),
             "enable.auto.commit": False,

