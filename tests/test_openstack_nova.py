@@ -41,7 +41,8 @@ from sco.adapters.openstack.resources import (
 )
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.adapters.standalone import ServersAsNodes
-from sco.decide.policies import policy_named
+from sco.decide.hedge import HedgeConfig
+from sco.decide.policies import ScoPolicy, policy_named
 from sco.domain.lifecycle import State
 from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
@@ -56,6 +57,7 @@ from sco.testing.controlplane import (
     topic_event_ids,
     wait_for,
 )
+from sco.testing.fakes import RecordingProvider
 from sco.testing.kafka_broker import TansuBroker
 from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port, region_spec
 from sco.testing.postgres import PostgresServer
@@ -165,35 +167,82 @@ def test_headroom_and_quota_from_the_cloud(clean: Cloud) -> None:
     echo(f"headroom refresh on the nova stack: {cache.took_s * 1000:.0f} ms")
 
 
-def test_batch_larger_than_headroom_is_split(clean: Cloud) -> None:
+def test_create_returns_before_the_scheduler_and_refusals_are_listed(clean: Cloud) -> None:
     provider = _provider()
+    # Nova places all of a multi-create or none: 12 into a pool of 8 are all refused.
     result = provider.create(SPOT_B, 12, "req-split", "split", 1)
-    # 12 fail together, 6 fit, 6 more fail, 3 fail, then 1 and 1 fit, then 1 fails
-    assert len(result.server_ids) == 8
-    assert "no valid host for 4 more" in result.shortfall_reason
+    assert (result.server_ids, result.pending) == ((), 12)
+    refused = wait_for(
+        lambda: (v := provider.list("split")) and len(v) == 12 and all(x.refused for x in v) and v,
+        120,
+        "12 refused",
+    )
+    assert all("No valid host" in v.fault for v in refused)
+    provider.delete([v.server_id for v in refused])
+    ok = provider.create(SPOT_B, 8, "req-fits", "split", 1)
+    assert ok.pending == 8
     servers = wait_for(
-        lambda: (s := clean.of("split")) and all(x["status"] == "ACTIVE" for x in s) and s,
+        lambda: (
+            (s := clean.of("split"))
+            and len(s) == 8
+            and all(x["status"] == "ACTIVE" for x in s)
+            and s
+        ),
         120,
         "8 ACTIVE",
     )
-    assert sorted(s["id"] for s in servers) == sorted(result.server_ids)
     assert {s["OS-EXT-AZ:availability_zone"] for s in servers} == {"hall-b"}
-    provider.refresh()
-    assert provider.headroom([SPOT_B]) == {SPOT_B: 0}
     # the same request id again creates nothing new
-    again = provider.create(SPOT_B, 12, "req-split", "split", 1)
-    assert sorted(again.server_ids) == sorted(result.server_ids)
+    again = provider.create(SPOT_B, 8, "req-fits", "split", 1)
+    assert sorted(again.server_ids) == sorted(s["id"] for s in servers)
     assert len(clean.of("split")) == 8
 
 
-def test_create_in_a_full_pool_is_insufficient_capacity(clean: Cloud) -> None:
-    from sco.ports import InsufficientCapacity
+class _Overstated(RecordingProvider):
+    """Headroom as a stale cache would state it: more than the scheduler can place
+    (until `honest`)."""
 
+    honest = False
+
+    def headroom(self, pools: Any) -> Any:
+        if self.honest:
+            return super().headroom(pools)
+        return {p: (12 if p == SPOT_B else 0) for p in pools}
+
+
+def test_controller_shrinks_batches_the_scheduler_refuses(clean: Cloud, tmp_path: Path) -> None:
     provider = _provider()
-    provider.create(SPOT_A, 8, "req-fill", "fill", 1)
-    with pytest.raises(InsufficientCapacity):
-        provider.create(SPOT_A, 1, "req-more", "fill", 1)
-    wait_for(lambda: len(clean.of("fill")) == 8, 60, "no ERROR server left behind")
+    overstated = _Overstated(provider)
+    state = tmp_path / "state.sqlite"
+    clock = SystemClock()
+    runner = RealtimeRunner(
+        provider=overstated,
+        nodes=ServersAsNodes(provider.last_listing),
+        store=SqlFleetStore(sqlite_url(state)),
+        demand=FileDemandSource.load(_demand(tmp_path, "shrink", 12), "lab", clock.now()),
+        policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
+        clock=clock,
+        config=ControllerConfig(list_grace_s=5.0),
+    )
+    _until(runner, provider, lambda: len(_ready(runner, "shrink")) >= 8, 180, "8 ready")
+    overstated.honest = True  # the cache catches up: what was refused goes, nothing new
+    for _ in range(10):
+        provider.refresh()
+        runner.round()
+        time.sleep(0.5)
+    servers = clean.of("shrink")
+    in_b = [s for s in servers if s["OS-EXT-AZ:availability_zone"] == "hall-b"]
+    assert len([s for s in in_b if s["status"] == "ACTIVE"]) == 8
+    history = runner.store.history()
+    refusals = [r for r in history if r.trigger == "create_failed"]
+    assert refusals, "the scheduler's refusals are recorded as refused creates"
+    assert all("No valid host" in r.reason for r in refusals)
+    wait_for(
+        lambda: not [s for s in clean.of("shrink") if s["status"] == "ERROR"],
+        60,
+        "refused servers deleted",
+    )
+    echo(f"refused and shrunk: {len(refusals)} refused creates on the way to 8")
 
 
 # ---------------------------------------------------------------- controller
@@ -313,6 +362,64 @@ def test_controller_fills_two_halls_and_replaces_reclaims(clean: Cloud, tmp_path
     assert states[-1] == "gone", states
     assert not any(s["status"] == "ERROR" for s in clean.of("batch"))
     echo(f"nova tier: 6 ready in {fill_s:.1f} s, 2 reclaims replaced in {replace_s:.1f} s")
+
+
+def test_no_churn_a_reclaim_is_replaced_on_spot_and_nothing_else_moves(
+    clean: Cloud, tmp_path: Path
+) -> None:
+    """Target 3, floor 2: the partition fills on spot and stays put (no server created
+    and then drained while nothing changed); after a reclaim it returns to its target on
+    spot within a few cycles, without buying guaranteed capacity."""
+    provider = _provider()
+    demand = tmp_path / "demand.yaml"
+    demand.write_text(
+        yaml.safe_dump(
+            {
+                "partitions": [
+                    {
+                        "name": "calm",
+                        "kind": "kubernetes",
+                        "target_units": 3,
+                        "floor_units": 2,
+                        "max_units": 6,
+                    }
+                ]
+            }
+        )
+    )
+    runner = _runner(provider, tmp_path / "state.sqlite", demand)
+    _until(runner, provider, lambda: len(_ready(runner, "calm")) >= 3, 180, "3 ready")
+    for _ in range(8):  # nothing changes in the world
+        provider.refresh()
+        runner.round()
+        time.sleep(0.5)
+
+    def live() -> list[Any]:
+        return [i for i in runner.store.instances("calm") if i.is_live]
+
+    history = runner.store.history()
+    assert not [r for r in history if r.to_state == "draining"], "nothing created then drained"
+    assert all(i.is_spot for i in live()), "no guaranteed server while spot holds"
+    assert len(live()) == 3
+    victim = _ready(runner, "calm")[0]
+    assert victim.server_id is not None
+    clean.delete(victim.server_id)
+    cycles = _until(
+        runner,
+        provider,
+        lambda: len(_ready(runner, "calm")) >= 3 and victim.id not in {i.id for i in live()},
+        180,
+        "the reclaim replaced",
+    )
+    for _ in range(5):
+        provider.refresh()
+        runner.round()
+        time.sleep(0.5)
+    assert len(live()) == 3, [(i.pool, i.state) for i in live()]
+    assert all(i.is_spot for i in live()), "back on spot, no guaranteed server kept"
+    guaranteed = [r for r in runner.store.history() if "std.small" in r.pool]
+    assert not guaranteed, "no guaranteed capacity bought for a reclaim the margin absorbs"
+    echo(f"no churn: reclaim replaced on spot in {cycles} rounds")
 
 
 # ---------------------------------------------------------------- sco run, killed mid-create

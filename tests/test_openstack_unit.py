@@ -411,61 +411,7 @@ def test_server_listing_pages_stay_under_neutrons_url_limit() -> None:
     assert spec.list_page_size * 47 < 4094
 
 
-def test_create_respects_the_compute_quota() -> None:
-    """The quota read with headroom caps a create, and an exhausted one refuses it
-    before anything is sent to Nova."""
-    from sco.adapters.openstack.config import RegionSpec
-    from sco.adapters.openstack.provider import HeadroomCache, OpenStackProvider, ResolvedPool
-    from sco.ports import InsufficientCapacity
-
-    spec = RegionSpec.model_validate(
-        {
-            "region": "r",
-            "image": "i",
-            "pools": [{"hall": "h", "flavor": "f", "class": "spot", "price_per_h": 1}],
-        }
-    )
-    posted: list[int] = []
-    deleted: list[str] = []
-
-    class _Nova:
-        """Accepts every batch; the scheduler refuses every one (NoValidHost)."""
-
-        def get(self, service: str, path: str, params: dict[str, str]) -> Any:
-            if "reservation_id" not in params:
-                return {"servers": []}  # nothing exists yet for the request id
-            refused = dict(_server("ERROR"), fault={"message": "No valid host was found."})
-            n = posted[-1]
-            return {"servers": [dict(refused, id=f"{len(posted)}-{i}") for i in range(n)]}
-
-        def post(self, service: str, path: str, body: dict[str, Any]) -> Any:
-            posted.append(body["server"]["max_count"])
-            return {"reservation_id": f"r-{len(posted)}"}
-
-        def delete(self, service: str, path: str) -> None:
-            deleted.append(path)
-
-    clock = ManualClock(0)
-    provider = OpenStackProvider(spec, _Nova(), clock, sleep=clock.advance)  # type: ignore[arg-type]
-    pool = spec.domain_pool(spec.pools[0])
-    provider._pools = {
-        pool.id: ResolvedPool(pool, spec.pools[0], "fl", 2, 1024, ResourceRequest({"VCPU": 2}), "a")
-    }
-    provider._cache = HeadroomCache(0.0, {pool.id: 10}, QuotaRoom(instances=5, cores=6), 0.0, 1)
-    # cores allow 3 servers of 2 vCPU; Nova then schedules none: the batch halves
-    with pytest.raises(InsufficientCapacity):
-        provider.create(pool.id, 10, "req-1", "p", 1)
-    assert posted == [3, 1]
-    assert len(deleted) == 4  # every refused server is deleted before the next try
-    provider._cache = HeadroomCache(0.0, {pool.id: 10}, QuotaRoom(instances=0), 0.0, 1)
-    with pytest.raises(QuotaExceeded):
-        provider.create(pool.id, 1, "req-2", "p", 1)
-    assert posted == [3, 1]
-
-
-def test_a_batch_not_seen_in_time_is_an_unknown_outcome_not_a_refusal() -> None:
-    """If Nova accepted a batch but its servers cannot be listed, sending a smaller
-    batch could create twice: the create reports its outcome unknown instead."""
+def _one_pool_provider(nova: Any, **region: Any) -> tuple[Any, Any]:
     from sco.adapters.openstack.config import RegionSpec
     from sco.adapters.openstack.provider import OpenStackProvider, ResolvedPool
 
@@ -473,27 +419,78 @@ def test_a_batch_not_seen_in_time_is_an_unknown_outcome_not_a_refusal() -> None:
         {
             "region": "r",
             "image": "i",
-            "schedule_wait_s": 30,
             "pools": [{"hall": "h", "flavor": "f", "class": "spot", "price_per_h": 1}],
+            **region,
         }
     )
-    posted: list[int] = []
-
-    class _Lagging:
-        def get(self, service: str, path: str, params: dict[str, str]) -> Any:
-            return {"servers": []}
-
-        def post(self, service: str, path: str, body: dict[str, Any]) -> Any:
-            posted.append(body["server"]["max_count"])
-            return {"reservation_id": "r-1"}
-
-    clock = ManualClock(0)
-    provider = OpenStackProvider(spec, _Lagging(), clock, sleep=clock.advance)  # type: ignore[arg-type]
+    provider = OpenStackProvider(spec, nova, ManualClock(0))
     pool = spec.domain_pool(spec.pools[0])
     provider._pools = {
-        pool.id: ResolvedPool(pool, spec.pools[0], "fl", 1, 512, ResourceRequest({"VCPU": 1}), "a")
+        pool.id: ResolvedPool(pool, spec.pools[0], "fl", 2, 1024, ResourceRequest({"VCPU": 2}), "a")
     }
-    with pytest.raises(RetryableProviderError, match="0 of 4 servers listed"):
+    return provider, pool
+
+
+class _Nova:
+    """Takes every multi-create; lists nothing for a request id until told."""
+
+    def __init__(self) -> None:
+        self.posted: list[int] = []
+        self.existing: list[dict[str, Any]] = []
+
+    def get(self, service: str, path: str, params: dict[str, str]) -> Any:
+        return {"servers": self.existing}
+
+    def post(self, service: str, path: str, body: dict[str, Any]) -> Any:
+        self.posted.append(body["server"]["max_count"])
+        return {"reservation_id": f"r-{len(self.posted)}"}
+
+
+def test_create_sends_once_and_leaves_the_answer_to_the_listing() -> None:
+    """A create sends one multi-create and returns without waiting for the scheduler:
+    the servers come back by request id, refused ones marked as such."""
+    from sco.adapters.openstack.provider import HeadroomCache
+
+    nova = _Nova()
+    provider, pool = _one_pool_provider(nova)
+    provider._cache = HeadroomCache(0.0, {pool.id: 10}, QuotaRoom(instances=5, cores=6), 0.0, 1)
+    result = provider.create(pool.id, 10, "req-1", "p", 1)
+    # cores allow 3 servers of 2 vCPU: the quota caps the batch before it is sent
+    assert nova.posted == [3]
+    assert result.pending == 3
+    assert result.server_ids == ()
+    assert "room for 3 of 10" in result.shortfall_reason
+    provider._cache = HeadroomCache(0.0, {pool.id: 10}, QuotaRoom(instances=0), 0.0, 1)
+    with pytest.raises(QuotaExceeded):
+        provider.create(pool.id, 1, "req-2", "p", 1)
+    assert nova.posted == [3]
+    # a request id whose servers exist is never sent again
+    nova.existing = [_server("BUILD")]
+    again = provider.create(pool.id, 1, "req-1", "p", 1)
+    assert again.server_ids == (nova.existing[0]["id"],)
+    assert nova.posted == [3]
+
+
+def test_servers_the_scheduler_refused_are_listed_as_refused() -> None:
+    refused = dict(_server("ERROR"), fault={"message": "No valid host was found. "})
+    broken = dict(_server("ERROR"), id="s2", fault={"message": "disk on fire"})
+    views = {v.server_id: v for v in server_views([refused, broken], "p1").views}
+    assert views[refused["id"]].refused
+    assert not views["s2"].refused
+    assert views["s2"].status is ServerStatus.ERROR
+
+
+def test_a_create_that_times_out_is_an_unknown_outcome() -> None:
+    """The POST may have taken effect: the error says so (retryable), and the request
+    tag answers on the next listing; nothing is sent again in the meantime."""
+
+    class _Slow(_Nova):
+        def post(self, service: str, path: str, body: dict[str, Any]) -> Any:
+            self.posted.append(body["server"]["max_count"])
+            raise RetryableProviderError("compute: timed out")
+
+    nova = _Slow()
+    provider, pool = _one_pool_provider(nova)
+    with pytest.raises(RetryableProviderError):
         provider.create(pool.id, 4, "req-1", "p", 1)
-    assert posted == [4]
-    assert clock.now() >= 30
+    assert nova.posted == [4]

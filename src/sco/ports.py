@@ -90,14 +90,18 @@ class ServerView:
     notice_deadline: float | None = None  # set when the provider announced a reclaim
     fault: str = ""
     active_at: float | None = None  # when it became ACTIVE, by the provider's own clock
+    refused: bool = False  # the provider could not place it (no valid host): it never ran
 
 
 @dataclass(frozen=True, slots=True)
 class CreateResult:
-    """Servers the provider accepted; fewer than asked when the pool ran short."""
+    """What became of a create: servers accepted now (fewer than asked when the pool ran
+    short), or `pending` servers the provider took and will list by request id (the
+    caller records them as it sees them; refused ones are listed with `refused`)."""
 
     server_ids: tuple[str, ...]
     shortfall_reason: str = ""
+    pending: int = 0
 
 
 class Provider(Protocol):
@@ -118,7 +122,8 @@ class Provider(Protocol):
     ) -> CreateResult:
         """Create up to `count` servers in `pool`, tagged for adoption.
 
-        Accepts part of a batch when the pool is short. Raises
+        Accepts part of a batch when the pool is short, or takes the request and
+        answers later through listings (`CreateResult.pending`). Raises
         InsufficientCapacity when none fit, QuotaExceeded, RetryableProviderError
         (the outcome is unknown; list to find out) or PermanentProviderError.
         """

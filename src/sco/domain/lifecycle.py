@@ -47,8 +47,10 @@ EDGES: Mapping[tuple[State, Trigger], State] = {
     (S.REQUESTED, T.CREATE_ACCEPTED): S.CREATING,
     (S.REQUESTED, T.CREATE_FAILED): S.FAILED,
     (S.REQUESTED, T.EXPIRED): S.FAILED,
-    # A server boots, errors, is reclaimed while building, or is cancelled.
+    # A server boots, errors, is refused by the scheduler after the create was taken
+    # (no valid host), is reclaimed while building, or is cancelled.
     (S.CREATING, T.SERVER_ACTIVE): S.ACTIVE,
+    (S.CREATING, T.CREATE_FAILED): S.FAILED,
     (S.CREATING, T.SERVER_ERROR): S.FAILED,
     (S.CREATING, T.EXPIRED): S.FAILED,
     (S.CREATING, T.RECLAIM_NOTICE): S.NOTICED,

@@ -77,14 +77,13 @@ class Plan:
         notes: tuple[str, ...],
         pools: Mapping[PoolId, PoolReason],
     ) -> bool:
-        """The same targets for the same reasons (notes, and what kept each pool out):
-        no new generation is needed. Figures that drift every cycle (a pool's age) do
-        not make a new one."""
-        flags = {p: why.flags for p, why in self.pools.items() if why.flags}
+        """The same targets for the same reasons (notes, and which pools the watcher
+        keeps out): no new generation is needed. What drifts every cycle (a pool's age,
+        its room) does not make a new one."""
         return (
             self.same_targets(spot, guaranteed)
             and self.notes == notes
-            and flags == {p: why.flags for p, why in pools.items() if why.flags}
+            and _kept_out(self.pools) == _kept_out(pools)
         )
 
     def same_targets(self, spot: Mapping[PoolId, int], guaranteed: Mapping[PoolId, int]) -> bool:
@@ -92,3 +91,10 @@ class Plan:
             return {p: n for p, n in m.items() if n > 0}
 
         return nz(self.spot) == nz(spot) and nz(self.guaranteed) == nz(guaranteed)
+
+
+def _kept_out(pools: Mapping[PoolId, PoolReason]) -> dict[PoolId, tuple[str, ...]]:
+    """The pools the watcher keeps out of placement, and how."""
+    signals = ("excluded", "degraded")
+    out = {p: tuple(f for f in why.flags if f in signals) for p, why in pools.items()}
+    return {p: flags for p, flags in out.items() if flags}

@@ -150,6 +150,9 @@ class PartitionController:
         self._pool_records: Mapping[PoolId, PoolRecord] = {}
         self._pool_records_at = float("-inf")
         self._owed = 0  # spot reclaimed and not yet replaced: creates count as replacements
+        self._batch: dict[PoolId, int] = {}  # a pool's batch after refusals (default: max)
+        self._refusals: Counter[PoolId] = Counter()
+        self._acceptances: Counter[PoolId] = Counter()
         self._cycle = _CycleTally()
 
     # ------------------------------------------------------------ the cycle
@@ -285,6 +288,19 @@ class PartitionController:
             inst = by_server.get(view.server_id)
             if inst is None:
                 waiting = requested.get(view.request_id)
+                if waiting and view.refused:
+                    # The scheduler could not place it: a refused create, whose server
+                    # (it holds nothing) is deleted; the pool gets smaller batches.
+                    ch = step(
+                        waiting.pop(0),
+                        Trigger.CREATE_FAILED,
+                        now,
+                        view.fault or "no valid host",
+                        server_id=view.server_id,
+                    )
+                    self._refusals[view.pool] += 1
+                    changes.append(ch)
+                    continue
                 if waiting:
                     ch = step(
                         waiting.pop(0),
@@ -293,6 +309,7 @@ class PartitionController:
                         "server found by request id",
                         server_id=view.server_id,
                     )
+                    self._acceptances[view.pool] += 1
                 else:
                     ch = created(
                         self._adopt(view, now), "tagged server without record", code="adopted"
@@ -314,7 +331,27 @@ class PartitionController:
         n = self._commit(changes, dict.fromkeys(settled, 0))
         if n:
             self._note_reclaims(changes)
+        self._adapt_batches()
         return n
+
+    def _adapt_batches(self) -> None:
+        """Halve a pool's batch on refusals (its scheduler places all of a batch or none),
+        double it back on acceptances, as Cluster Autoscaler backs off and recovers."""
+        top = self.config.act.max_batch
+        for pool, n in self._refusals.items():
+            self._batch[pool] = max(1, min(self._batch.get(pool, top), n) // 2)
+            log.info(
+                "partition %s: %d refused in %s (no valid host); batches of %d there now",
+                self.partition.name,
+                n,
+                pool,
+                self._batch[pool],
+            )
+        for pool in self._acceptances.keys() - self._refusals.keys():
+            if pool in self._batch:
+                self._batch[pool] = min(top, self._batch[pool] * 2)
+        self._refusals.clear()
+        self._acceptances.clear()
 
     def _note_reclaims(self, changes: Sequence[Change]) -> None:
         """Reclaims just recorded: the shared signals count them at once, the metrics
@@ -383,6 +420,10 @@ class PartitionController:
             out.append(ch)
             inst = ch.after
 
+        if view.refused and inst.state is State.CREATING:
+            self._refusals[view.pool] += 1  # listed first while the scheduler still tried
+            go(Trigger.CREATE_FAILED, view.fault or "no valid host")
+            return out
         if view.status is ServerStatus.ERROR and inst.state in _CAN_ERROR:
             go(Trigger.SERVER_ERROR, view.fault or "server in ERROR")
             return out
@@ -562,7 +603,8 @@ class PartitionController:
         fresh = self._records_of_pools(now, fresh=True).get(create.pool)
         if fresh is None:
             return 0, 0
-        count = min(create.count, view.headroom - fresh.reserved)
+        cap = self._batch.get(create.pool, create.count)
+        count = min(create.count, cap, view.headroom - fresh.reserved)
         if count <= 0:
             return 0, 0
         request_id = self.ids.new("req")
@@ -625,6 +667,16 @@ class PartitionController:
         except (InsufficientCapacity, QuotaExceeded, PermanentProviderError) as e:
             self._refused(instances, request_id, str(e), now)
             return 0, len(instances)
+        if result.pending:
+            # Taken: the records stay REQUESTED until their servers are listed.
+            unsent = instances[result.pending :]
+            refused = [
+                step(i, Trigger.CREATE_FAILED, now, result.shortfall_reason or "not sent")
+                for i in unsent
+            ]
+            recorded = self._commit(refused, {request_id: result.pending} if refused else None)
+            self._count_created(codes[: result.pending], replacing, pool.id)
+            return result.pending, len(instances) + recorded
         accepted = [
             step(inst, Trigger.CREATE_ACCEPTED, now, "create accepted", server_id=sid)
             for inst, sid in zip(instances, result.server_ids, strict=False)
@@ -636,13 +688,16 @@ class PartitionController:
         if not accepted:
             self._open_requests.discard(request_id)
         recorded = self._commit(accepted + refused, {request_id: len(accepted)})
-        replaced = min(replacing, len(accepted))
+        self._count_created(codes[: len(accepted)], replacing, pool.id)
+        return len(accepted), len(instances) + recorded
+
+    def _count_created(self, codes: Sequence[Reason], replacing: int, pool: PoolId) -> None:
+        replaced = min(replacing, len(codes))
         self._owed -= replaced
         if replaced:
-            self._cycle.replaced[pool.id] += replaced
-        for code in codes[: len(accepted)]:
+            self._cycle.replaced[pool] += replaced
+        for code in codes:
             self._cycle.acted[("create", str(code))] += 1
-        return len(accepted), len(instances) + recorded
 
     def _refused(
         self, instances: Sequence[Instance], request_id: str, why: str, now: float

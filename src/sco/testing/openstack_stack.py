@@ -264,7 +264,6 @@ def region_spec(halls: list[str], name: str = "lab", guaranteed: bool = True) ->
         "network": "none",
         "headroom_ttl_s": 1,
         "headroom_stale_s": 60,
-        "schedule_wait_s": 60,
         "pools": pools,
     }
 

@@ -81,7 +81,6 @@ class RegionSpec(BaseModel):
     headroom_ttl_s: float = Field(default=30.0, gt=0)
     headroom_stale_s: float = Field(default=300.0, gt=0)  # older headroom counts as none
     api_timeout_s: float = Field(default=30.0, gt=0)
-    schedule_wait_s: float = Field(default=60.0, gt=0)  # a batch's wait for the scheduler
     rate_per_s: float = Field(default=20.0, gt=0)
     list_page_size: int = Field(default=50, ge=1, le=1000)  # see OpenStackProvider._servers
     pools: list[PoolSpec] = Field(min_length=1)

@@ -8,9 +8,12 @@
   distinct (request, aggregate) with its provider summaries, and served from
   that cache; the decision path never waits for Placement. Headroom older than
   `headroom_stale_s` counts as none, so nothing is created on old news.
-- **Create** uses Nova's multi-create. The scheduler places all of a batch or
-  none (every server goes to ERROR with NoValidHost), so a refused batch is
-  deleted and retried at half its size, down to one.
+- **Create** sends one multi-create and returns: the scheduler's answer is
+  not waited for (it takes about a second, a minute under load, and a cycle
+  must not). The servers appear in the next listing by their request tag;
+  ones the scheduler could not place (ERROR with NoValidHost: Nova places all
+  of a batch or none) are listed as `refused`, and the controller fails them,
+  deletes them and sends smaller batches to that pool.
 - **Tags** carry the partition and request id (listing filters on them), and
   metadata the pool, class and plan generation, so a restarted controller
   adopts what exists; a request id whose servers exist is never sent again.
@@ -22,7 +25,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +37,6 @@ from sco.adapters.openstack.resources import (
     QuotaRoom,
     ResourceRequest,
     flavor_request,
-    is_no_valid_host,
     partition_tag,
     request_tag,
     server_metadata,
@@ -45,7 +47,6 @@ from sco.domain.pools import Pool, PoolId
 from sco.ports import (
     Clock,
     CreateResult,
-    InsufficientCapacity,
     PermanentProviderError,
     ProviderError,
     QuotaExceeded,
@@ -109,17 +110,10 @@ class OpenStackProvider:
     """`sco.ports.Provider` over one cloud. Thread-safe for one controller thread
     per partition plus the headroom refresher."""
 
-    def __init__(
-        self,
-        region: RegionSpec,
-        client: CloudClient,
-        clock: Clock,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, region: RegionSpec, client: CloudClient, clock: Clock) -> None:
         self.region = region
         self.client = client
         self.clock = clock
-        self._sleep = sleep
         self._pools: dict[PoolId, ResolvedPool] = {}
         self._placement = placement.PlacementHeadroom(client, clock)
         self._image_id = ""
@@ -333,6 +327,11 @@ class OpenStackProvider:
     def create(
         self, pool: PoolId, count: int, request_id: str, partition: str, plan_generation: int
     ) -> CreateResult:
+        """Send the request and return at once (`pending`): its servers are listed by
+        request id once Nova has them, refused ones marked so. A request id whose
+        servers exist is never sent again. The compute quota caps `count`; none left
+        raises QuotaExceeded before anything is sent. A POST that times out is an
+        unknown outcome (RetryableProviderError): the listing tells."""
         rp = self._pools.get(pool)
         if rp is None:
             raise PermanentProviderError(f"unknown pool {pool}")
@@ -342,22 +341,29 @@ class OpenStackProvider:
                 "request %s already has %d servers; not sending it again", request_id, len(existing)
             )
             return CreateResult(tuple(str(s["id"]) for s in existing))
-        count = self._within_quota(rp, count)
-        accepted: _Ids = []
-        batch = count
-        while len(accepted) < count and batch >= 1:
-            ids = self._try_batch(rp, batch, request_id, partition, plan_generation)
-            if ids:
-                accepted.extend(ids)
-                batch = min(batch, count - len(accepted))
-            else:
-                batch //= 2
-        if not accepted:
-            raise InsufficientCapacity(pool, f"no valid host in {pool} for even one server")
-        short = count - len(accepted)
-        return CreateResult(
-            tuple(accepted), f"no valid host for {short} more in {pool}" if short else ""
-        )
+        wanted, count = count, self._within_quota(rp, count)
+        body = {
+            "server": {
+                "name": f"sco-{partition}-{request_id}"[:255],
+                "flavorRef": rp.flavor_id,
+                "imageRef": self._image_id,
+                "availability_zone": rp.spec.zone,
+                "networks": self.region.network,
+                "min_count": count,
+                "max_count": count,
+                "return_reservation_id": True,
+                "tags": server_tags(partition, request_id),
+                "metadata": server_metadata(
+                    partition, rp.pool.id, rp.pool.capacity_class.value, request_id, plan_generation
+                ),
+            }
+        }
+        # A timeout here may have taken effect: the request tag tells on the next listing.
+        answer = self.client.post("compute", "/servers", body)
+        if not str((answer or {}).get("reservation_id", "")):
+            raise RetryableProviderError("create answered without a reservation id")
+        short = f"the compute quota leaves room for {count} of {wanted}" if count < wanted else ""
+        return CreateResult((), short, pending=count)
 
     # ------------------------------------------------------------ create helpers
 
@@ -382,69 +388,6 @@ class OpenStackProvider:
     def _servers_of(self, request_id: str) -> _Records:
         servers = self._servers(tags=request_tag(request_id))
         return [s for s in servers if s.get("OS-EXT-STS:task_state") != "deleting"]
-
-    def _try_batch(
-        self, rp: ResolvedPool, n: int, request_id: str, partition: str, generation: int
-    ) -> _Ids:
-        """Send one multi-create of `n`; its server ids if scheduled, [] if Nova
-        found no valid host (the ERROR servers are deleted first)."""
-        body = {
-            "server": {
-                "name": f"sco-{partition}-{request_id}"[:255],
-                "flavorRef": rp.flavor_id,
-                "imageRef": self._image_id,
-                "availability_zone": rp.spec.zone,
-                "networks": self.region.network,
-                "min_count": n,
-                "max_count": n,
-                "return_reservation_id": True,
-                "tags": server_tags(partition, request_id),
-                "metadata": server_metadata(
-                    partition, rp.pool.id, rp.pool.capacity_class.value, request_id, generation
-                ),
-            }
-        }
-        try:
-            answer = self.client.post("compute", "/servers", body)
-        except RetryableProviderError:
-            # The POST may have taken effect; the tag says so on the next listing.
-            raise
-        reservation = str((answer or {}).get("reservation_id", ""))
-        if not reservation:
-            raise RetryableProviderError("create answered without a reservation id")
-        servers = self._scheduled(reservation, n)
-        if servers and all(is_no_valid_host(s) for s in servers):
-            ids = [str(s["id"]) for s in servers]
-            log.info(
-                "batch of %d in %s: no valid host; deleting and retrying smaller", n, rp.pool.id
-            )
-            self.delete(ids)
-            return []
-        return [str(s["id"]) for s in servers]
-
-    def _scheduled(self, reservation: str, n: int) -> _Records:
-        """Wait until the scheduler has placed or refused every server of the batch.
-        Raises RetryableProviderError when the batch cannot be seen whole in time:
-        its outcome is then unknown, and the next listing finds it by its tags."""
-        deadline = self.clock.now() + self.region.schedule_wait_s
-        delay = 0.2
-        while True:
-            servers = self._servers(reservation_id=reservation)
-            pending = [
-                s
-                for s in servers
-                if s.get("status") == "BUILD"
-                and s.get("OS-EXT-STS:task_state") in ("scheduling", None)
-            ]
-            if len(servers) >= n and not pending:
-                return servers
-            if self.clock.now() >= deadline:
-                raise RetryableProviderError(
-                    f"reservation {reservation}: {len(servers)} of {n} servers listed, "
-                    f"{len(pending)} still scheduling after {self.region.schedule_wait_s:.0f} s"
-                )
-            self._sleep(delay)
-            delay = min(delay * 1.5, 1.0)
 
 
 def _looks_like_id(text: str) -> bool:

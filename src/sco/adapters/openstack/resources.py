@@ -293,6 +293,7 @@ def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
         notice_deadline=_deadline(meta.get(META_RECLAIM_AT)),
         fault=fault,
         active_at=_launched(server.get("OS-SRV-USG:launched_at")),
+        refused=mapped is ServerStatus.ERROR and is_no_valid_host(server),
     )
 
 

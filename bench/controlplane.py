@@ -1,0 +1,234 @@
+"""The whole control plane as separate OS processes, and a pool reclaimed at once.
+
+Starts PostgreSQL, a Kafka-protocol broker (tansu) and the Nova test stack (three
+halls of two fake computes, four spot slots each), then, from one sco.yaml, five
+processes: two `sco run` replicas, `sco watch`, `sco score --every 60s` and
+`sco history load` (chDB). Six partitions fill on spot; after a steady minute every
+spot server of one pool is reclaimed at once (deleted, as a reclaimer without
+notice would). The watcher excludes the pool; both replicas must act on it (their
+/metrics show it excluded) and refill elsewhere. After another steady minute the
+processes are stopped with SIGTERM and the run is audited.
+
+Prints one JSON line:
+{"processes", "exclusion_visible_s", "score_generations", "events_committed",
+ "events_in_topic", "events_in_history", "lost_events", "duplicate_creates",
+ "leaked_servers", "cycle_p99_s", ...}
+- exclusion_visible_s: from the watcher's crossing (the exclusion's `since`) to the
+  later of the two replicas planning with the pool excluded (target: <= 5 s);
+- events_committed: transitions and exclusions written to fleet state, each an
+  event in the outbox; events_in_topic / events_in_history: how many of those ids
+  reached the Kafka topic and pool history; lost_events: committed ids missing
+  from either (target: 0);
+- duplicate_creates, leaked_servers: servers beyond their request's records, and
+  servers with no live record (targets: 0);
+- cycle_p99_s: the 99th percentile of every partition cycle of both replicas
+  (`sco_cycle_seconds`, target <= 2 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from sco.adapters.clickhouse.history import ClickHouseHistory
+from sco.testing.chaos import audit
+from sco.testing.controlplane import (
+    ControlPlaneRun,
+    committed_events,
+    excluded_anywhere,
+    histogram_quantile,
+    sample,
+    topic_event_ids,
+    wait_for,
+)
+from sco.testing.kafka_broker import TansuBroker, free_port
+from sco.testing.openstack_stack import NovaStack
+from sco.testing.postgres import PostgresServer
+
+HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
+PARTITIONS = 6
+TARGET = 2
+VICTIM = "lab/hall-a/spot.small"
+
+
+def log(msg: str) -> None:
+    print(f"[bench/controlplane] {msg}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steady-s", type=float, default=60.0, help="steady time before/after")
+    parser.add_argument("--base-port", type=int, default=18900)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sco-bench-cp-") as tmp:
+        folder = Path(tmp)
+        result = run(folder, args.steady_s, args.base_port)
+    print(json.dumps(result, sort_keys=True))
+
+
+def run(folder: Path, steady_s: float, base_port: int) -> dict[str, Any]:
+    started = time.monotonic()
+    postgres = PostgresServer().start()
+    broker = TansuBroker(folder / "tansu").start()
+    stack = NovaStack(folder / "nova", base_port, HALLS, 4)
+    try:
+        stack.up()
+        log(f"PostgreSQL, tansu and Nova up in {time.monotonic() - started:.0f} s")
+        region_file = folder / "region.yaml"
+        import yaml
+
+        region_file.write_text(yaml.safe_dump(stack.region()))
+        return measure(folder, stack, postgres.new_database(), broker, region_file, steady_s)
+    finally:
+        stack.down()
+        broker.stop()
+        postgres.stop()
+
+
+def measure(
+    folder: Path,
+    stack: NovaStack,
+    url: str,
+    broker: TansuBroker,
+    region_file: Path,
+    steady_s: float,
+) -> dict[str, Any]:
+    prefix = f"sco.bench{uuid.uuid4().hex[:6]}."
+    history_url = f"chdb://{folder / 'history'}"
+    config = {
+        "state": {"url": url},
+        "events": {
+            "kind": "kafka",
+            "kafka": {"brokers": broker.bootstrap, "topic_prefix": prefix},
+        },
+        "history": {"url": history_url},
+        "leases": {"kind": "database", "ttl_s": 15},
+        "provider": {
+            "cloud": "sco-test",
+            "region_file": str(region_file),
+            "clouds_file": str(stack.clouds_yaml),
+        },
+        "partitions": [
+            {
+                "name": f"p{i}",
+                "kind": "slurm",
+                "target_units": TARGET,
+                "floor_units": 1,
+                "max_units": TARGET,
+            }
+            for i in range(PARTITIONS)
+        ],
+        "policy": {"interval_s": 5},
+        "log": {"level": "info"},
+    }
+    run = ControlPlaneRun(folder / "cp", config, dict(os.environ))
+    ports = {n: free_port() for n in ("ra", "rb", "watch", "history", "score")}
+    try:
+        for name in ("ra", "rb"):
+            run.start(
+                name, "run", "--replica", name, "--metrics-port", str(ports[name]), port=ports[name]
+            )
+        run.start("watch", "watch", "--port", str(ports["watch"]), port=ports["watch"])
+        run.start(
+            "history", "history", "load", "--port", str(ports["history"]), port=ports["history"]
+        )
+        run.start(
+            "score", "score", "--every", "60s", "--port", str(ports["score"]), port=ports["score"]
+        )
+
+        def spot() -> list[dict[str, Any]]:
+            return [
+                s
+                for s in stack.servers(tags="sco")
+                if s["metadata"].get("sco:class") == "spot" and s["status"] == "ACTIVE"
+            ]
+
+        want = PARTITIONS * TARGET
+        wait_for(lambda: len(spot()) >= want, 300, f"{want} spot servers", every_s=1.0)
+        log(f"{want} spot servers; steady for {steady_s:.0f} s")
+        time.sleep(steady_s)
+        victims = [s["id"] for s in spot() if s["OS-EXT-AZ:availability_zone"] == "hall-a"]
+        reclaimed_at = time.time()
+        for sid in victims:
+            r = stack.conn.compute.delete(f"/servers/{sid}", microversion="2.90")
+            if r.status_code not in (204, 404):
+                raise RuntimeError(f"delete {sid}: HTTP {r.status_code}")
+        log(f"reclaimed every spot server of {VICTIM}: {len(victims)}")
+        engine = create_engine(url)
+
+        def exclusion() -> Any:
+            with engine.connect() as c:
+                return c.execute(
+                    text("SELECT since FROM exclusions WHERE pool = :p AND state = 'excluded'"),
+                    {"p": VICTIM},
+                ).first()
+
+        since = float(wait_for(exclusion, 120, "the watcher's exclusion")[0])
+        seen: dict[str, float] = {}
+
+        def both_act() -> bool:
+            for name in ("ra", "rb"):
+                if name not in seen and excluded_anywhere(run.metrics(name), VICTIM):
+                    seen[name] = time.time()
+            return len(seen) == 2
+
+        wait_for(both_act, 120, "both replicas acting on the exclusion", every_s=0.05)
+        visible_s = max(seen.values()) - since
+        log(
+            f"excluded {since - reclaimed_at:.1f} s after the reclaim; both replicas acting "
+            f"{visible_s:.2f} s after the crossing"
+        )
+        wait_for(lambda: len(spot()) >= want, 300, "the reclaimed servers replaced", every_s=1.0)
+        replaced_s = time.time() - reclaimed_at
+        time.sleep(steady_s)
+        texts = [run.metrics("ra"), run.metrics("rb")]
+        cycle_p99 = histogram_quantile(texts, "sco_cycle_seconds", 0.99)
+        cycles = sum(
+            sample(t, "sco_cycle_seconds_count", partition=f"p{i}") or 0
+            for t in texts
+            for i in range(PARTITIONS)
+        )
+        generations = sample(run.metrics("score"), "sco_score_generation") or 0
+        codes = run.stop_all(["ra", "rb"])
+        committed = committed_events(url)
+        history = ClickHouseHistory(history_url)
+        wait_for(lambda: committed <= history.event_ids(), 120, "history to hold every event")
+        codes |= run.stop_all(["watch", "history", "score"])
+        in_topic = topic_event_ids(broker.bootstrap, prefix)
+        in_history = history.event_ids()
+        topic_ids = set(in_topic)
+        found = audit(url, stack.servers(tags="sco"))
+    finally:
+        run.stop_all()
+    lost = committed - (topic_ids & in_history)
+    return {
+        "processes": len(run.procs),
+        "exit_codes": codes,
+        "exclusion_visible_s": round(visible_s, 3),
+        "excluded_after_reclaim_s": round(since - reclaimed_at, 3),
+        "replaced_s": round(replaced_s, 1),
+        "score_generations": int(generations),
+        "events_committed": len(committed),
+        "events_in_topic": len(committed & topic_ids),
+        "topic_records": len(in_topic),
+        "events_in_history": len(committed & in_history),
+        "lost_events": len(lost),
+        "duplicate_creates": found["duplicate_creates"],
+        "leaked_servers": found["leaked_servers"],
+        "lost_transitions": found["lost_transitions"],
+        "cycles": int(cycles),
+        "cycle_p99_s": round(cycle_p99 or 0.0, 3),
+    }
+
+
+if __name__ == "__main__":
+    main()
