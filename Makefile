@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/openstack.py
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/failover.py
+	$(BIN)/python bench/controlplane.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

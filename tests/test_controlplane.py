@@ -463,3 +463,22 @@ def test_handback_drains_everything_and_cancel_takes_it_back(tmp_path: Path) -> 
     assert "back in service" in out.stdout
     w.step(60, [r])
     assert len(r.store.instances("p0")) >= 3
+
+
+def test_score_writes_a_generation_and_fails_when_history_is_unreachable(tmp_path: Path) -> None:
+    state = tmp_path / "state.db"
+    history = f"chdb://{tmp_path / 'history'}"
+    out = sco(
+        "simulate", "--traces", bundled("traces", "apache", "v100-4node"), "--duration", "12h",
+        "--state", state, "--history", history,
+    )
+    assert out.returncode == 0, out.stderr
+    before = SqlFleetStore(sqlite_url(state)).signal_stamp()[1]
+    out = sco("score", "--state", state, "--history", history)
+    assert out.returncode == 0, out.stderr
+    assert f"score generation {before + 1}:" in out.stderr
+    assert SqlFleetStore(sqlite_url(state)).signal_stamp()[1] == before + 1
+    out = sco("score", "--state", state, "--history", "http://127.0.0.1:9")
+    assert out.returncode == 2
+    assert "history.url" in out.stderr
+    assert "Traceback" not in out.stderr
