@@ -42,7 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/exclusion.py
 	$(BIN)/python bench/scorer.py
 	$(BIN)/python bench/planner.py
-	$(BIN)/python bench/openstack.py
+	$(BIN)/python bench/openstack_tier.py
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/failover.py
 	$(BIN)/python bench/controlplane.py

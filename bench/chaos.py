@@ -153,10 +153,6 @@ def reclaim(stack: NovaStack, every_s: float, until: float, rng: random.Random) 
 
 
 def main() -> None:
-    # bench/openstack.py is named like the SDK, which is imported lazily: take this
-    # folder off the path, or `import openstack` would import that script.
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=120.0, help="Seconds of chaos.")
     ap.add_argument("--kill-every", type=float, default=8.0)

@@ -469,8 +469,15 @@ def test_score_writes_a_generation_and_fails_when_history_is_unreachable(tmp_pat
     state = tmp_path / "state.db"
     history = f"chdb://{tmp_path / 'history'}"
     out = sco(
-        "simulate", "--traces", bundled("traces", "apache", "v100-4node"), "--duration", "12h",
-        "--state", state, "--history", history,
+        "simulate",
+        "--traces",
+        bundled("traces", "apache", "v100-4node"),
+        "--duration",
+        "12h",
+        "--state",
+        state,
+        "--history",
+        history,
     )
     assert out.returncode == 0, out.stderr
     before = SqlFleetStore(sqlite_url(state)).signal_stamp()[1]

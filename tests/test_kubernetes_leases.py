@@ -145,3 +145,40 @@ def test_the_database_fences_tokens_taken_on_kubernetes(tmp_path: Path) -> None:
     with pytest.raises(FencedOut):
         store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "stale")])
     store.close()
+
+
+def test_leases_kubernetes_in_sco_yaml_reach_an_api_server(tmp_path: Path) -> None:
+    """`leases: {kind: kubernetes}` builds the adapter from a kubeconfig and speaks HTTP
+    to the API server through the official client: replicas share partitions."""
+    from sco.apps.settings import load
+    from sco.apps.wiring import open_leases
+    from sco.testing.builders import write_yaml
+    from sco.testing.kube_api import LeaseApi
+
+    api = LeaseApi().start()
+    try:
+        config = write_yaml(
+            tmp_path / "sco.yaml",
+            {
+                "leases": {
+                    "kind": "kubernetes",
+                    "kubernetes": {"namespace": "sco-system", "kubeconfig": "kubeconfig"},
+                }
+            },
+        )
+        api.kubeconfig(tmp_path / "kubeconfig")
+        settings = load(config)
+        store = SqlFleetStore(sqlite_url(tmp_path / "state.db"))
+        a, b = open_leases(settings, store), open_leases(settings, store)
+        first = a.acquire("p1", "ra", 15.0, 100.0)
+        assert first is not None
+        assert b.acquire("p1", "rb", 15.0, 101.0) is None, "held by ra"
+        assert b.acquire("p1", "rb", 15.0, 116.0).token > first.token  # expired: taken over
+        a.heartbeat("ra", 5.0, 100.0)
+        b.heartbeat("rb", 5.0, 100.0)
+        assert sorted(b.live_replicas(101.0)) == ["ra", "rb"]
+        assert ("sco-system", "sco-p1") in api.leases
+        assert api.requests > 5
+        store.close()
+    finally:
+        api.stop()

@@ -57,7 +57,7 @@ SLOTS = 25
 
 
 def log(text: str) -> None:
-    print(f"[bench/openstack] {text}", file=sys.stderr, flush=True)
+    print(f"[bench/openstack_tier] {text}", file=sys.stderr, flush=True)
 
 
 def nova_sh(*args: str, env: dict[str, str]) -> None:
@@ -232,10 +232,6 @@ def headroom_benchmark(folder: Path, providers: int, repeats: int) -> dict[str, 
 
 
 def main() -> None:
-    # This file is named like the SDK, which is imported lazily: take its folder
-    # off the path, or `import openstack` would import this script.
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--servers", type=int, default=100)
     ap.add_argument("--providers", type=int, default=5000)
