@@ -37,20 +37,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
-
-from sco.adapters.clickhouse.history import ClickHouseHistory
 from sco.testing.chaos import audit
 from sco.testing.controlplane import (
+    REPLICAS,
     ControlPlaneRun,
-    committed_events,
-    excluded_anywhere,
+    acting_on,
+    exclusion_since,
     histogram_quantile,
     sample,
-    topic_event_ids,
+    spot_servers,
+    start_control_plane,
+    stop_and_audit,
     wait_for,
 )
-from sco.testing.kafka_broker import TansuBroker, free_port
+from sco.testing.kafka_broker import TansuBroker
 from sco.testing.openstack_stack import NovaStack
 from sco.testing.postgres import PostgresServer
 
@@ -131,28 +131,13 @@ def measure(
         "log": {"level": "info"},
     }
     run = ControlPlaneRun(folder / "cp", config, dict(os.environ))
-    ports = {n: free_port() for n in ("ra", "rb", "watch", "history", "score")}
     try:
-        for name in ("ra", "rb"):
-            run.start(
-                name, "run", "--replica", name, "--metrics-port", str(ports[name]), port=ports[name]
-            )
-        run.start("watch", "watch", "--port", str(ports["watch"]), port=ports["watch"])
-        run.start(
-            "history", "history", "load", "--port", str(ports["history"]), port=ports["history"]
-        )
-        run.start(
-            "score", "score", "--every", "60s", "--port", str(ports["score"]), port=ports["score"]
-        )
+        start_control_plane(run, score_every="60s")
+        want = PARTITIONS * TARGET
 
         def spot() -> list[dict[str, Any]]:
-            return [
-                s
-                for s in stack.servers(tags="sco")
-                if s["metadata"].get("sco:class") == "spot" and s["status"] == "ACTIVE"
-            ]
+            return spot_servers(stack.servers(tags="sco"))
 
-        want = PARTITIONS * TARGET
         wait_for(lambda: len(spot()) >= want, 300, f"{want} spot servers", every_s=1.0)
         log(f"{want} spot servers; steady for {steady_s:.0f} s")
         time.sleep(steady_s)
@@ -163,26 +148,8 @@ def measure(
             if r.status_code not in (204, 404):
                 raise RuntimeError(f"delete {sid}: HTTP {r.status_code}")
         log(f"reclaimed every spot server of {VICTIM}: {len(victims)}")
-        engine = create_engine(url)
-
-        def exclusion() -> Any:
-            with engine.connect() as c:
-                return c.execute(
-                    text("SELECT since FROM exclusions WHERE pool = :p AND state = 'excluded'"),
-                    {"p": VICTIM},
-                ).first()
-
-        since = float(wait_for(exclusion, 120, "the watcher's exclusion")[0])
-        seen: dict[str, float] = {}
-
-        def both_act() -> bool:
-            for name in ("ra", "rb"):
-                if name not in seen and excluded_anywhere(run.metrics(name), VICTIM):
-                    seen[name] = time.time()
-            return len(seen) == 2
-
-        wait_for(both_act, 120, "both replicas acting on the exclusion", every_s=0.05)
-        visible_s = max(seen.values()) - since
+        since = exclusion_since(url, VICTIM, 120)
+        visible_s = max(acting_on(run, VICTIM, 120).values()) - since
         log(
             f"excluded {since - reclaimed_at:.1f} s after the reclaim; both replicas acting "
             f"{visible_s:.2f} s after the crossing"
@@ -190,7 +157,7 @@ def measure(
         wait_for(lambda: len(spot()) >= want, 300, "the reclaimed servers replaced", every_s=1.0)
         replaced_s = time.time() - reclaimed_at
         time.sleep(steady_s)
-        texts = [run.metrics("ra"), run.metrics("rb")]
+        texts = [run.metrics(name) for name in REPLICAS]
         cycle_p99 = histogram_quantile(texts, "sco_cycle_seconds", 0.99)
         cycles = sum(
             sample(t, "sco_cycle_seconds_count", partition=f"p{i}") or 0
@@ -198,30 +165,17 @@ def measure(
             for i in range(PARTITIONS)
         )
         generations = sample(run.metrics("score"), "sco_score_generation") or 0
-        codes = run.stop_all(["ra", "rb"])
-        committed = committed_events(url)
-        history = ClickHouseHistory(history_url)
-        wait_for(lambda: committed <= history.event_ids(), 120, "history to hold every event")
-        codes |= run.stop_all(["watch", "history", "score"])
-        in_topic = topic_event_ids(broker.bootstrap, prefix)
-        in_history = history.event_ids()
-        topic_ids = set(in_topic)
+        events = stop_and_audit(run, url, history_url, broker.bootstrap, prefix)
         found = audit(url, stack.servers(tags="sco"))
     finally:
         run.stop_all()
-    lost = committed - (topic_ids & in_history)
     return {
         "processes": len(run.procs),
-        "exit_codes": codes,
         "exclusion_visible_s": round(visible_s, 3),
         "excluded_after_reclaim_s": round(since - reclaimed_at, 3),
         "replaced_s": round(replaced_s, 1),
         "score_generations": int(generations),
-        "events_committed": len(committed),
-        "events_in_topic": len(committed & topic_ids),
-        "topic_records": len(in_topic),
-        "events_in_history": len(committed & in_history),
-        "lost_events": len(lost),
+        **{k: v for k, v in events.items() if k != "lost_ids"},
         "duplicate_creates": found["duplicate_creates"],
         "leaked_servers": found["leaked_servers"],
         "lost_transitions": found["lost_transitions"],

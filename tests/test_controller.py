@@ -219,3 +219,49 @@ def test_requests_of_a_dead_sender_are_closed_after_the_listing_grace(tmp_path: 
     assert all(i.id not in states for i in lost), "closed as failed"
     assert w.store.reservations()[0].request_id != "req-dead"
     assert w.region.server_count() == 3
+
+
+def test_servers_that_come_and_go_before_a_listing_do_not_hold_the_partition_short(
+    tmp_path: Path,
+) -> None:
+    """Regression: creates return before the servers are listed; a server reclaimed
+    before any listing saw it left its REQUESTED record live (counted toward the
+    target) until the 5-minute timeout. It is closed after the listing grace and the
+    partition creates again."""
+    from sco.ports import CreateResult
+    from sco.testing.fakes import RecordingProvider
+
+    w = World(tmp_path)
+
+    class Vanishing(RecordingProvider):
+        armed = True
+
+        def create(self, pool: str, count: int, request_id: str, partition: str, gen: int):  # type: ignore[no-untyped-def]
+            result = super().create(pool, count, request_id, partition, gen)
+            if self.armed:
+                self.inner.delete(result.server_ids)  # reclaimed at once, unseen
+            return CreateResult((), pending=len(result.server_ids))
+
+    provider = Vanishing(w.region)
+    c = PartitionController(
+        w.demand.partitions()[0],
+        provider=provider,
+        nodes=w.region,
+        store=w.store,
+        demand=w.demand,
+        policy=ScoPolicy(HedgeConfig(max_spare=0)),
+        clock=w.clock,
+        ids=w.ids,
+    )
+    c.cycle()  # 3 requested; the servers go before anyone looks
+    provider.armed = False
+    w.at(30.0)
+    assert c.cycle().created == 0  # within the grace: a server may yet show up
+    assert sum(1 for i in w.records() if i.state is State.REQUESTED) == 3
+    w.at(61.0)
+    assert c.cycle().created == 3  # closed, and asked for again
+    w.at(300.0)
+    c.cycle()
+    w.at(330.0)
+    c.cycle()
+    assert [i.state for i in w.records()] == [State.READY] * 3

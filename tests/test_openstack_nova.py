@@ -28,7 +28,6 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
-from sco.adapters.clickhouse.history import ClickHouseHistory
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.openstack import open_provider
 from sco.adapters.openstack.config import RegionSpec
@@ -49,12 +48,15 @@ from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
 from sco.testing.chaos import audit
 from sco.testing.controlplane import (
+    REPLICAS,
     ControlPlaneRun,
-    committed_events,
-    excluded_anywhere,
+    acting_on,
+    exclusion_since,
     histogram_quantile,
     sample,
-    topic_event_ids,
+    spot_servers,
+    start_control_plane,
+    stop_and_audit,
     wait_for,
 )
 from sco.testing.fakes import RecordingProvider
@@ -759,26 +761,11 @@ def test_control_plane_processes_share_signals_and_lose_nothing(
         "log": {"level": "info"},
     }
     run = ControlPlaneRun(tmp_path / "cp", config, dict(os.environ))
-    ports = {name: free_port() for name in ("ra", "rb", "watch", "history", "score")}
     try:
-        for name in ("ra", "rb"):
-            run.start(
-                name, "run", "--replica", name, "--metrics-port", str(ports[name]), port=ports[name]
-            )
-        run.start("watch", "watch", "--port", str(ports["watch"]), port=ports["watch"])
-        run.start(
-            "history", "history", "load", "--port", str(ports["history"]), port=ports["history"]
-        )
-        run.start(
-            "score", "score", "--every", "15s", "--port", str(ports["score"]), port=ports["score"]
-        )
+        start_control_plane(run, score_every="15s")
 
         def spot() -> list[dict[str, Any]]:
-            return [
-                s
-                for s in clean.servers(tags="sco")
-                if s["metadata"].get("sco:class") == "spot" and s["status"] == "ACTIVE"
-            ]
+            return spot_servers(clean.servers(tags="sco"))
 
         wait_for(
             lambda: len(spot()) >= 8 or not all(v is None for v in run.alive().values()),
@@ -790,25 +777,8 @@ def test_control_plane_processes_share_signals_and_lose_nothing(
         assert len(victims) >= 3, "enough in one pool to cross the watcher's threshold"
         for sid in victims:
             clean.delete(sid)
-        engine = create_engine(url)
-
-        def exclusion() -> Any:
-            with engine.connect() as c:
-                return c.execute(
-                    text("SELECT since FROM exclusions WHERE pool = :p AND state = 'excluded'"),
-                    {"p": SPOT_A},
-                ).first()
-
-        since = float(wait_for(exclusion, 60, "the watcher's exclusion")[0])
-        seen: dict[str, float] = {}
-
-        def both_act() -> bool:
-            for name in ("ra", "rb"):
-                if name not in seen and excluded_anywhere(run.metrics(name), SPOT_A):
-                    seen[name] = time.time()
-            return len(seen) == 2
-
-        wait_for(both_act, 30, "both replicas acting on the exclusion", every_s=0.1)
+        since = exclusion_since(url, SPOT_A, 60)
+        seen = acting_on(run, SPOT_A, 30)
         visible_s = max(seen.values()) - since
         # Refilled: once both act on the exclusion, nothing new goes to the excluded pool
         # (what was replaced there before the watcher's word stays).
@@ -822,32 +792,27 @@ def test_control_plane_processes_share_signals_and_lose_nothing(
             and parse_time(s["created"]) > acted + 1.0
         ]
         assert not late, [(s["id"], s["created"]) for s in late]
-        texts = [run.metrics("ra"), run.metrics("rb")]
-        cycle_p99 = histogram_quantile(texts, "sco_cycle_seconds", 0.99)
+        cycle_p99 = histogram_quantile(
+            [run.metrics(n) for n in REPLICAS], "sco_cycle_seconds", 0.99
+        )
         wait_for(
             lambda: (sample(run.metrics("score"), "sco_score_generation") or 0) >= 1,
             60,
             "a score generation",
         )
-        codes = run.stop_all(["ra", "rb"])  # the replicas first: they relay what is left
-        committed = committed_events(url)
-        hist = ClickHouseHistory(history)
-        wait_for(lambda: committed <= hist.event_ids(), 60, "history to hold every event")
-        codes |= run.stop_all(["watch", "history", "score"])
+        events = stop_and_audit(run, url, history, broker.bootstrap, prefix)
     finally:
         run.stop_all()
-    assert codes == dict.fromkeys(("ra", "rb", "watch", "history", "score"), 0), {
+    assert events["exit_codes"] == dict.fromkeys(("ra", "rb", "watch", "history", "score"), 0), {
         n: run.tail(n) for n in run.procs
     }
-    in_topic = topic_event_ids(broker.bootstrap, prefix)
-    lost = committed - (set(in_topic) & hist.event_ids())
-    assert not lost, sorted(lost)[:10]
+    assert events["lost_events"] == 0, events["lost_ids"]
     found = audit(url, clean.servers(tags="sco"))
     assert found["duplicate_creates"] == 0, found
     assert found["leaked_servers"] == 0, found
     assert found["lost_transitions"] == 0, found
     echo(
         f"control plane: 5 processes, exclusion acted on by both replicas {visible_s:.2f} s "
-        f"after the watcher's crossing, {len(committed)} events committed, "
-        f"{len(in_topic)} in the topic, cycle p99 {cycle_p99:.2f} s"
+        f"after the watcher's crossing, {events['events_committed']} events committed, "
+        f"{events['topic_records']} records in the topic, cycle p99 {cycle_p99 or 0:.2f} s"
     )

@@ -164,7 +164,9 @@ def test_sessions_rebuild_the_connection_before_expiry(monkeypatch: pytest.Monke
         def __init__(self, token: str) -> None:
             self.compute = f"compute-with-{token}"
 
-    def fake_connect(cloud: str, credential: Credential, timeout: float) -> Any:
+    def fake_connect(
+        cloud: str, credential: Credential, timeout: float, clouds_file: str | None = None
+    ) -> Any:
         token = credential.revealed()["token"]
         built.append(token)
         return _Conn(token)

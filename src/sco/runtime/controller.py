@@ -145,7 +145,6 @@ class PartitionController:
         self._plan: Plan | None = None
         self._plan_loaded = False
         self._open_requests: set[str] = set()
-        self._issued: set[str] = set()  # request ids this controller object sent
         self._last_sweep = float("-inf")
         self._pool_records: Mapping[PoolId, PoolRecord] = {}
         self._pool_records_at = float("-inf")
@@ -173,11 +172,13 @@ class PartitionController:
             return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
         records = self._load()
         synced = self._sync(records, servers, nodes, now)
-        snapshot = self._snapshot(now)
+        self.signals.refresh(now)
         handback = self.signals.intent(self.partition.name) == HANDBACK
-        decision = self.policy.decide(snapshot)
+        snapshot = self._snapshot(now, handback)
         if handback:
             decision = Decision({}, {}, ("handback: the operator asked for everything back",))
+        else:
+            decision = self.policy.decide(snapshot)
         plan = self._publish_plan(decision, now)
         drained = frozenset(
             i.id
@@ -323,7 +324,7 @@ class PartitionController:
                 if now - inst.created_at < self.config.list_grace_s:
                     continue  # listings lag creates
                 changes.append(self._vanished(inst, now))
-        orphans = self._orphaned(requested, seen_requests, now)
+        orphans = self._unanswered(requested, now)
         changes.extend(orphans)
         observed = seen_requests & self._open_requests
         self._open_requests -= observed
@@ -366,23 +367,21 @@ class PartitionController:
                     self.signals.note_reclaim(ch.after.pool, ch.after.id, ch.at)
                     self._owed += 1
 
-    def _orphaned(
-        self, requested: Mapping[str, list[Instance]], seen: set[str], now: float
-    ) -> list[Change]:
-        """REQUESTED records of a request another controller sent (a process that
-        died, or a leader whose lease was taken over) with no server after the
-        listing grace: their sender can no longer record an answer, so they are
-        closed now rather than holding the partition short until they time out."""
+    def _unanswered(self, requested: Mapping[str, list[Instance]], now: float) -> list[Change]:
+        """REQUESTED records no listed server answers, once the listing grace has passed:
+        the request was refused or lost, its sender died (another controller's), or its
+        servers came and went between two listings (a reclaim before we looked). They
+        are closed now rather than holding the partition short until their timeout; a
+        server that shows up later is adopted by its tags."""
         return [
             step(
                 inst,
                 Trigger.EXPIRED,
                 now,
-                "no server for a request whose sender is gone",
-                code="sender_gone",
+                "no server listed for its request within the listing grace",
+                code="unanswered",
             )
-            for request_id, waiting in requested.items()
-            if request_id not in self._issued and request_id not in seen
+            for waiting in requested.values()
             for inst in waiting
             if now - inst.created_at >= self.config.list_grace_s
         ]
@@ -458,8 +457,8 @@ class PartitionController:
 
     # ------------------------------------------------------------ plan
 
-    def _snapshot(self, now: float) -> PartitionSnapshot:
-        self.signals.refresh(now)
+    def _snapshot(self, now: float, handback: bool = False) -> PartitionSnapshot:
+        """What the policy sees; a partition handed back wants nothing (floor 0 too)."""
         ids = list(self._pools)
         headroom = self.provider.headroom(ids)
         prices = self.provider.prices(ids)
@@ -485,7 +484,7 @@ class PartitionController:
                 degraded=state is ExclusionState.DEGRADED,
             )
         demand = self.demand.demand(self.partition.name, now)
-        if signals.intent(self.partition.name) == HANDBACK:
+        if handback:
             demand = Demand(0, 0, demand.max_units, demand.guaranteed_budget_units)
         return PartitionSnapshot(
             partition=self.partition,
@@ -655,7 +654,6 @@ class PartitionController:
                 plan.generation,
             )
         self._open_requests.add(request_id)
-        self._issued.add(request_id)
         try:
             result = self.provider.create(
                 pool.id, count, request_id, self.partition.name, plan.generation

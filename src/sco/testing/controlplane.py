@@ -206,3 +206,92 @@ def topic_event_ids(bootstrap: str, prefix: str, idle_s: float = 5.0) -> list[st
     finally:
         consumer.close()
     return ids
+
+
+# ---------------------------------------------------------------- the run both drive
+
+REPLICAS = ("ra", "rb")
+
+
+def start_control_plane(run: ControlPlaneRun, score_every: str) -> None:
+    """Two `sco run` replicas, `sco watch`, `sco history load` and `sco score --every`,
+    each serving /metrics on a free port."""
+    from sco.testing.kafka_broker import free_port
+
+    for name in REPLICAS:
+        port = free_port()
+        run.start(name, "run", "--replica", name, "--metrics-port", str(port), port=port)
+    for name, args in (
+        ("watch", ["watch"]),
+        ("history", ["history", "load"]),
+        ("score", ["score", "--every", score_every]),
+    ):
+        port = free_port()
+        run.start(name, *args, "--port", str(port), port=port)
+
+
+def spot_servers(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ACTIVE spot servers sco created, of a Nova listing."""
+    return [
+        s for s in servers if s["metadata"].get("sco:class") == "spot" and s["status"] == "ACTIVE"
+    ]
+
+
+def exclusion_since(url: str, pool: str, timeout_s: float) -> float:
+    """When the watcher excluded `pool` (its crossing, by the watcher's clock)."""
+    engine = create_engine(url)
+
+    def since() -> Any:
+        with engine.connect() as c:
+            return c.execute(
+                text("SELECT since FROM exclusions WHERE pool = :p AND state = 'excluded'"),
+                {"p": pool},
+            ).first()
+
+    try:
+        return float(wait_for(since, timeout_s, f"the watcher's exclusion of {pool}")[0])
+    finally:
+        engine.dispose()
+
+
+def acting_on(run: ControlPlaneRun, pool: str, timeout_s: float) -> dict[str, float]:
+    """When each replica first planned with `pool` excluded (its /metrics say so)."""
+    seen: dict[str, float] = {}
+
+    def all_act() -> bool:
+        for name in REPLICAS:
+            if name not in seen and excluded_anywhere(run.metrics(name), pool):
+                seen[name] = time.time()
+        return len(seen) == len(REPLICAS)
+
+    wait_for(all_act, timeout_s, "every replica acting on the exclusion", every_s=0.05)
+    return seen
+
+
+def stop_and_audit(
+    run: ControlPlaneRun, url: str, history_url: str, bootstrap: str, prefix: str
+) -> dict[str, Any]:
+    """Stop the replicas first (they relay what is left), wait for history to hold every
+    committed event, stop the rest; then what reached the topic and history."""
+    from sco.adapters.clickhouse.history import ClickHouseHistory
+
+    codes = run.stop_all(list(REPLICAS))
+    committed = committed_events(url)
+    history = ClickHouseHistory(history_url)
+    try:
+        wait_for(lambda: committed <= history.event_ids(), 120, "history to hold every event")
+        codes |= run.stop_all(["watch", "history", "score"])
+        in_history = history.event_ids()
+    finally:
+        history.close()
+    in_topic = topic_event_ids(bootstrap, prefix)
+    reached = set(in_topic) & in_history
+    return {
+        "exit_codes": codes,
+        "events_committed": len(committed),
+        "events_in_topic": len(committed & set(in_topic)),
+        "topic_records": len(in_topic),
+        "events_in_history": len(committed & in_history),
+        "lost_events": len(committed - reached),
+        "lost_ids": sorted(committed - reached)[:10],
+    }
