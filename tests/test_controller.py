@@ -265,3 +265,23 @@ def test_servers_that_come_and_go_before_a_listing_do_not_hold_the_partition_sho
     w.at(330.0)
     c.cycle()
     assert [i.state for i in w.records()] == [State.READY] * 3
+
+
+def test_a_young_server_reclaimed_after_it_ran_is_seen_gone_at_once(tmp_path: Path) -> None:
+    """Regression: the listing grace (for creates not yet listed) also hid the reclaim
+    of a server that had been listed and was running, if it was under a minute old:
+    its replacement waited a minute."""
+    w = World(tmp_path, sim=SimConfig(cold_start_s=10.0, delete_s=1.0))
+    c = w.controller()
+    for t in (0.0, 5.0, 15.0):
+        w.at(t)
+        c.cycle()
+    ready = [i for i in w.records() if i.state is State.READY]
+    assert len(ready) == 3
+    assert ready[0].server_id is not None
+    w.region.delete([ready[0].server_id])  # taken back, 15 s after it was created
+    w.at(20.0)
+    report = c.cycle()
+    assert report.created == 1, "replaced now, not a minute later"
+    history = w.store.history(ready[0].id)
+    assert history[-1].trigger == "server_vanished"

@@ -321,8 +321,10 @@ class PartitionController:
         listed = {v.server_id for v in servers}
         for inst in records.values():
             if inst.server_id and inst.server_id not in listed and inst.state in HAS_SERVER:
-                if now - inst.created_at < self.config.list_grace_s:
-                    continue  # listings lag creates
+                young = now - inst.created_at < self.config.list_grace_s
+                if young and inst.state is State.CREATING:
+                    continue  # a create's servers may not be listed yet; a running one was
+
                 changes.append(self._vanished(inst, now))
         orphans = self._unanswered(requested, now)
         changes.extend(orphans)
