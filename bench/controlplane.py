@@ -44,6 +44,7 @@ from sco.testing.controlplane import (
     acting_on,
     exclusion_since,
     histogram_quantile,
+    ready_servers,
     sample,
     spot_servers,
     start_control_plane,
@@ -138,10 +139,14 @@ def measure(
         def spot() -> list[dict[str, Any]]:
             return spot_servers(stack.servers(tags="sco"))
 
-        wait_for(lambda: len(spot()) >= want, 300, f"{want} spot servers", every_s=1.0)
+        def known() -> list[dict[str, Any]]:
+            ready = ready_servers(url)
+            return [s for s in spot() if s["id"] in ready]
+
+        wait_for(lambda: len(known()) >= want, 300, f"{want} spot servers ready", every_s=1.0)
         log(f"{want} spot servers; steady for {steady_s:.0f} s")
         time.sleep(steady_s)
-        victims = [s["id"] for s in spot() if s["OS-EXT-AZ:availability_zone"] == "hall-a"]
+        victims = [s["id"] for s in known() if s["OS-EXT-AZ:availability_zone"] == "hall-a"]
         reclaimed_at = time.time()
         for sid in victims:
             r = stack.conn.compute.delete(f"/servers/{sid}", microversion="2.90")

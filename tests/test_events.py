@@ -289,3 +289,14 @@ def test_exclusion_never_strands_a_flavor_class(crossings: list[tuple[int, float
             p for p, e in current.items() if e.state is ExclusionState.EXCLUDED and e.active(at)
         ]
         assert n - len(excluded) >= min(CFG.min_candidates, n)
+
+
+def test_watcher_counts_events_of_pools_it_learns_of_later(store: SqlFleetStore) -> None:
+    """Regression: a watcher started before the controllers wrote the region's pools
+    skipped (and committed) their reclaims, so the pool was never excluded."""
+    log = SqlEventLog(store.engine)
+    watcher = ExclusionWatcher(log, store, [], reload_pools=store.pools)
+    pool = POOLS[0]
+    log.append([ev(n, pool, "server_vanished", 100.0 + n) for n in range(3)])
+    result = watcher.poll()
+    assert [ex.pool for ex in result.changed] == [pool.id]

@@ -78,6 +78,11 @@ class KafkaSettings(_Section):
     ssl_certificate_location: str | None = None
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
+    regions: list[str] | None = Field(
+        default=None,
+        description="Regions whose topics the consumers read (default: the provider's region, "
+        "else the regions of the pools in fleet state, else every topic with the prefix).",
+    )
     new_topic_partitions: int | None = Field(
         default=3,
         ge=1,

@@ -26,7 +26,6 @@ from sco.runtime.watcher import ExclusionWatcher
 
 log = logging.getLogger(__name__)
 
-POOLS_EVERY_S = 30.0  # how often a consumer re-reads the pools (a region may grow)
 IDLE_WAIT_S = 0.2  # an embedded log that had nothing is read again this soon
 
 
@@ -107,16 +106,13 @@ def watch(settings: Settings, verbose: int = 0) -> None:
                 _pools(store),
                 settings.policy.exclusion,
                 on_change=lambda ex: changes.labels(ex.pool, str(ex.state)).inc(),
+                reload_pools=lambda: _pools(store),
             )
             progress = Progress()
             proc.checks(progress.live, progress.ready)
             clock = SystemClock()
-            last_pools = [time.monotonic()]
 
             def step() -> int:
-                if time.monotonic() - last_pools[0] > POOLS_EVERY_S:
-                    watcher.set_pools(_pools(store))
-                    last_pools[0] = time.monotonic()
                 result = watcher.poll(limit=10_000)
                 read.inc(result.read)
                 parked.inc(result.parked)

@@ -70,6 +70,7 @@ def open_events(settings: Settings, store: SqlFleetStore) -> Events:
                 k.brokers,
                 k.librdkafka(),
                 topic_prefix=k.topic_prefix,
+                regions=_regions(settings, store),
                 new_topic_partitions=k.new_topic_partitions,
                 poll_timeout_s=0.5,
             )
@@ -84,6 +85,25 @@ def open_events(settings: Settings, store: SqlFleetStore) -> Events:
     except OperationalError as e:
         raise StartError(f"events.url: cannot reach the database: {_first_line(e)}") from None
     return Events(own, lambda: store.relay_outbox(own.append, 1000), own.close, "embedded")
+
+
+def _regions(settings: Settings, store: SqlFleetStore) -> list[str] | None:
+    """The regions whose topics consumers subscribe to by name (created if missing, so a
+    consumer started before the first event does not wait for a metadata refresh to
+    find its topic): configured, else the provider's, else those of the known pools;
+    None subscribes to every topic with the prefix."""
+    assert settings.events.kafka is not None
+    if settings.events.kafka.regions:
+        return settings.events.kafka.regions
+    if settings.provider.region_file is not None:
+        from sco.adapters.openstack.config import RegionFileError, load_region
+
+        try:
+            return [load_region(settings.provider.region_file).region]
+        except RegionFileError as e:
+            raise StartError(f"provider.region_file: {e}") from None
+    regions = sorted({p.region for p in store.pools()})
+    return regions or None
 
 
 def open_history(settings: Settings) -> Any:

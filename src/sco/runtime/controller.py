@@ -149,6 +149,7 @@ class PartitionController:
         self._pool_records: Mapping[PoolId, PoolRecord] = {}
         self._pool_records_at = float("-inf")
         self._owed = 0  # spot reclaimed and not yet replaced: creates count as replacements
+        self._seen: set[str] = set()  # server ids some listing showed
         self._batch: dict[PoolId, int] = {}  # a pool's batch after refusals (default: max)
         self._refusals: Counter[PoolId] = Counter()
         self._acceptances: Counter[PoolId] = Counter()
@@ -322,10 +323,13 @@ class PartitionController:
         for inst in records.values():
             if inst.server_id and inst.server_id not in listed and inst.state in HAS_SERVER:
                 young = now - inst.created_at < self.config.list_grace_s
-                if young and inst.state is State.CREATING:
-                    continue  # a create's servers may not be listed yet; a running one was
+                if young and inst.state is State.CREATING and inst.server_id not in self._seen:
+                    continue  # a create's servers may not be listed yet; a listed one was
 
                 changes.append(self._vanished(inst, now))
+        # Servers seen in a listing, of the records held: their absence is news at once.
+        held = {i.server_id for i in records.values() if i.server_id}
+        self._seen = (self._seen | listed) & (held | listed)
         orphans = self._unanswered(requested, now)
         changes.extend(orphans)
         observed = seen_requests & self._open_requests

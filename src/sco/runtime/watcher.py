@@ -72,8 +72,14 @@ class ExclusionWatcher:
         consumer: str = CONSUMER,
         on_change: Callable[[Exclusion], None] | None = None,
         commit_every: int = 50_000,
+        reload_pools: Callable[[], Sequence[Pool]] | None = None,
     ) -> None:
+        """`reload_pools` is asked for the pools again when an event names a pool not
+        known yet (a watcher started before the controllers wrote the region's pools,
+        or a pool added since): its events are counted, never skipped."""
         self.log = log_
+        self._reload_pools = reload_pools
+        self._known: set[PoolId] = set()
         self.commit_every = commit_every
         self._uncommitted = 0
         self.store = store
@@ -96,6 +102,7 @@ class ExclusionWatcher:
             if p.is_spot:
                 by_flavor.setdefault(p.flavor, []).append(p.id)
         self._class_of = {pid: tuple(members) for members in by_flavor.values() for pid in members}
+        self._known = {p.id for p in pools}
 
     def poll(self, limit: int = 10_000) -> PollResult:
         """Consume up to `limit` records; returns what was read, parked and changed."""
@@ -143,6 +150,9 @@ class ExclusionWatcher:
         if len(self._seen) > 200_000:
             for old in list(self._seen)[:100_000]:
                 del self._seen[old]
+        if pool not in self._known and self._reload_pools is not None:
+            self.set_pools(self._reload_pools())
+            self._known.add(pool)  # asked once: a pool still unknown is not asked for again
         if pool not in self._class_of:
             return None  # guaranteed pools are never excluded
         w = self._windows.get(pool)

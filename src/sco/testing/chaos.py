@@ -10,8 +10,10 @@ from sqlalchemy import create_engine, text
 
 def audit(url: str, servers: list[dict[str, Any]]) -> dict[str, int]:
     """duplicate_creates: servers beyond their request's records; leaked_servers:
-    servers with no live record; lost_transitions: breaks in a history chain, or a
-    record whose state is not its last history row."""
+    servers with no live record (by server id, or, for a create whose servers no
+    listing has shown yet, a REQUESTED record of its request, which a controller
+    adopts them by); lost_transitions: breaks in a history chain, or a record whose
+    state is not its last history row."""
     engine = create_engine(url)
     with engine.connect() as c:
         records = c.execute(text("SELECT id, request_id, server_id, state FROM instances")).all()
@@ -22,7 +24,12 @@ def audit(url: str, servers: list[dict[str, Any]]) -> dict[str, int]:
     by_request = Counter(s["metadata"].get("sco:request") for s in servers)
     duplicates = sum(max(0, n - per_request.get(rid, 0)) for rid, n in by_request.items())
     live = {r.server_id for r in records if r.state not in ("gone",) and r.server_id}
-    leaked = sum(1 for s in servers if s["id"] not in live)
+    waiting = {r.request_id for r in records if r.state == "requested"}
+    leaked = sum(
+        1
+        for s in servers
+        if s["id"] not in live and s["metadata"].get("sco:request") not in waiting
+    )
     last: dict[str, str] = {}
     breaks = 0
     for h in history:

@@ -295,3 +295,20 @@ def stop_and_audit(
         "lost_events": len(committed - reached),
         "lost_ids": sorted(committed - reached)[:10],
     }
+
+
+def ready_servers(url: str) -> set[str]:
+    """Server ids fleet state holds as READY: what the controllers have seen join."""
+    from sqlalchemy.exc import ProgrammingError
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as c:
+            rows = c.execute(
+                text("SELECT server_id FROM instances WHERE state = 'ready' AND server_id <> ''")
+            ).all()
+    except ProgrammingError:
+        return set()  # not migrated yet: the controllers are starting
+    finally:
+        engine.dispose()
+    return {r[0] for r in rows if r[0]}
