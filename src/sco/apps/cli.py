@@ -118,6 +118,8 @@ def demo(out: Path | None, days: float | None, history: str | None) -> None:
     _print_summary(console, result)
     _print_signals(console, result)
     console.print(f"pool ranking: sco pools --state {folder / 'state.db'}")
+    first = next(iter(sim.demand.partitions())).name
+    console.print(f"a plan and its reasons: sco explain --state {folder / 'state.db'} {first}")
     path = _write_report(result, folder)
     console.print(f"report: {path}")
 
