@@ -489,3 +489,22 @@ def test_score_writes_a_generation_and_fails_when_history_is_unreachable(tmp_pat
     assert out.returncode == 2
     assert "history.url" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_new_exclusion_is_read_at_once_when_the_pump_says_so(tmp_path: Path) -> None:
+    """Controllers of a process share one refresh every `refresh_s`; when the pump sees
+    an exclusion land it invalidates that, so the cycles it wakes plan with it."""
+    url = sqlite_url(tmp_path / "state.db")
+    w = World(tmp_path, url)
+    store = SqlFleetStore(url)
+    store.upsert_pools(w.region.pools())
+    signals = FleetSignals(store, w.region.pools(), refresh_s=10.0)
+    pool = w.pools[0].id
+    signals.refresh(100.0)
+    exclude(store, pool, 100.5, 900.0)
+    signals.refresh(101.0)
+    assert signals.state(pool, 101.0) is None  # within refresh_s: the cached view
+    signals.invalidate()
+    signals.refresh(101.0)
+    assert signals.state(pool, 101.0) is ExclusionState.EXCLUDED
+    store.close()

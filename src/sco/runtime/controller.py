@@ -325,16 +325,15 @@ class PartitionController:
                 young = now - inst.created_at < self.config.list_grace_s
                 if young and inst.state is State.CREATING and inst.server_id not in self._seen:
                     continue  # a create's servers may not be listed yet; a listed one was
-
                 changes.append(self._vanished(inst, now))
         # Servers seen in a listing, of the records held: their absence is news at once.
         held = {i.server_id for i in records.values() if i.server_id}
         self._seen = (self._seen | listed) & (held | listed)
-        orphans = self._unanswered(requested, now)
-        changes.extend(orphans)
+        unanswered = self._unanswered(requested, now)
+        changes.extend(unanswered)
         observed = seen_requests & self._open_requests
         self._open_requests -= observed
-        settled = observed | {ch.after.request_id for ch in orphans}
+        settled = observed | {ch.after.request_id for ch in unanswered}
         n = self._commit(changes, dict.fromkeys(settled, 0))
         if n:
             self._note_reclaims(changes)

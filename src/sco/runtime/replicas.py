@@ -145,7 +145,7 @@ class ReplicaRunner:
             on_fenced=lambda name: self._drop(name, "lost"),
             cycles=cycles,
         )
-        self.pump = pump(self.loops.wake_all) if pump is not None else None
+        self.pump = pump(self._signals_moved) if pump is not None else None
         self._threads = False  # whether `run` started the loops (tests drive cycles by hand)
         self._tended_at = time.monotonic()
         self._tend_ok = False
@@ -153,6 +153,11 @@ class ReplicaRunner:
     @property
     def signals(self) -> FleetSignals:
         return self._kit.signals
+
+    def _signals_moved(self) -> None:
+        """New exclusions, scores or intents: every partition reads them and cycles now."""
+        self._kit.signals.invalidate()
+        self.loops.wake_all()
 
     def token(self, partition: str) -> int:
         with self._lock:

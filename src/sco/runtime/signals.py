@@ -122,6 +122,12 @@ class FleetSignals:
         if len(self._counted) > 10_000:
             self._counted = {i: t for i, t in self._counted.items() if t >= start}
 
+    def invalidate(self) -> None:
+        """The next refresh reads fleet state whatever `refresh_s` says (the pump saw a
+        new exclusion or score generation land)."""
+        with self._lock:
+            self._refreshed_at = float("-inf")
+
     def note_reclaim(self, pool: PoolId, instance: str, at: float) -> None:
         """A reclaim this process just recorded: counted now rather than at the next
         refresh (and once, when the refresh reads it back)."""
