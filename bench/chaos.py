@@ -58,7 +58,8 @@ class Replicas:
         name = f"replica-{self.started}"
         out = (self.folder / f"{name}.log").open("wb")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "sco.apps.cli", "-v", "run", *self.args, "--replica", name],
+            [sys.executable, "-m", "sco.apps.cli", "-v", "run", *self.args, "--replica", name]
+            + ["--metrics-port", "0"],  # several replicas on one host: no port each
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -452,6 +452,8 @@ def _run_args(cloud: Cloud, demand: Path, state: Path, *extra: str) -> list[str]
         str(state),
         "--interval",
         "1s",
+        "--metrics-port",
+        "0",  # none unless a test asks (several replicas on one host)
         *extra,
     ]
 
