@@ -57,9 +57,10 @@ class Replicas:
         self.started += 1
         name = f"replica-{self.started}"
         out = (self.folder / f"{name}.log").open("wb")
+        # Several replicas on one host: no metrics port each.
+        args = [*self.args, "--replica", name, "--metrics-port", "0"]
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "sco.apps.cli", "-v", "run", *self.args, "--replica", name]
-            + ["--metrics-port", "0"],  # several replicas on one host: no port each
+            [sys.executable, "-m", "sco.apps.cli", "-v", "run", *args],
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT,
