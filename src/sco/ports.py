@@ -351,14 +351,6 @@ class FleetStore(Protocol):
 
     # --- the transactional outbox: events written with the changes that cause them
 
-    def outbox_batch(self, limit: int) -> list[tuple[int, LifecycleEvent]]:
-        """The oldest unrelayed events, with their outbox ids."""
-        ...
-
-    def outbox_done(self, up_to_id: int) -> None:
-        """Forget relayed events up to and including `up_to_id`."""
-        ...
-
     def emit(self, events: Sequence[LifecycleEvent]) -> None:
         """Put events with no state change of their own (pool signals) in the outbox;
         an event id already there is skipped."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
@@ -170,7 +169,3 @@ def require(settings: Settings, *fields: str, partitions: bool = False) -> None:
 
 def _env(dotted: str) -> str:
     return "__".join(dotted.upper().split("."))
-
-
-def path_or_none(value: str | None) -> Path | None:
-    return Path(value) if value else None

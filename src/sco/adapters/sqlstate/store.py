@@ -353,13 +353,11 @@ class SqlFleetStore:
     # ------------------------------------------------------------ outbox
 
     def outbox_batch(self, limit: int) -> list[tuple[int, LifecycleEvent]]:
+        """The oldest unrelayed events with their outbox ids (to look at; relays use
+        `relay_outbox`)."""
         q = select(t.outbox.c.id, t.outbox.c.payload).order_by(t.outbox.c.id).limit(limit)
         with self.engine.connect() as conn:
             return [(r.id, parse_event(r.payload)) for r in conn.execute(q)]
-
-    def outbox_done(self, up_to_id: int) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(delete(t.outbox).where(t.outbox.c.id <= up_to_id))
 
     def emit(self, events: Sequence[LifecycleEvent]) -> None:
         """Put events in the outbox; an event id already there is skipped, so replicas
