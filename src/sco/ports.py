@@ -49,6 +49,11 @@ class PermanentProviderError(ProviderError):
     """The request is wrong (bad flavor, bad credential): retrying will not help."""
 
 
+class SchedulerUnavailable(Exception):
+    """A scheduler cluster (its demand or its nodes) cannot be read now: the partition is
+    degraded and acts on nothing until it can."""
+
+
 class StateConflict(Exception):
     """A compare-and-swap lost: someone else changed the row. Reload and retry."""
 
@@ -143,6 +148,7 @@ class NodeView:
     joined: bool
     drained: bool
     joined_at: float | None = None  # when it joined, by the scheduler's (or provider's) clock
+    busy: bool = False  # work runs there: the last to go when the partition shrinks
 
 
 class SchedulerCluster(Protocol):
@@ -152,8 +158,10 @@ class SchedulerCluster(Protocol):
         """Node state by server id."""
         ...
 
-    def drain(self, partition: str, server_id: str, drain_by: float) -> None:
-        """Tell a node to leave its scheduler by `drain_by`."""
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        """Tell a node to leave its scheduler by `drain_by`. `reason` is the action's
+        reason code: a `reclaim_notice` drain may cut work short to leave in time; any
+        other (sco's own moves) only drains, and never cuts work short."""
         ...
 
 

@@ -41,6 +41,6 @@ class ServersAsNodes:
             for v in views
         }
 
-    def drain(self, partition: str, server_id: str, drain_by: float) -> None:  # noqa: ARG002
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
         with self._lock:
             self._drained.setdefault(partition, set()).add(server_id)

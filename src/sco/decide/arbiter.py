@@ -7,7 +7,9 @@ the gap and gives it back when spot has held long enough. The rule:
 - **What counts.** Only READY spot counts toward the floor (a booting or
   noticed instance may never arrive, or is leaving), plus `arriving_units`
   the caller vouches for (spot that will be ready as soon as anything
-  launched now: the hedge planner counts spot already booting).
+  launched now: the hedge planner counts spot already booting). Units the
+  demand says only guaranteed capacity may serve are covered whatever spot
+  holds.
 - **Growth.** The gap, in units, is covered by whole guaranteed instances
   (`units_per_instance` of each pool), never past `guaranteed_budget_units`
   (a hard cap: the floor is then reported at risk) and within the pools'
@@ -88,7 +90,8 @@ def arbitrate(
         elif i.is_live:
             held[i.pool] += 1
             held_units += i.units
-    gap = max(0, cover - ready_units - arriving_units) + extra_units
+    # Work that asks for guaranteed capacity needs it whatever spot holds.
+    gap = max(max(0, cover - ready_units - arriving_units) + extra_units, demand.guaranteed_units)
     need = min(gap, budget)
     notes: list[str] = []
     if gap > budget:

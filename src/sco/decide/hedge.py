@@ -162,16 +162,18 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     storm = cfg.region_reclaim_hazard * sum(v.recent_reclaims for v in spot_views)
     hazard = {p: h + storm for p, h in own.items()}
     cold_s, notice = cold_start_s(snapshot, cfg), notice_s(snapshot)
-    targets = _place(demand.wanted_units, spot_views, held, hazard, cfg)
+    # What asks for guaranteed capacity goes there (the arbiter); spot takes the rest.
+    wanted = max(0, demand.wanted_units - demand.guaranteed_units)
+    targets = _place(wanted, spot_views, held, hazard, cfg)
     notes: list[str] = []
     spare = _spare(targets, hazard, cold_s, notice, cfg)
-    booting = cfg.boot_spare and tally.spot_ready_units < demand.wanted_units
+    booting = cfg.boot_spare and tally.spot_ready_units < wanted
     if booting:
         spare = min(cfg.max_spare, max(spare, 1))  # replicas still booting: one more races them
     spare = min(spare, max(0, demand.max_units - demand.wanted_units))  # never past max
     spot_spare = hedge_g = 0
     if spare:
-        spread = _place(demand.wanted_units + spare, spot_views, held, hazard, cfg)
+        spread = _place(wanted + spare, spot_views, held, hazard, cfg)
         # A spare in a pool that already holds replicas falls with them: where spot
         # cannot spread, the spare goes on guaranteed capacity.
         fresh = sum(1 for p, n in spread.items() if n and not targets.get(p))
@@ -179,7 +181,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         if spot_spare == spare:
             targets = spread
         elif spot_spare:
-            targets = _place(demand.wanted_units + spot_spare, spot_views, held, hazard, cfg)
+            targets = _place(wanted + spot_spare, spot_views, held, hazard, cfg)
         hedge_g = _guaranteed_spare(spare - spot_spare, targets, own, cold_s, notice, cfg, demand)
         if spot_spare or hedge_g:
             notes.append(f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed")

@@ -40,16 +40,25 @@ class Demand:
     """What a partition wants at one moment.
 
     target: wanted now; floor: must be running on any class; max: never more;
-    guaranteed_budget: the most units that may run on guaranteed capacity.
+    guaranteed_budget: the most units that may run on guaranteed capacity;
+    guaranteed: of the target, units only guaranteed capacity may serve (work that
+    asks for it, as a Slurm job's `--constraint=guaranteed`).
     """
 
     target_units: int
     floor_units: int
     max_units: int
     guaranteed_budget_units: int
+    guaranteed_units: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("target_units", "floor_units", "max_units", "guaranteed_budget_units"):
+        for name in (
+            "target_units",
+            "floor_units",
+            "max_units",
+            "guaranteed_budget_units",
+            "guaranteed_units",
+        ):
             if getattr(self, name) < 0:
                 raise DemandError(name, f"must be >= 0, got {getattr(self, name)}")
         if self.floor_units > self.max_units:
@@ -59,6 +68,11 @@ class Demand:
         if self.target_units > self.max_units:
             raise DemandError(
                 "target_units", f"target {self.target_units} exceeds max {self.max_units}"
+            )
+        if self.guaranteed_units > self.target_units:
+            raise DemandError(
+                "guaranteed_units",
+                f"guaranteed {self.guaranteed_units} exceeds target {self.target_units}",
             )
 
     @property

@@ -567,7 +567,7 @@ class PartitionController:
         for d in actions.drains:
             inst = records[d.instance_id]
             if inst.server_id:
-                self.nodes.drain(self.partition.name, inst.server_id, d.drain_by)
+                self.nodes.drain(self.partition.name, inst.server_id, d.drain_by, str(d.reason))
             why = d.detail or f"{d.reason}: leave by {d.drain_by:.0f}"
             changes.append(
                 step(inst, Trigger.DRAIN_REQUESTED, now, why, code=d.reason, drain_by=d.drain_by)

@@ -444,7 +444,7 @@ class SimRegion:
             if s.partition == partition
         }
 
-    def drain(self, partition: str, server_id: str, drain_by: float) -> None:
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
         """The node starts leaving in time to be out by `drain_by`, serving until then."""
         s = self._servers.get(server_id)
         if s is None or s.partition != partition or s.draining:

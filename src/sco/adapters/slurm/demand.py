@@ -1,0 +1,144 @@
+"""Demand of a Slurm partition, from what Slurm wants.
+
+Target nodes = the partition's nodes that are busy (or were within
+`idle_keep_s`: a node does not go the moment its last job ends) + the nodes
+its pending jobs need, packed first-fit decreasing into the free room of its
+nodes and then into new nodes of its shape (`sco.decide.binpack`). A job's
+need per node is its CPUs, memory and GRES divided over its node count.
+Pending jobs that wait for something other than capacity (a dependency, a
+hold, a begin time, a limit) are not counted; jobs no node of the shape can
+ever run are reported, never counted. Jobs whose `--constraint` names
+`guaranteed` count toward the units that must run on guaranteed capacity.
+The target is capped by the partition's `max_units`, the floor and budget
+come from the configuration, and a unit is a node.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sco.adapters.slurm.model import Job, SlurmNode
+from sco.adapters.slurm.nodes import SlurmPartition, SlurmView
+from sco.decide.binpack import Size, pack
+from sco.domain.demand import Demand, Partition
+
+log = logging.getLogger(__name__)
+
+# Pending for reasons more capacity would not end.
+_NOT_CAPACITY = (
+    "Dependency",
+    "JobHeld",
+    "BeginTime",
+    "Reservation",
+    "QOS",
+    "Assoc",
+    "PartitionDown",
+    "PartitionInactive",
+    "PartitionTimeLimit",
+    "Invalid",
+    "AccountNotAllowed",
+    "Licenses",
+    "BadConstraints",
+    "JobArrayTaskLimit",
+)
+
+GUARANTEED = "guaranteed"
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmDemandSpec:
+    partition: Partition
+    slurm: SlurmPartition
+    floor_units: int
+    max_units: int
+    guaranteed_budget_units: int
+    min_target_units: int = 0  # the target never goes below this
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What the jobs of a partition want now, in nodes."""
+
+    target: int
+    guaranteed: int  # of which must be guaranteed capacity
+    unfit_jobs: tuple[int, ...]  # pending jobs no node of the shape can run
+
+
+def need(spec: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode], now: float) -> Need:
+    """Nodes the partition's jobs want now (pure: what was read, and now)."""
+    mine = [n for n in nodes if spec.feature in n.features and n.up and not n.draining]
+    kept = {n.name for n in mine if n.busy or now - n.last_busy < spec.idle_keep_s}
+    guaranteed_nodes = [n for n in mine if GUARANTEED in n.features]
+    pending = [
+        j
+        for j in jobs
+        if j.pending
+        and j.partition in spec.slurm_partitions
+        and not j.reason.startswith(_NOT_CAPACITY)
+    ]
+    wants_g = [j for j in pending if j.wants(GUARANTEED)]
+    others = [j for j in pending if not j.wants(GUARANTEED)]
+    unfit: list[int] = []
+
+    def slices(group: Sequence[Job]) -> list[Size]:
+        out: list[Size] = []
+        for j in group:
+            if not j.per_node.fits(spec.shape):
+                unfit.append(j.job_id)
+                continue
+            out.extend([j.per_node] * j.node_count)
+        return out
+
+    # Work that asks for guaranteed capacity first, on guaranteed nodes; the rest then
+    # goes anywhere, in what room is left.
+    g_pack = pack(slices(wants_g), spec.shape, [n.free() for n in guaranteed_nodes])
+    left = dict(zip((n.name for n in guaranteed_nodes), g_pack.free_after, strict=True))
+    o_pack = pack(slices(others), spec.shape, [left.get(n.name, n.free()) for n in mine])
+    # Idle nodes (past their keep) that pending work lands on are wanted again.
+    g_used = {guaranteed_nodes[k].name for k in g_pack.used_free}
+    used = g_used | {mine[k].name for k in o_pack.used_free}
+    target = len(kept | used) + o_pack.new_nodes + g_pack.new_nodes
+    g_wanted = sum(1 for n in guaranteed_nodes if n.name in kept | g_used)
+    return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)))
+
+
+class SlurmDemandSource:
+    """`sco.ports.DemandSource` for the partitions of one Slurm cluster."""
+
+    def __init__(self, view: SlurmView, specs: Sequence[SlurmDemandSpec]) -> None:
+        self.view = view
+        self.specs: Mapping[str, SlurmDemandSpec] = {s.partition.name: s for s in specs}
+        self._reported: set[int] = set()
+
+    def partitions(self) -> Sequence[Partition]:
+        return [s.partition for s in self.specs.values()]
+
+    def demand(self, partition: str, now: float) -> Demand:
+        """Raises SchedulerUnavailable when Slurm cannot be read."""
+        spec = self.specs[partition]
+        jobs, nodes = self.view.read()
+        n = need(spec.slurm, jobs, nodes, now)
+        fresh = [j for j in n.unfit_jobs if j not in self._reported]
+        if fresh:
+            self._reported.update(fresh)
+            log.warning(
+                "partition %s: jobs %s ask more of a node than its shape has "
+                "(%g CPUs, %g MB): not counted",
+                partition,
+                fresh,
+                spec.slurm.shape.cpus,
+                spec.slurm.shape.memory_mb,
+            )
+        target = min(spec.max_units, max(spec.min_target_units, n.target))
+        return Demand(
+            target_units=target,
+            floor_units=min(spec.floor_units, spec.max_units),
+            max_units=spec.max_units,
+            guaranteed_budget_units=spec.guaranteed_budget_units,
+            guaranteed_units=min(n.guaranteed, target, spec.guaranteed_budget_units),
+        )
+
+    def next_change_after(self, now: float) -> float | None:
+        return None

@@ -1,0 +1,191 @@
+"""What Slurm's JSON says of jobs and nodes (OpenAPI v0.0.38, Slurm 22.05), read strictly.
+
+A field that is missing or of the wrong type raises `SlurmBadOutput` naming the
+tool and the field: sco never guesses at demand from output it cannot read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sco.decide.binpack import Size
+
+
+class SlurmBadOutput(Exception):
+    """A Slurm tool answered something that cannot be read; the message says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    job_id: int
+    state: str  # PENDING, RUNNING, CONFIGURING, COMPLETING
+    reason: str  # why pending
+    partition: str
+    node_count: int
+    per_node: Size  # what one of its nodes must hold
+    features: str  # its --constraint expression, "" for none
+    requeue: bool
+    end_time: float | None  # when its time limit ends (running), None when unlimited
+    nodes: tuple[str, ...]  # where it runs
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "PENDING"
+
+    def wants(self, feature: str) -> bool:
+        """Whether its constraint names `feature` (as a whole word)."""
+        return feature in re.split(r"[^A-Za-z0-9_.-]+", self.features)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmNode:
+    name: str
+    state: str  # idle, allocated, mixed, down, ...
+    flags: frozenset[str]  # DRAIN, NOT_RESPONDING, DYNAMIC_NORM, ...
+    features: frozenset[str]
+    reason: str
+    cpus: int
+    alloc_cpus: int
+    memory_mb: int
+    alloc_memory_mb: int
+    partitions: tuple[str, ...]
+    last_busy: float
+    registered_at: float | None = None  # when its slurmd started (registered)
+
+    @property
+    def draining(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def busy(self) -> bool:
+        return self.alloc_cpus > 0 or self.state in ("allocated", "mixed", "completing")
+
+    @property
+    def drained(self) -> bool:
+        """Told to drain, and nothing runs there any more."""
+        return self.draining and not self.busy
+
+    @property
+    def up(self) -> bool:
+        """Registered and reachable: it can take work (unless draining)."""
+        return self.state not in ("down", "future", "unknown") and not (
+            self.flags & {"NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP"}
+        )
+
+    def free(self) -> Size:
+        return Size(self.cpus - self.alloc_cpus, self.memory_mb - self.alloc_memory_mb)
+
+
+def _get(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in doc:
+        raise SlurmBadOutput(f"{where}: no {key!r}")
+    value = doc[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SlurmBadOutput(f"{where}: {key!r} is {type(value).__name__}, not the kind expected")
+    return value
+
+
+def _list(doc: Any, key: str, where: str) -> list[dict[str, Any]]:
+    if not isinstance(doc, dict):
+        raise SlurmBadOutput(f"{where}: not a JSON object")
+    items: list[dict[str, Any]] = _get(doc, key, list, where)
+    for k, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise SlurmBadOutput(f"{where}: {key}[{k}] is not an object")
+    errors = doc.get("errors") or []
+    if errors:
+        raise SlurmBadOutput(f"{where}: the tool reported errors: {errors[:1]}")
+    return items
+
+
+_TRES = re.compile(r"(\w+)=([0-9.]+)([KMGT]?)")
+_UNIT_MB = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024}
+
+
+def _tres(text: str) -> dict[str, float]:
+    """`cpu=4,mem=2000M,node=2` as numbers (memory in MB)."""
+    out: dict[str, float] = {}
+    for name, value, unit in _TRES.findall(text):
+        out[name] = float(value) * (_UNIT_MB[unit] if name == "mem" else 1.0)
+    return out
+
+
+def _gres(text: str) -> dict[str, int]:
+    """`gres:gpu:2` or `gpu:2,gres:nic:1` per node, as counts by name (a type is ignored)."""
+    out: dict[str, int] = {}
+    for part in filter(None, text.split(",")):
+        fields = part.split(":")
+        if fields and fields[0] == "gres":
+            fields = fields[1:]
+        if not fields:
+            continue
+        count = fields[-1] if len(fields) > 1 and fields[-1].isdigit() else "1"
+        out[fields[0]] = out.get(fields[0], 0) + int(count)
+    return out
+
+
+def parse_jobs(doc: Any, where: str) -> list[Job]:
+    jobs: list[Job] = []
+    for k, j in enumerate(_list(doc, "jobs", where)):
+        at = f"{where}: jobs[{k}]"
+        node_count = max(1, int(_get(j, "node_count", int, at)))
+        cpus = float(_get(j, "cpus", int, at))
+        tres = _tres(str(j.get("tres_req_str") or ""))
+        memory = tres.get("mem", 0.0)
+        per_node_mem = j.get("memory_per_node")
+        if isinstance(per_node_mem, int) and not isinstance(per_node_mem, bool):
+            memory = float(per_node_mem) * node_count
+        limit = j.get("time_limit")
+        end = j.get("end_time")
+        running = _get(j, "job_state", str, at) != "PENDING"
+        resources = j.get("job_resources") or {}
+        nodes = tuple(
+            str(n.get("nodename"))
+            for n in (resources.get("allocated_nodes") or [])
+            if isinstance(n, dict) and n.get("nodename")
+        )
+        jobs.append(
+            Job(
+                job_id=int(_get(j, "job_id", int, at)),
+                state=str(j["job_state"]),
+                reason=str(j.get("state_reason") or ""),
+                partition=str(_get(j, "partition", str, at)),
+                node_count=node_count,
+                per_node=Size(
+                    cpus / node_count,
+                    memory / node_count,
+                    _gres(str(j.get("tres_per_node") or "")),
+                ),
+                features=str(j.get("features") or ""),
+                requeue=bool(j.get("requeue", True)),
+                end_time=float(end) if running and isinstance(limit, int) and end else None,
+                nodes=nodes,
+            )
+        )
+    return jobs
+
+
+def parse_nodes(doc: Any, where: str) -> list[SlurmNode]:
+    nodes: list[SlurmNode] = []
+    for k, n in enumerate(_list(doc, "nodes", where)):
+        at = f"{where}: nodes[{k}]"
+        features = str(n.get("active_features") or n.get("features") or "")
+        nodes.append(
+            SlurmNode(
+                name=str(_get(n, "name", str, at)),
+                state=str(_get(n, "state", str, at)).lower(),
+                flags=frozenset(str(f) for f in n.get("state_flags") or []),
+                features=frozenset(f for f in features.split(",") if f),
+                reason=str(n.get("reason") or ""),
+                cpus=int(_get(n, "cpus", int, at)),
+                alloc_cpus=int(n.get("alloc_cpus") or 0),
+                memory_mb=int(n.get("real_memory") or 0),
+                alloc_memory_mb=int(n.get("alloc_memory") or 0),
+                partitions=tuple(str(p) for p in n.get("partitions") or []),
+                last_busy=float(n.get("last_busy") or 0),
+                registered_at=float(n["slurmd_start_time"]) if n.get("slurmd_start_time") else None,
+            )
+        )
+    return nodes

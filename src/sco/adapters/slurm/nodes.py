@@ -1,0 +1,244 @@
+"""Slurm nodes for sco's servers: dynamic nodes, drains, requeues before a reclaim.
+
+**The integration model: dynamic nodes** (Slurm 22.05 and later). A server
+becomes a Slurm node when its slurmd registers itself (`slurmd -Z`), named
+after its server id (`node_name`) and carrying features that say what sco
+chose for it: `sco`, `sco-<partition>`, its capacity class (`spot` or
+`guaranteed`) and its pool (`pool-<hall>-<flavor>`). A Slurm partition takes
+them through a NodeSet on the `sco-<partition>` feature. Slurm refuses a job
+whose `--constraint` names a feature no node has, so slurm.conf declares one
+FUTURE placeholder node per class (never scheduled) to make `spot` and
+`guaranteed` valid before the first such node exists (`sco slurm conf`).
+
+Why not power saving (CLOUD nodes, ResumeProgram)? There Slurm picks which
+predeclared node to resume, so Slurm would choose the capacity class and
+pool; sco's planner (pools by hazard, a spare, a floor kept with guaranteed
+capacity, handing guaranteed back when spot returns) decides those, and a
+node must be able to appear with whatever sco chose. Dynamic nodes let it.
+
+**Leaving.** A drain is Slurm's DRAIN with a reason naming the deadline
+(`sco: reclaim by <ISO time>`), so the deadline lives in Slurm and a
+restarted sco reads it back. For a reclaim, jobs that cannot finish by then
+(their time limit ends later) are requeued `requeue_lead_s` before it; a job
+that cannot be requeued (`--no-requeue`) is reported and left to run until
+the node goes. sco's own moves only drain and never requeue. A node whose
+server is gone is deleted from Slurm.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sco.adapters.slurm.model import Job, SlurmNode
+from sco.adapters.slurm.tools import SlurmError, SlurmRefused, SlurmTools
+from sco.decide.binpack import Size
+from sco.ports import Clock, NodeView, SchedulerUnavailable, ServerView
+
+log = logging.getLogger(__name__)
+
+RECLAIM = "reclaim_notice"  # the reason code of a drain that may requeue
+_SAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_DEADLINE = re.compile(r"^sco: (\S+) by (\S+)")
+
+
+def node_name(server_id: str) -> str:
+    """The Slurm node a server becomes: `sco-` and its id, in the characters node names
+    allow."""
+    return "sco-" + _SAFE.sub("-", server_id).strip("-")
+
+
+def partition_feature(partition: str) -> str:
+    return "sco-" + _SAFE.sub("-", partition)
+
+
+def pool_feature(pool: str) -> str:
+    """`pool-<hall>-<flavor>[-<aggregate>]` of a pool id `region/hall/flavor[/aggregate]`."""
+    return "pool-" + _SAFE.sub("-", "-".join(pool.split("/")[1:]))
+
+
+def node_features(partition: str, capacity_class: str, pool: str) -> list[str]:
+    """What a node of sco's carries: what its server boots slurmd with."""
+    return ["sco", partition_feature(partition), capacity_class, pool_feature(pool)]
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _deadline(reason: str) -> tuple[str, float] | None:
+    """(why, when) of a drain reason sco wrote, or None."""
+    m = _DEADLINE.match(reason)
+    if m is None:
+        return None
+    try:
+        return m.group(1), datetime.strptime(m.group(2), "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=UTC
+        ).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmPartition:
+    """One sco partition on a Slurm cluster."""
+
+    name: str  # sco's partition
+    slurm_partitions: tuple[str, ...]  # whose jobs are its demand
+    shape: Size  # what one of its nodes holds (the flavor's)
+    requeue_lead_s: float = 30.0  # a reclaim's jobs are requeued this long before it
+    idle_keep_s: float = 300.0  # an idle node is still wanted this long after its last job
+
+    @property
+    def feature(self) -> str:
+        return partition_feature(self.name)
+
+
+class SlurmView:
+    """One read of a cluster's jobs and nodes, shared by its partitions for `ttl_s`."""
+
+    def __init__(self, tools: SlurmTools, slurm_partitions: Sequence[str], ttl_s: float) -> None:
+        self.tools = tools
+        self.slurm_partitions = sorted(set(slurm_partitions))
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._at = float("-inf")
+        self._jobs: list[Job] = []
+        self._nodes: list[SlurmNode] = []
+
+    def read(self) -> tuple[list[Job], list[SlurmNode]]:
+        """Jobs and nodes as of at most `ttl_s` ago; SchedulerUnavailable when Slurm
+        cannot be read."""
+        with self._lock:
+            if time.monotonic() - self._at >= self.ttl_s:
+                try:
+                    self._jobs = self.tools.jobs(self.slurm_partitions)
+                    self._nodes = self.tools.nodes()
+                except SlurmError as e:
+                    raise SchedulerUnavailable(str(e)) from None
+                except Exception as e:  # malformed output: typed by the parser
+                    raise SchedulerUnavailable(f"{type(e).__name__}: {e}") from None
+                self._at = time.monotonic()
+            return self._jobs, self._nodes
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._at = float("-inf")
+
+
+class SlurmNodes:
+    """`sco.ports.SchedulerCluster` for the partitions of one Slurm cluster."""
+
+    def __init__(
+        self,
+        view: SlurmView,
+        partitions: Mapping[str, SlurmPartition],
+        listing: Callable[[str], Sequence[ServerView]],
+        clock: Clock,
+    ) -> None:
+        self.view = view
+        self.tools = view.tools
+        self.partitions = dict(partitions)
+        self._listing = listing
+        self.clock = clock
+        self._requeued: set[int] = set()
+        self._unrequeueable: set[int] = set()
+        self.requeued_total = 0
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        cfg = self.partitions[partition]
+        jobs, nodes = self.view.read()
+        by_name = {n.name: n for n in nodes}
+        listed = {node_name(v.server_id): v.server_id for v in self._listing(partition)}
+        out: dict[str, NodeView] = {}
+        for name, server_id in listed.items():
+            n = by_name.get(name)
+            if n is None:
+                out[server_id] = NodeView(joined=False, drained=False)
+                continue
+            out[server_id] = NodeView(
+                joined=n.up,
+                drained=n.drained or (not n.up and n.draining),
+                joined_at=n.registered_at,
+                busy=n.busy,
+            )
+        self._requeue_before_deadlines(cfg, jobs, nodes)
+        self._forget_gone(cfg, nodes, set(listed))
+        return out
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        """DRAIN with the deadline in the reason; a node that never registered has
+        nothing to drain."""
+        name = node_name(server_id)
+        why = "reclaim" if reason == RECLAIM else (reason or "leaving")
+        try:
+            self.tools.drain(name, f"sco: {why} by {_iso(drain_by)}")
+        except SlurmRefused as e:
+            log.info("partition %s: %s not drained (%s)", partition, name, e)
+        except SlurmError as e:
+            raise SchedulerUnavailable(str(e)) from None
+        self.view.invalidate()
+
+    def _requeue_before_deadlines(
+        self, cfg: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode]
+    ) -> None:
+        now = self.clock.now()
+        due: dict[str, float] = {}
+        for n in nodes:
+            if cfg.feature not in n.features or not n.draining:
+                continue
+            deadline = _deadline(n.reason)
+            if deadline is not None and deadline[0] == "reclaim":
+                if now >= deadline[1] - cfg.requeue_lead_s:
+                    due[n.name] = deadline[1]
+        if not due:
+            return
+        requeue: list[int] = []
+        for job in jobs:
+            if job.pending or job.job_id in self._requeued:
+                continue
+            hits = [due[n] for n in job.nodes if n in due]
+            if not hits:
+                continue
+            if job.end_time is not None and job.end_time <= min(hits):
+                continue  # it ends by its time limit before the node has to go
+            if not job.requeue:
+                if job.job_id not in self._unrequeueable:
+                    self._unrequeueable.add(job.job_id)
+                    log.warning(
+                        "partition %s: job %d on %s cannot be requeued (--no-requeue): it "
+                        "runs until the node goes at %s",
+                        cfg.name,
+                        job.job_id,
+                        ",".join(job.nodes),
+                        _iso(min(hits)),
+                    )
+                continue
+            requeue.append(job.job_id)
+        if requeue:
+            try:
+                self.tools.requeue(requeue)
+            except SlurmError as e:
+                log.warning("partition %s: requeue of %s failed: %s", cfg.name, requeue, e)
+                return
+            self._requeued.update(requeue)
+            self.requeued_total += len(requeue)
+            log.info("partition %s: requeued %s before their nodes' reclaim", cfg.name, requeue)
+            self.view.invalidate()
+
+    def _forget_gone(
+        self, cfg: SlurmPartition, nodes: Sequence[SlurmNode], listed: set[str]
+    ) -> None:
+        """Delete the nodes of servers that are gone (their slurmd with them)."""
+        for n in nodes:
+            if cfg.feature in n.features and n.name not in listed and not n.busy:
+                try:
+                    self.tools.delete_node(n.name)
+                    log.info("partition %s: node %s deleted: its server is gone", cfg.name, n.name)
+                except SlurmError as e:
+                    log.info("partition %s: node %s not deleted yet: %s", cfg.name, n.name, e)

@@ -1,0 +1,126 @@
+"""Slurm's own command-line tools, run with a cluster's `SLURM_CONF`.
+
+Every call has a timeout; errors are typed by what the caller does next:
+`SlurmUnavailable` (slurmctld cannot be reached, or a tool timed out: try again
+later; a partition observing through it is degraded and acts on nothing),
+`SlurmBadOutput` (a tool answered what cannot be read: the message names the
+field), `SlurmRefused` (slurmctld refused the request; its message says why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sco.adapters.slurm.model import Job, SlurmBadOutput, SlurmNode, parse_jobs, parse_nodes
+
+
+class SlurmError(Exception):
+    """Base of what the Slurm tools raise."""
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmctld cannot be reached now, or a tool did not answer in time."""
+
+
+class SlurmRefused(SlurmError):
+    """slurmctld refused the request."""
+
+
+__all__ = [
+    "ClusterTools",
+    "SlurmBadOutput",
+    "SlurmError",
+    "SlurmRefused",
+    "SlurmTools",
+    "SlurmUnavailable",
+]
+
+# What the tools print when slurmctld is not there.
+_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused")
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTools:
+    """Where a cluster's tools are and how they reach it."""
+
+    name: str
+    conf: Path | None = None  # SLURM_CONF; None: the tools' default
+    bin_dir: Path | None = None  # where squeue, sinfo and scontrol are; None: PATH
+    timeout_s: float = 10.0
+
+
+class SlurmTools:
+    def __init__(self, cluster: ClusterTools, run: Runner = subprocess.run) -> None:
+        self.cluster = cluster
+        self._run_fn = run
+        self._env = dict(os.environ)
+        if cluster.conf is not None:
+            self._env["SLURM_CONF"] = str(cluster.conf)
+
+    def _run(self, tool: str, *args: str) -> str:
+        exe = str(self.cluster.bin_dir / tool) if self.cluster.bin_dir else tool
+        try:
+            done = self._run_fn(
+                [exe, *args],
+                capture_output=True,
+                text=True,
+                env=self._env,
+                timeout=self.cluster.timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable(
+                f"{self.cluster.name}: {tool} did not answer in {self.cluster.timeout_s:.0f}s"
+            ) from None
+        except FileNotFoundError:
+            raise SlurmRefused(f"{self.cluster.name}: {exe} not found") from None
+        if done.returncode != 0:
+            err = (done.stderr or done.stdout or "").strip().splitlines()
+            first = err[0] if err else f"exit status {done.returncode}"
+            if any(mark in (done.stderr or "") for mark in _UNREACHABLE):
+                raise SlurmUnavailable(f"{self.cluster.name}: {tool}: {first}")
+            raise SlurmRefused(f"{self.cluster.name}: {tool}: {first}")
+        return str(done.stdout)
+
+    def _json(self, tool: str, *args: str) -> Any:
+        out = self._run(tool, *args, "--json")
+        try:
+            return json.loads(out)
+        except json.JSONDecodeError as e:
+            raise SlurmBadOutput(f"{self.cluster.name}: {tool} --json: not JSON: {e}") from None
+
+    # ------------------------------------------------------------ reading
+
+    def jobs(self, partitions: Sequence[str]) -> list[Job]:
+        """Pending and running jobs of `partitions`."""
+        doc = self._json("squeue", "--partition", ",".join(partitions), "--states", "PD,R,CF,CG")
+        return parse_jobs(doc, f"{self.cluster.name}: squeue")
+
+    def nodes(self) -> list[SlurmNode]:
+        return parse_nodes(self._json("sinfo"), f"{self.cluster.name}: sinfo")
+
+    def partitions(self) -> set[str]:
+        return {line.strip().rstrip("*") for line in self._run("sinfo", "-h", "-o", "%R").split()}
+
+    # ------------------------------------------------------------ acting
+
+    def drain(self, node: str, reason: str) -> None:
+        self._run("scontrol", "update", f"nodename={node}", "state=DRAIN", f"reason={reason}")
+
+    def requeue(self, job_ids: Sequence[int]) -> None:
+        if job_ids:
+            self._run("scontrol", "requeue", ",".join(str(j) for j in job_ids))
+
+    def delete_node(self, node: str) -> None:
+        self._run("scontrol", "delete", f"nodename={node}")
+
+    def down(self, node: str, reason: str) -> None:
+        self._run("scontrol", "update", f"nodename={node}", "state=DOWN", f"reason={reason}")

@@ -1,0 +1,326 @@
+"""The Slurm adapter's logic on what Slurm 22.05's JSON says, without daemons: parsing,
+demand from pending jobs, drains, requeues before a reclaim, and the floor keeper
+honouring work that asks for guaranteed capacity. The daemons: `test_slurm.py`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec, need
+from sco.adapters.slurm.model import SlurmBadOutput, parse_jobs, parse_nodes
+from sco.adapters.slurm.nodes import (
+    SlurmNodes,
+    SlurmPartition,
+    SlurmView,
+    node_features,
+    node_name,
+)
+from sco.adapters.slurm.tools import ClusterTools, SlurmTools, SlurmUnavailable
+from sco.decide.arbiter import ArbiterConfig, arbitrate
+from sco.decide.binpack import Size, pack
+from sco.decide.hedge import HedgeConfig, plan
+from sco.domain.demand import Demand, Partition, SchedulerKind
+from sco.domain.snapshot import PoolView
+from sco.ports import SchedulerUnavailable, ServerStatus, ServerView
+from sco.runtime.clock import ManualClock
+from sco.testing.builders import guaranteed_pool, snapshot, spot_pool
+
+SHAPE = Size(2, 1000)
+PART = SlurmPartition("hpc", ("batch",), SHAPE, requeue_lead_s=30, idle_keep_s=300)
+
+
+def job(
+    job_id: int,
+    state: str = "PENDING",
+    *,
+    nodes: int = 1,
+    cpus: int = 1,
+    mem: str = "500M",
+    reason: str = "Resources",
+    features: str = "",
+    requeue: bool = True,
+    end: int = 0,
+    on: Sequence[str] = (),
+    gres: str = "",
+) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "job_state": state,
+        "state_reason": reason,
+        "partition": "batch",
+        "node_count": nodes,
+        "cpus": cpus,
+        "tres_req_str": f"cpu={cpus},mem={mem},node={nodes},billing={cpus}",
+        "tres_per_node": gres,
+        "memory_per_node": None,
+        "features": features,
+        "requeue": requeue,
+        "time_limit": 5,
+        "end_time": end,
+        "job_resources": {"allocated_nodes": [{"nodename": n} for n in on]} if on else {},
+    }
+
+
+def node(
+    name: str,
+    *,
+    state: str = "idle",
+    flags: Sequence[str] = ("DYNAMIC_NORM",),
+    features: str = "sco,sco-hpc,spot",
+    alloc_cpus: int = 0,
+    reason: str = "",
+    last_busy: int = 0,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "state": state,
+        "state_flags": list(flags),
+        "features": features,
+        "active_features": features,
+        "reason": reason,
+        "cpus": 2,
+        "alloc_cpus": alloc_cpus,
+        "real_memory": 1000,
+        "alloc_memory": 0,
+        "partitions": ["batch"],
+        "last_busy": last_busy,
+        "slurmd_start_time": 50,
+    }
+
+
+# ---------------------------------------------------------------- packing
+
+
+def test_first_fit_decreasing_uses_free_room_first() -> None:
+    slices = [Size(1, 100), Size(2, 100), Size(1, 100), Size(1, 100)]
+    p = pack(slices, SHAPE, free=[Size(1, 500)])
+    assert p.used_free == (0,)
+    assert p.new_nodes == 2  # 2 | 1+1, after one 1-CPU slice took the free room
+    assert pack([Size(4, 10)], SHAPE).unfit == (Size(4, 10),)
+    assert pack([Size(1, 10, {"gpu": 1})], SHAPE).unfit, "no GPU on the shape"
+    gpu = Size(2, 1000, {"gpu": 2})
+    assert pack([Size(1, 10, {"gpu": 1})] * 3, gpu).new_nodes == 2
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def test_jobs_and_nodes_parse_strictly() -> None:
+    jobs = parse_jobs({"jobs": [job(1, nodes=2, cpus=4, mem="2000M", gres="gres:gpu:1")]}, "t")
+    assert jobs[0].per_node == Size(2, 1000, {"gpu": 1})
+    assert jobs[0].wants("spot") is False
+    with_g = parse_jobs({"jobs": [job(2, features="guaranteed&fast")]}, "t")[0]
+    assert with_g.wants("guaranteed")
+    nodes = parse_nodes(
+        {"nodes": [node("sco-a", state="mixed", flags=["DRAIN"], alloc_cpus=1)]}, "t"
+    )
+    assert nodes[0].draining
+    assert nodes[0].busy
+    assert not nodes[0].drained
+    with pytest.raises(SlurmBadOutput, match=r"t: jobs\[0\]: no 'node_count'"):
+        parse_jobs({"jobs": [{k: v for k, v in job(1).items() if k != "node_count"}]}, "t")
+    with pytest.raises(SlurmBadOutput, match="not a JSON object"):
+        parse_nodes([], "t")
+    with pytest.raises(SlurmBadOutput, match="reported errors"):
+        parse_nodes({"nodes": [], "errors": [{"error": "boom"}]}, "t")
+
+
+def test_tools_map_failures_to_what_happens_next() -> None:
+    def unreachable(*_a: Any, **_k: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(
+            [], 1, "", "squeue: error: Unable to contact slurm controller (connect failure)"
+        )
+
+    with pytest.raises(SlurmUnavailable, match="Unable to contact"):
+        SlurmTools(ClusterTools("c"), run=unreachable).jobs(["batch"])
+
+    def garbled(*_a: Any, **_k: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess([], 0, "{not json", "")
+
+    with pytest.raises(SlurmBadOutput, match="c: squeue --json: not JSON"):
+        SlurmTools(ClusterTools("c"), run=garbled).jobs(["batch"])
+
+
+# ---------------------------------------------------------------- demand
+
+
+def _need(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]], now: float = 1000.0) -> Any:
+    return need(PART, parse_jobs({"jobs": jobs}, "t"), parse_nodes({"nodes": nodes}, "t"), now)
+
+
+def test_pending_jobs_become_nodes() -> None:
+    # Eight single-CPU jobs: four nodes of two CPUs.
+    assert _need([job(i) for i in range(8)], []).target == 4
+    # A two-node job of 4 CPUs: two nodes; one already idle takes half.
+    assert _need([job(1, nodes=2, cpus=4, mem="1000M")], [node("sco-x")]).target == 2
+    # Waiting on something else than capacity: not counted.
+    held = [job(1, reason="Dependency"), job(2, reason="JobHeldUser"), job(3, reason="BeginTime")]
+    assert _need(held, []).target == 0
+    # Too big for the shape: reported, not counted.
+    big = _need([job(1, cpus=8)], [])
+    assert (big.target, big.unfit_jobs) == (0, (1,))
+
+
+def test_busy_and_recently_busy_nodes_stay_wanted() -> None:
+    nodes = [
+        node("sco-busy", state="allocated", alloc_cpus=2),
+        node("sco-idle-fresh", last_busy=900),
+        node("sco-idle-old", last_busy=100),
+        node("sco-leaving", flags=["DRAIN"]),
+    ]
+    n = _need([], nodes, now=1000.0)
+    assert n.target == 2  # busy, and idle for under idle_keep_s
+    assert _need([job(1, cpus=2)], nodes, now=1000.0).target == 2  # the fresh idle one takes it
+    assert _need([job(1, cpus=2)] * 2, nodes, now=1000.0).target == 3  # and the old one too
+
+
+def test_jobs_asking_for_guaranteed_count_there() -> None:
+    jobs = [job(1, features="guaranteed"), job(2), job(3)]
+    n = _need(jobs, [node("sco-g", features="sco,sco-hpc,guaranteed")])
+    assert (n.target, n.guaranteed) == (2, 1)  # the idle guaranteed node takes job 1
+
+
+def test_demand_caps_and_reports(caplog: pytest.LogCaptureFixture) -> None:
+    class View:
+        def read(self) -> Any:
+            return parse_jobs({"jobs": [job(i) for i in range(40)] + [job(99, cpus=9)]}, "t"), []
+
+    spec = SlurmDemandSpec(
+        Partition("hpc", "r", SchedulerKind.SLURM),
+        PART,
+        floor_units=2,
+        max_units=8,
+        guaranteed_budget_units=4,
+    )
+    source = SlurmDemandSource(View(), [spec])  # type: ignore[arg-type]
+    d = source.demand("hpc", 1000.0)
+    assert d == Demand(8, 2, 8, 4, 0)
+    assert "jobs [99] ask more of a node than its shape has" in caplog.text
+
+
+# ---------------------------------------------------------------- nodes and drains
+
+
+class FakeTools:
+    def __init__(self, jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
+        self.doc_jobs, self.doc_nodes = jobs, nodes
+        self.calls: list[tuple[str, ...]] = []
+        self.fail: Exception | None = None
+
+    def jobs(self, partitions: Sequence[str]) -> Any:
+        if self.fail:
+            raise self.fail
+        return parse_jobs({"jobs": self.doc_jobs}, "fake")
+
+    def nodes(self) -> Any:
+        return parse_nodes({"nodes": self.doc_nodes}, "fake")
+
+    def drain(self, name: str, reason: str) -> None:
+        self.calls.append(("drain", name, reason))
+        for n in self.doc_nodes:
+            if n["name"] == name:
+                n["state_flags"] = [*n["state_flags"], "DRAIN"]
+                n["reason"] = reason
+
+    def requeue(self, job_ids: Sequence[int]) -> None:
+        self.calls.append(("requeue", *map(str, job_ids)))
+
+    def delete_node(self, name: str) -> None:
+        self.calls.append(("delete", name))
+
+
+def _plane(tools: FakeTools, servers: list[str], clock: ManualClock) -> SlurmNodes:
+    view = SlurmView(tools, ["batch"], ttl_s=0)  # type: ignore[arg-type]
+    listing = [ServerView(s, "hpc", "r/h/f", "req", 1, ServerStatus.ACTIVE, 0.0) for s in servers]
+    return SlurmNodes(view, {"hpc": PART}, lambda _p: listing, clock)
+
+
+def test_a_reclaim_drains_then_requeues_what_cannot_finish_just_before_the_deadline() -> None:
+    clock = ManualClock(1_000_000_000.0)
+    deadline = clock.now() + 120
+    tools = FakeTools(
+        [
+            job(1, "RUNNING", on=["sco-s1"], end=int(deadline + 600)),  # runs past it
+            job(2, "RUNNING", on=["sco-s1"], end=int(deadline - 10)),  # ends before
+            job(3, "RUNNING", on=["sco-s1"], end=int(deadline + 600), requeue=False),
+        ],
+        [node("sco-s1", state="allocated", alloc_cpus=2)],
+    )
+    plane = _plane(tools, ["s1"], clock)
+    assert plane.nodes("hpc")["s1"].joined
+    assert plane.nodes("hpc")["s1"].busy
+    plane.drain("hpc", "s1", deadline, "reclaim_notice")
+    assert tools.calls[0] == ("drain", "sco-s1", "sco: reclaim by 2001-09-09T01:48:40Z")
+    plane.nodes("hpc")
+    assert [c for c in tools.calls if c[0] == "requeue"] == []  # not yet: 120 s to go
+    clock.set(deadline - 29)
+    plane.nodes("hpc")
+    assert [c for c in tools.calls if c[0] == "requeue"] == [("requeue", "1")]
+    plane.nodes("hpc")
+    assert len([c for c in tools.calls if c[0] == "requeue"]) == 1, "once"
+
+
+def test_sco_s_own_moves_only_drain() -> None:
+    clock = ManualClock(1_000_000_000.0)
+    tools = FakeTools(
+        [job(1, "RUNNING", on=["sco-s1"], end=int(clock.now() + 9999))],
+        [node("sco-s1", state="allocated", alloc_cpus=1)],
+    )
+    plane = _plane(tools, ["s1"], clock)
+    plane.drain("hpc", "s1", clock.now() + 60, "over_target")
+    clock.set(clock.now() + 3600)
+    plane.nodes("hpc")
+    assert ("drain", "sco-s1", "sco: over_target by 2001-09-09T01:47:40Z") in tools.calls
+    assert not [c for c in tools.calls if c[0] == "requeue"]
+
+
+def test_nodes_of_servers_that_are_gone_are_deleted_and_others_left_alone() -> None:
+    clock = ManualClock(0.0)
+    tools = FakeTools(
+        [],
+        [
+            node("sco-gone", state="down", flags=["NOT_RESPONDING"]),
+            node("sco-s1"),
+            node("someone-else", features="other"),
+        ],
+    )
+    views = _plane(tools, ["s1"], clock).nodes("hpc")
+    assert ("delete", "sco-gone") in tools.calls
+    assert ("delete", "someone-else") not in tools.calls
+    assert views["s1"].joined
+
+
+def test_an_unreadable_slurm_degrades_the_partition() -> None:
+    tools = FakeTools([], [])
+    tools.fail = SlurmUnavailable("c: squeue: Unable to contact slurm controller")
+    with pytest.raises(SchedulerUnavailable, match="Unable to contact"):
+        _plane(tools, [], ManualClock(0.0)).nodes("hpc")
+
+
+def test_node_names_and_features_are_what_slurm_accepts() -> None:
+    assert node_name("4e8f-9a/7") == "sco-4e8f-9a-7"
+    assert node_features("hpc", "spot", "lab/hall-a/spot.small") == [
+        "sco",
+        "sco-hpc",
+        "spot",
+        "pool-hall-a-spot-small",
+    ]
+    assert json.dumps(node_features("a b", "guaranteed", "r/h/f/agg"))
+
+
+# ---------------------------------------------------------------- the policy honours it
+
+
+def test_work_that_asks_for_guaranteed_capacity_gets_it() -> None:
+    a, g = spot_pool("hall-1", "a"), guaranteed_pool("hall-1")
+    want = Demand(4, 0, 8, 8, guaranteed_units=1)
+    snap = snapshot([PoolView(a, 9), PoolView(g, 9)], want=want)
+    assert arbitrate(snap, ArbiterConfig()).targets == {g.id: 1}
+    p = plan(snap, HedgeConfig(max_spare=0))
+    assert p.spot == {a.id: 3}
+    assert p.guaranteed == {g.id: 1}
