@@ -140,5 +140,6 @@ class SlurmDemandSource:
             guaranteed_units=min(n.guaranteed, target, spec.guaranteed_budget_units),
         )
 
-    def next_change_after(self, now: float) -> float | None:
+    def next_change_after(self, now: float) -> float | None:  # noqa: ARG002
+        """Unknown: Slurm's demand changes as jobs come."""
         return None

@@ -193,9 +193,9 @@ class SlurmNodes:
             if cfg.feature not in n.features or not n.draining:
                 continue
             deadline = _deadline(n.reason)
-            if deadline is not None and deadline[0] == "reclaim":
-                if now >= deadline[1] - cfg.requeue_lead_s:
-                    due[n.name] = deadline[1]
+            reclaim = deadline is not None and deadline[0] == "reclaim"
+            if reclaim and deadline is not None and now >= deadline[1] - cfg.requeue_lead_s:
+                due[n.name] = deadline[1]
         if not due:
             return
         requeue: list[int] = []
