@@ -15,12 +15,20 @@ import click
 
 from sco.apps.process import process
 from sco.apps.settings import Settings
-from sco.apps.wiring import StartError, demand, open_events, open_leases, open_store, require
+from sco.apps.wiring import (
+    SchedulerPlane,
+    StartError,
+    open_events,
+    open_leases,
+    open_store,
+    require,
+    scheduler_plane,
+)
 from sco.decide.policies import Policy, ScoPolicy, policy_named
 from sco.ports import ProviderError
 from sco.runtime.clock import SystemClock
 from sco.runtime.controller import CycleReport
-from sco.runtime.dryrun import DryRunProvider, Intent
+from sco.runtime.dryrun import DryRunNodes, DryRunProvider, Intent
 from sco.runtime.metrics import PlacementMetrics
 from sco.runtime.pump import SignalPump
 from sco.runtime.realtime import RealtimeRunner, line, summary
@@ -79,9 +87,11 @@ def run_controllers(
     assert cloud is not None
     provider = start_openstack(region_file, cloud, settings.provider.clouds_file)
     clock = SystemClock()
-    partitions = demand(settings, provider.region.region, clock.now())
+    plane = scheduler_plane(
+        settings, provider.region.region, clock.now(), provider.last_listing, clock
+    )
     if dry_run:
-        return _dry_run(settings, provider, partitions, policy)
+        return _dry_run(settings, provider, plane, policy)
     store = open_store(settings)
     events = open_events(settings, store)
     leases = open_leases(settings, store)
@@ -89,7 +99,6 @@ def run_controllers(
     done: list[CycleReport] = []
     try:
         with process("run", settings, settings.http.run_port, verbose) as proc:
-            from sco.adapters.standalone import ServersAsNodes
             from sco.runtime.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
 
             def on_lease(change: LeaseChange) -> None:
@@ -110,9 +119,9 @@ def run_controllers(
                 config=ReplicaConfig(name, lease_ttl_s=ttl, act_margin_s=ttl / 3),
                 leases=leases,
                 provider=provider,
-                nodes=ServersAsNodes(provider.last_listing),
+                nodes=plane.nodes,
                 store=store,
-                demand=partitions,
+                demand=plane.demand,
                 policy=policy,
                 clock=clock,
                 interval_s=settings.policy.interval_s,
@@ -150,12 +159,11 @@ def run_controllers(
 
 
 def _dry_run(
-    settings: Settings, provider: Any, partitions: Any, policy: Callable[[], Policy]
+    settings: Settings, provider: Any, plane: SchedulerPlane, policy: Callable[[], Policy]
 ) -> int:
     """One round on a scratch state through a provider that only writes down what it
     would create and delete; prints that, and the plans' reasons."""
     from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
-    from sco.adapters.standalone import ServersAsNodes
 
     acting = DryRunProvider(provider)
     with tempfile.TemporaryDirectory(prefix="sco-dry-run-") as scratch:
@@ -163,9 +171,9 @@ def _dry_run(
         try:
             runner = RealtimeRunner(
                 provider=acting,
-                nodes=ServersAsNodes(provider.last_listing),
+                nodes=DryRunNodes(plane.nodes, acting.intents),
                 store=store,
-                demand=partitions,
+                demand=plane.demand,
                 policy=policy,
                 clock=SystemClock(),
                 config=settings.policy.controller,

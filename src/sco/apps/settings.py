@@ -39,7 +39,13 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from sco.adapters.demandfile.intake import DemandFileError, PartitionSpec, demand_of, field_path
+from sco.adapters.demandfile.intake import (
+    DemandFileError,
+    PartitionSpec,
+    Value,
+    demand_of,
+    field_path,
+)
 from sco.decide.exclusion import ExclusionConfig
 from sco.decide.hedge import HedgeConfig
 from sco.decide.scorer import ScorerConfig
@@ -201,6 +207,56 @@ class LogSettings(_Section):
     )
 
 
+class SlurmClusterSettings(_Section):
+    conf: Path | None = Field(
+        default=None, description="The cluster's slurm.conf (SLURM_CONF for its tools)."
+    )
+    bin_dir: Path | None = Field(
+        default=None, description="Where squeue, sinfo and scontrol are (default: PATH)."
+    )
+    timeout_s: float = Field(default=10.0, gt=0, description="Each tool call's time limit.")
+    cache_s: float = Field(
+        default=2.0, ge=0, description="One read of jobs and nodes serves its partitions this long."
+    )
+
+
+class SlurmPartitionSettings(_Section):
+    cluster: str = Field(default="default", description="A cluster of the `slurm` section.")
+    partitions: list[str] = Field(
+        min_length=1, description="Slurm partitions whose pending jobs are the demand."
+    )
+    cpus: float = Field(gt=0, description="CPUs of one node (the flavor's).")
+    memory_mb: float = Field(gt=0, description="Memory of one node, MB (as slurmd reports it).")
+    gres: dict[str, int] = Field(default_factory=dict, description="GRES of one node: {gpu: 1}.")
+    requeue_lead_s: float = Field(
+        default=30.0, ge=0, description="A reclaim's jobs are requeued this long before it."
+    )
+    idle_keep_s: float = Field(
+        default=300.0, ge=0, description="An idle node is still wanted this long after its job."
+    )
+
+
+class PartitionSettings(PartitionSpec):
+    """A partition as `sco.yaml` gives it: a demand-file entry, and where its demand comes
+    from (`static`: the numbers here; `slurm`: the pending jobs of Slurm partitions)."""
+
+    target_units: Value = 0
+    demand: Literal["static", "slurm"] = "static"
+    slurm: SlurmPartitionSettings | None = None
+
+    @model_validator(mode="after")
+    def _slurm_section(self) -> PartitionSettings:
+        if self.demand == "slurm" and self.slurm is None:
+            raise ValueError("demand slurm needs a slurm section (partitions, cpus, memory_mb)")
+        if self.slurm is not None and self.demand != "slurm":
+            raise ValueError("a slurm section needs demand: slurm")
+        if self.demand == "slurm":
+            for name in ("target_units", "floor_units"):
+                if not isinstance(getattr(self, name), int):
+                    raise ValueError(f"{name}: a number for demand slurm (Slurm gives the rest)")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -214,8 +270,11 @@ class Settings(BaseSettings):
     history: HistorySettings = Field(default_factory=HistorySettings)
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     provider: ProviderSettings = Field(default_factory=ProviderSettings)
-    partitions: list[PartitionSpec] = Field(
+    partitions: list[PartitionSettings] = Field(
         default_factory=list, description="Scheduler clusters and their demand."
+    )
+    slurm: dict[str, SlurmClusterSettings] = Field(
+        default_factory=dict, description="Slurm clusters by name, for `demand: slurm`."
     )
     demand_file: Path | None = Field(
         default=None, description="Partitions from a demand file instead of `partitions`."
@@ -326,7 +385,11 @@ _PATHS = (
 
 def _resolve_paths(doc: dict[str, Any], base: Path) -> None:
     """Relative paths (and chdb:// and sqlite:/// URLs) in a file are the file's folder's."""
-    for path in _PATHS:
+    clusters = doc.get("slurm")
+    paths = list(_PATHS)
+    if isinstance(clusters, dict):
+        paths += [("slurm", name, key) for name in clusters for key in ("conf", "bin_dir")]
+    for path in paths:
         node: Any = doc
         for key in path[:-1]:
             node = node.get(key) if isinstance(node, dict) else None

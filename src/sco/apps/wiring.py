@@ -6,7 +6,7 @@ naming the setting, so a command exits 2 before doing anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,8 @@ from sco.adapters.demandfile.intake import (
 )
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
-from sco.apps.settings import Settings
-from sco.ports import EventLog
+from sco.apps.settings import PartitionSettings, Settings
+from sco.ports import Clock, DemandSource, EventLog, SchedulerCluster, ServerView
 
 Relay = Callable[[], int]
 
@@ -144,15 +144,122 @@ def open_leases(settings: Settings, store: SqlFleetStore) -> Any:
 
 
 def demand(settings: Settings, region: str, start_s: float) -> FileDemandSource:
-    """Partitions from `partitions` or `demand_file`."""
+    """The static partitions, from `partitions` (demand: static) or `demand_file`."""
     try:
         if settings.demand_file is not None:
             return FileDemandSource(
                 read_demand_file(settings.demand_file, region), start_s, str(settings.demand_file)
             )
-        return FileDemandSource(demand_of(settings.partitions, region, "partitions"), start_s)
+        static = [p for p in settings.partitions if p.demand == "static"]
+        return FileDemandSource(demand_of(static, region, "partitions"), start_s)
     except DemandFileError as e:
         raise StartError(str(e)) from None
+
+
+@dataclass
+class SchedulerPlane:
+    """Every partition's demand, and its node plane, as the configuration says."""
+
+    demand: DemandSource
+    nodes: SchedulerCluster
+
+
+def scheduler_plane(
+    settings: Settings,
+    region: str,
+    start_s: float,
+    listing: Callable[[str], Sequence[ServerView]],
+    clock: Clock,
+) -> SchedulerPlane:
+    """Static partitions keep servers as nodes; Slurm partitions get their cluster's
+    demand and nodes (checked at start: reachable, partitions known, output readable)."""
+    from sco.adapters.standalone import ServersAsNodes
+    from sco.runtime.routing import DemandRouter, NodeRouter
+
+    static = demand(settings, region, start_s)
+    sources: list[DemandSource] = [static]
+    planes: dict[str, SchedulerCluster] = {}
+    slurm = [p for p in settings.partitions if p.demand == "slurm"]
+    if slurm:
+        for source, plane, names in _slurm(settings, slurm, region, listing, clock):
+            sources.append(source)
+            planes.update(dict.fromkeys(names, plane))
+    order = [p.name for p in settings.partitions]
+    return SchedulerPlane(DemandRouter(sources, order), NodeRouter(planes, ServersAsNodes(listing)))
+
+
+def _slurm(
+    settings: Settings,
+    specs: Sequence[PartitionSettings],
+    region: str,
+    listing: Callable[[str], Sequence[ServerView]],
+    clock: Clock,
+) -> list[tuple[DemandSource, SchedulerCluster, list[str]]]:
+    from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec
+    from sco.adapters.slurm.nodes import SlurmNodes, SlurmPartition, SlurmView
+    from sco.adapters.slurm.tools import ClusterTools, SlurmError, SlurmTools
+    from sco.decide.binpack import Size
+    from sco.domain.demand import Partition, SchedulerKind
+
+    out: list[tuple[DemandSource, SchedulerCluster, list[str]]] = []
+    by_cluster: dict[str, list[PartitionSettings]] = {}
+    for p in specs:
+        assert p.slurm is not None
+        by_cluster.setdefault(p.slurm.cluster, []).append(p)
+    for name, members in sorted(by_cluster.items()):
+        c = settings.slurm[name]
+        tools = SlurmTools(ClusterTools(name, c.conf, c.bin_dir, c.timeout_s))
+        wanted = sorted({sp for p in members for sp in (p.slurm.partitions if p.slurm else [])})
+        try:
+            known = tools.partitions()
+            tools.nodes()
+            tools.jobs(wanted)
+        except SlurmError as e:
+            raise StartError(f"slurm.{name}: {e}") from None
+        except Exception as e:  # output that cannot be read
+            raise StartError(f"slurm.{name}: {type(e).__name__}: {e}") from None
+        for p in members:
+            assert p.slurm is not None
+            missing = sorted(set(p.slurm.partitions) - known)
+            if missing:
+                raise StartError(
+                    f"partitions.{p.name}.slurm.partitions: {', '.join(missing)} not in Slurm "
+                    f"cluster {name!r} (it has {', '.join(sorted(known)) or 'none'})"
+                )
+        view = SlurmView(tools, wanted, c.cache_s)
+        parts = {}
+        demand_specs = []
+        for p in members:
+            assert p.slurm is not None
+            s = p.slurm
+            parts[p.name] = SlurmPartition(
+                p.name,
+                tuple(s.partitions),
+                Size(s.cpus, s.memory_mb, dict(s.gres)),
+                s.requeue_lead_s,
+                s.idle_keep_s,
+            )
+            floor = p.floor_units if isinstance(p.floor_units, int) else 0
+            target = p.target_units if isinstance(p.target_units, int) else 0
+            budget = p.max_units if p.guaranteed_budget_units is None else p.guaranteed_budget_units
+            demand_specs.append(
+                SlurmDemandSpec(
+                    Partition(p.name, region, SchedulerKind(p.kind), frozenset(p.flavors)),
+                    parts[p.name],
+                    floor,
+                    p.max_units,
+                    budget,
+                    target,
+                )
+            )
+        out.append(
+            (
+                SlurmDemandSource(view, demand_specs),
+                SlurmNodes(view, parts, listing, clock),
+                [p.name for p in members],
+            )
+        )
+    return out
 
 
 def require(settings: Settings, *fields: str, partitions: bool = False) -> None:

@@ -113,11 +113,13 @@ def diff(
     cfg: ActConfig,
     drained: Set[str] = frozenset(),
     removal: Reason = Reason.OVER_TARGET,
+    busy: Set[str] = frozenset(),
 ) -> Actions:
     """What to create, drain, delete, expire and close so instances move toward `targets`.
 
     `drained` holds the ids of draining instances whose nodes have left; `removal` is
-    the reason given for taking away what is over target.
+    the reason given for taking away what is over target; `busy` the instances whose
+    nodes run work, the last to be taken away.
     """
     now = snapshot.now
     acts = _Acc()
@@ -128,7 +130,7 @@ def diff(
     for inst in snapshot.instances:
         if inst.id not in handled:
             _leaving(inst, now, drained, acts)
-    _toward_targets(snapshot, targets, cfg, handled, acts, removal)
+    _toward_targets(snapshot, targets, cfg, handled, acts, removal, busy)
     return acts.freeze()
 
 
@@ -183,7 +185,8 @@ def _leaving(inst: Instance, now: float, drained: Set[str], acts: _Acc) -> None:
             )
 
 
-# Cheapest to give up first: not yet a server, then not yet a node, then newest ready.
+# Cheapest to give up first: an idle node before a busy one; not yet a server, then not
+# yet a node, then the newest ready.
 _REMOVAL_ORDER = {State.CREATING: 0, State.ACTIVE: 1, State.READY: 2}
 
 
@@ -194,6 +197,7 @@ def _toward_targets(
     handled: Set[str],
     acts: _Acc,
     why: Reason,
+    busy: Set[str] = frozenset(),
 ) -> None:
     live: dict[PoolId, list[Instance]] = defaultdict(list)
     for inst in snapshot.instances:
@@ -214,7 +218,7 @@ def _toward_targets(
             surplus = len(have) - want
             victims = sorted(
                 (i for i in have if i.state in _REMOVAL_ORDER),
-                key=lambda i: (_REMOVAL_ORDER[i.state], -i.created_at, i.id),
+                key=lambda i: (i.id in busy, _REMOVAL_ORDER[i.state], -i.created_at, i.id),
             )
             for inst in victims[:surplus]:
                 if inst.state is State.READY:

@@ -40,6 +40,7 @@ from sco.ports import (
     Reservation,
     RetryableProviderError,
     SchedulerCluster,
+    SchedulerUnavailable,
     ServerStatus,
     ServerView,
     StateConflict,
@@ -168,14 +169,15 @@ class PartitionController:
         try:
             servers = self.provider.list(self.partition.name)
             nodes = self.nodes.nodes(self.partition.name)
-        except ProviderError as e:
+            demand = self.demand.demand(self.partition.name, now)
+        except (ProviderError, SchedulerUnavailable) as e:
             log.warning("partition %s: observe failed, not acting: %s", self.partition.name, e)
             return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
         records = self._load()
         synced = self._sync(records, servers, nodes, now)
         self.signals.refresh(now)
         handback = self.signals.intent(self.partition.name) == HANDBACK
-        snapshot = self._snapshot(now, handback)
+        snapshot = self._snapshot(now, demand, handback)
         if handback:
             decision = Decision({}, {}, ("handback: the operator asked for everything back",))
         else:
@@ -186,8 +188,11 @@ class PartitionController:
             for i in self._live()
             if i.state is State.DRAINING and i.server_id and nodes.get(i.server_id, _GONE).drained
         )
+        busy = frozenset(
+            i.id for i in self._live() if i.server_id and nodes.get(i.server_id, _GONE).busy
+        )
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
-        actions = diff(snapshot, plan.targets(), self.config.act, drained, removal)
+        actions = diff(snapshot, plan.targets(), self.config.act, drained, removal, busy)
         # Replacements are owed only while the plan is short of what is live.
         short = sum(plan.targets().values()) - sum(1 for i in self._live() if i.is_live)
         self._owed = min(self._owed, max(0, short))
@@ -462,7 +467,7 @@ class PartitionController:
 
     # ------------------------------------------------------------ plan
 
-    def _snapshot(self, now: float, handback: bool = False) -> PartitionSnapshot:
+    def _snapshot(self, now: float, demand: Demand, handback: bool = False) -> PartitionSnapshot:
         """What the policy sees; a partition handed back wants nothing (floor 0 too)."""
         ids = list(self._pools)
         headroom = self.provider.headroom(ids)
@@ -488,7 +493,6 @@ class PartitionController:
                 excluded=state is ExclusionState.EXCLUDED,
                 degraded=state is ExclusionState.DEGRADED,
             )
-        demand = self.demand.demand(self.partition.name, now)
         if handback:
             demand = Demand(0, 0, demand.max_units, demand.guaranteed_budget_units)
         return PartitionSnapshot(

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sco.domain.pools import Pool, PoolId
-from sco.ports import CreateResult, Provider, ServerView
+from sco.ports import CreateResult, NodeView, Provider, SchedulerCluster, ServerView
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +51,19 @@ class DryRunProvider:
     def delete(self, server_ids: Sequence[str]) -> None:
         for sid in server_ids:
             self.intents.append(Intent("delete", self._pool_of.get(sid, "?"), 1, f"server {sid}"))
+
+
+@dataclass
+class DryRunNodes:
+    """Reads go to the real node plane; drains are only written down (a dry run must not
+    drain a real scheduler's node)."""
+
+    inner: SchedulerCluster
+    intents: list[Intent]
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        return self.inner.nodes(partition)
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        detail = f"partition {partition}, node of server {server_id}, by {drain_by:.0f}"
+        self.intents.append(Intent("drain", reason or "-", 1, detail))
