@@ -303,7 +303,7 @@ def test_an_unreadable_slurm_degrades_the_partition() -> None:
 
 
 def test_node_names_and_features_are_what_slurm_accepts() -> None:
-    assert node_name("4e8f-9a/7") == "sco-4e8f-9a-7"
+    assert node_name("4E8F9A07-1c2d-4e5f-8a9b-0c1d2e3f4a5b") == "sco-4e8f9a071c2d"
     assert node_features("hpc", "spot", "lab/hall-a/spot.small") == [
         "sco",
         "sco-hpc",

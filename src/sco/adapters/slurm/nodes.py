@@ -44,13 +44,15 @@ log = logging.getLogger(__name__)
 
 RECLAIM = "reclaim_notice"  # the reason code of a drain that may requeue
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_ALNUM = re.compile(r"[^a-z0-9]+")
 _DEADLINE = re.compile(r"^sco: (\S+) by (\S+)")
 
 
 def node_name(server_id: str) -> str:
-    """The Slurm node a server becomes: `sco-` and its id, in the characters node names
-    allow."""
-    return "sco-" + _SAFE.sub("-", server_id).strip("-")
+    """The Slurm node a server becomes: `sco-` and the first 12 letters and digits of its
+    id (48 random bits of a Nova UUID). Short: slurmd names its step sockets after the
+    node, twice, under a 108-byte limit."""
+    return "sco-" + _ALNUM.sub("", server_id.lower())[:12]
 
 
 def partition_feature(partition: str) -> str:
@@ -65,6 +67,34 @@ def pool_feature(pool: str) -> str:
 def node_features(partition: str, capacity_class: str, pool: str) -> list[str]:
     """What a node of sco's carries: what its server boots slurmd with."""
     return ["sco", partition_feature(partition), capacity_class, pool_feature(pool)]
+
+
+def slurm_conf_lines(
+    sco_partition: str,
+    slurm_partitions: Sequence[str],
+    cpus: float,
+    memory_mb: float,
+    pools: Sequence[tuple[str, str]] = (),
+    gres: str = "",
+) -> list[str]:
+    """What slurm.conf needs for an sco partition's dynamic nodes: a NodeSet on its
+    feature, the Slurm partitions taking it, and one FUTURE placeholder per class that
+    makes the class (and pool) features valid before such a node exists. `pools` are
+    (class, pool id) pairs."""
+    feature = partition_feature(sco_partition)
+    nodeset = feature.replace("-", "_")
+    lines = [f"NodeSet={nodeset} Feature={feature}"]
+    for cls in ("spot", "guaranteed"):
+        extra = [pool_feature(p) for c, p in pools if c == cls]
+        features = ",".join(["sco", feature, cls, *extra])
+        lines.append(
+            f"NodeName={feature}-{cls} State=FUTURE Feature={features} CPUs={cpus:g} "
+            f"RealMemory={memory_mb:g}" + (f" Gres={gres}" if gres else "")
+        )
+    lines += [
+        f"PartitionName={p} Nodes={nodeset} State=UP MaxTime=INFINITE" for p in slurm_partitions
+    ]
+    return lines
 
 
 def _iso(t: float) -> str:

@@ -1,0 +1,370 @@
+"""Slurm partitions against real daemons: slurmctld and a slurmd per node (each in a
+network namespace), munge, and the Nova test stack whose servers "boot" into Slurm
+nodes as their cloud-init would (`sco.testing.slurm_cluster.SlurmBoot`).
+
+Jobs are `sbatch` jobs that sleep and then write their id to a file: a job lost or
+killed never writes it; a requeued one writes it once, when it finally completes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sco.adapters.openstack import open_provider
+from sco.adapters.openstack.config import RegionSpec
+from sco.adapters.openstack.provider import OpenStackProvider
+from sco.adapters.openstack.resources import META_RECLAIM_AT
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.apps.settings import load
+from sco.apps.wiring import scheduler_plane
+from sco.decide.acquirer import ActConfig
+from sco.decide.hedge import HedgeConfig
+from sco.decide.policies import ScoPolicy
+from sco.domain.lifecycle import Timeouts
+from sco.runtime.clock import SystemClock
+from sco.runtime.controller import ControllerConfig
+from sco.runtime.realtime import RealtimeRunner
+from sco.testing.chaos import audit
+from sco.testing.controlplane import wait_for
+from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port
+from sco.testing.slurm_cluster import SlurmBoot, SlurmCluster
+
+CLOUD = "sco-test"
+HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
+    folder = tmp_path_factory.mktemp("nova-slurm")
+    port = int(os.environ.get("SCO_TEST_SLURM_OS_BASE_PORT", "19100"))
+    s = NovaStack(folder, port, HALLS, 4)
+    started = time.monotonic()
+    try:
+        s.up()
+        echo(f"slurm tier: nova stack ready in {time.monotonic() - started:.1f} s")
+        yield s
+    finally:
+        s.down()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    c = SlurmCluster(tmp_path_factory.mktemp("slurm"), partitions=("batch",), sco_partition="hpc")
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def boot(stack: NovaStack, cluster: SlurmCluster) -> Iterator[SlurmBoot]:
+    b = SlurmBoot(cluster, lambda: stack.servers(tags="sco")).start()
+    yield b
+    b.stop()
+    for s in stack.servers():  # clean: every server deleted, every node gone
+        stack.conn.compute.delete(f"/servers/{s['id']}", microversion="2.90")
+    wait_for(lambda: not stack.servers(), 120, "every server deleted")
+    b.step()
+    for name in list(cluster.nodes):
+        cluster.remove_node(name)
+    subprocess.run(
+        ["scancel", "--partition", "batch"], env=cluster.env, capture_output=True, check=False
+    )
+
+
+def _config(tmp: Path, stack: NovaStack, cluster: SlurmCluster, **part: Any) -> Path:
+    region = tmp / "region.yaml"
+    region.write_text(yaml.safe_dump(stack.region()))
+    slurm = {
+        "cluster": "main",
+        "partitions": ["batch"],
+        "cpus": cluster.cpus,
+        "memory_mb": cluster.memory_mb,
+        "requeue_lead_s": 10,
+        "idle_keep_s": 20,
+    }
+    config = {
+        "state": {"url": f"sqlite:///{tmp / 'state.sqlite'}"},
+        "provider": {
+            "cloud": CLOUD,
+            "region_file": str(region),
+            "clouds_file": str(stack.clouds_yaml),
+        },
+        "slurm": {"main": {"conf": str(cluster.conf), "cache_s": 0.5, "timeout_s": 5}},
+        "partitions": [
+            {
+                "name": "hpc",
+                "kind": "slurm",
+                "demand": "slurm",
+                "floor_units": 0,
+                "max_units": 8,
+                "slurm": slurm,
+                **part,
+            }
+        ],
+        "policy": {"interval_s": 1},
+        "http": {"run_port": 0},
+    }
+    path = tmp / "sco.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _runner(
+    tmp: Path, stack: NovaStack, cluster: SlurmCluster, timeouts: Timeouts | None = None
+) -> tuple[RealtimeRunner, OpenStackProvider]:
+    settings = load(_config(tmp, stack, cluster))
+    region = RegionSpec.model_validate(stack.region())
+    provider = open_provider(region, CLOUD, SystemClock(), str(stack.clouds_yaml))
+    provider.discover()
+    provider.refresh()
+    clock = SystemClock()
+    plane = scheduler_plane(settings, "lab", clock.now(), provider.last_listing, clock)
+    runner = RealtimeRunner(
+        provider=provider,
+        nodes=plane.nodes,
+        store=SqlFleetStore(settings.state.url),
+        demand=plane.demand,
+        policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
+        clock=clock,
+        config=ControllerConfig(
+            list_grace_s=10,
+            act=ActConfig(timeouts=timeouts or Timeouts(), drain_s=600),
+        ),
+    )
+    return runner, provider
+
+
+def _rounds(
+    runner: RealtimeRunner,
+    provider: OpenStackProvider,
+    done: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = done()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        provider.refresh()
+        runner.round()
+        time.sleep(0.5)
+
+
+def _live(runner: RealtimeRunner) -> list[Any]:
+    return [i for i in runner.store.instances("hpc") if i.is_live]
+
+
+# ---------------------------------------------------------------- through `sco run`
+
+
+def test_jobs_bring_up_nodes_through_sco_run_and_all_complete(
+    tmp_path: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot
+) -> None:
+    """Eight single-node jobs wait in an empty partition; `sco run` (the configuration
+    file, the Slurm demand, the Nova provider) brings up nodes; all eight complete; the
+    idle nodes then go."""
+    jobs = [cluster.sbatch("-N1", "-c1", "-t", "2", seconds=5) for _ in range(8)]
+    config = _config(tmp_path, stack, cluster)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        first = wait_for(lambda: boot.booted or proc.poll() is not None, 120, "a first node")
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        first_s = time.monotonic() - started
+        wait_for(lambda: set(jobs) <= cluster.completed(), 180, "all eight jobs done")
+        peak = len(cluster.nodes)
+        # Nothing left to run: after idle_keep_s the nodes drain and their servers go.
+        wait_for(lambda: not stack.servers(tags="sco"), 120, "idle nodes handed back")
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert first
+    assert 4 <= peak <= 8  # eight 1-CPU jobs on 2-CPU nodes
+    echo(f"slurm: first node in {first_s:.1f} s, eight jobs on {peak} nodes, all completed")
+
+
+# ---------------------------------------------------------------- in process
+
+
+def test_a_reclaim_notice_drains_requeues_and_loses_no_job(
+    tmp_path: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot
+) -> None:
+    runner, provider = _runner(tmp_path, stack, cluster)
+    jobs = [cluster.sbatch("-N1", "-c2", "-t", "5", seconds=45) for _ in range(4)]
+    _rounds(
+        runner, provider, lambda: all(cluster.job_nodes(j) for j in jobs), 180, "4 jobs running"
+    )
+    on = {j: cluster.job_nodes(j) for j in jobs}
+    victims = [sid for sid, name in boot.booted.items() if name in {on[jobs[0]], on[jobs[1]]}]
+    assert len(victims) == 2
+    deadline = time.time() + 30
+    for sid in victims:
+        r = stack.conn.compute.put(
+            f"/servers/{sid}/metadata/{META_RECLAIM_AT}",
+            json={"meta": {META_RECLAIM_AT: f"{deadline:.0f}"}},
+            microversion="2.90",
+        )
+        assert r.status_code == 200, r.text
+
+    drained_at: dict[str, float] = {}
+
+    def drained() -> bool:
+        states = cluster.node_states()
+        for sid in victims:
+            name = boot.booted.get(sid, "")
+            if sid not in drained_at and "drain" in states.get(name, ("", ""))[0]:
+                drained_at[sid] = time.time()
+        return len(drained_at) == 2
+
+    _rounds(runner, provider, drained, 60, "both reclaimed nodes draining")
+    assert max(drained_at.values()) < deadline, "drained before the deadline"
+    _rounds(runner, provider, lambda: set(jobs) <= cluster.completed(), 240, "all jobs done")
+    restarts = _restarts(cluster, jobs)
+    assert restarts[jobs[0]] >= 1
+    assert restarts[jobs[1]] >= 1, "the jobs on the reclaimed nodes were requeued"
+    history = runner.store.history()
+    noticed = {r.instance_id for r in history if r.to_state == "noticed"}
+    assert len(noticed) == 2
+    assert not [sid for sid in victims if sid in {s["id"] for s in stack.servers()}]
+    found = audit(runner.store.url, stack.servers(tags="sco"))
+    assert found["duplicate_creates"] == 0, found
+    assert found["leaked_servers"] == 0, found
+
+
+def _restarts(cluster: SlurmCluster, jobs: list[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for j in jobs:
+        text = subprocess.run(
+            ["scontrol", "show", "job", str(j)], env=cluster.env, capture_output=True,
+            text=True, check=False,
+        ).stdout  # fmt: skip
+        restarts = [f for f in text.split() if f.startswith("Restarts=")]
+        out[j] = int(restarts[0].split("=")[1]) if restarts else 0
+    return out
+
+
+def test_jobs_asking_for_guaranteed_run_only_on_guaranteed_nodes(
+    tmp_path: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot
+) -> None:
+    runner, provider = _runner(tmp_path, stack, cluster)
+    g = [cluster.sbatch("-N1", "-c1", "-t", "2", "--constraint=guaranteed", seconds=20)
+         for _ in range(2)]  # fmt: skip
+    anywhere = cluster.sbatch("-N1", "-c2", "-t", "2", seconds=20)
+    _rounds(
+        runner, provider, lambda: all(cluster.job_nodes(j) for j in [*g, anywhere]), 180,
+        "the jobs running",
+    )  # fmt: skip
+    classes = {
+        boot.booted[s["id"]]: s["metadata"]["sco:class"]
+        for s in stack.servers(tags="sco")
+        if s["id"] in boot.booted
+    }
+    for j in g:
+        assert classes[cluster.job_nodes(j)] == "guaranteed", (j, classes)
+    states = cluster.node_states()
+    assert "guaranteed" in states[cluster.job_nodes(g[0])][1]
+    _rounds(runner, provider, lambda: {*g, anywhere} <= cluster.completed(), 120, "done")
+
+
+def test_a_node_that_never_registers_is_replaced(
+    tmp_path: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot
+) -> None:
+    boot.refuse_next = 1  # the first server's slurmd never starts
+    runner, provider = _runner(tmp_path, stack, cluster, Timeouts(active_timeout_s=20))
+    job = cluster.sbatch("-N1", "-c2", "-t", "2", seconds=2)
+    _rounds(runner, provider, lambda: job in cluster.completed(), 180, "the job done elsewhere")
+    history = runner.store.history()
+    expired = [r for r in history if r.from_state == "active" and r.to_state == "failed"]
+    assert expired, "the server whose node never joined timed out of ACTIVE"
+    assert boot.refuse
+
+
+def test_slurmctld_restart_and_outage_lose_nothing(
+    tmp_path: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot
+) -> None:
+    runner, provider = _runner(tmp_path, stack, cluster)
+    jobs = [cluster.sbatch("-N1", "-c1", "-t", "2", seconds=25) for _ in range(4)]
+    _rounds(runner, provider, lambda: len(_live(runner)) >= 2 and boot.booted, 180, "nodes")
+    servers = {s["id"] for s in stack.servers(tags="sco")}
+    # slurmctld down: every cycle is degraded, and nothing is deleted or created.
+    cluster._ctld.send_signal(15)  # type: ignore[union-attr]
+    cluster._ctld.wait(timeout=30)  # type: ignore[union-attr]
+    reports = [runner.round() for _ in range(3)]
+    assert all(c.degraded for r in reports for c in r.cycles)
+    assert {s["id"] for s in stack.servers(tags="sco")} == servers
+    cluster.restart_ctld()
+    _rounds(runner, provider, lambda: set(jobs) <= cluster.completed(), 240, "all jobs done")
+    found = audit(runner.store.url, stack.servers(tags="sco"))
+    assert found["duplicate_creates"] == 0, found
+    assert found["leaked_servers"] == 0, found
+    names = [n for n in cluster.node_states() if n.startswith("sco-") and "hpc-" not in n]
+    assert len(names) == len(set(names)), "no node twice"
+
+
+# ---------------------------------------------------------------- bad input at start
+
+
+def test_slurm_start_errors_exit_2_naming_the_problem(
+    tmp_path: Path, stack: NovaStack, cluster: SlurmCluster
+) -> None:
+    def run(config: Path) -> tuple[int, str]:
+        p = subprocess.run(
+            [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(config), "--dry-run"],
+            capture_output=True, text=True, cwd=ROOT, check=False, timeout=120,
+        )  # fmt: skip
+        return p.returncode, p.stderr
+
+    unknown = _config(tmp_path, stack, cluster)
+    doc = yaml.safe_load(unknown.read_text())
+    doc["partitions"][0]["slurm"]["partitions"] = ["nope"]
+    unknown.write_text(yaml.safe_dump(doc))
+    code, err = run(unknown)
+    assert code == 2, err
+    assert "partitions.hpc.slurm.partitions: nope not in Slurm cluster 'main'" in err
+
+    dead = tmp_path / "dead.conf"
+    text = cluster.conf.read_text().replace(f"SlurmctldPort={cluster.ctld_port}",
+                                            f"SlurmctldPort={free_port()}")  # fmt: skip
+    dead.write_text(text)
+    doc["partitions"][0]["slurm"]["partitions"] = ["batch"]
+    doc["slurm"]["main"]["conf"] = str(dead)
+    doc["slurm"]["main"]["timeout_s"] = 5
+    unknown.write_text(yaml.safe_dump(doc))
+    code, err = run(unknown)
+    assert code == 2, err
+    assert "slurm.main:" in err
+    assert "Unable to contact" in err or "did not answer" in err, err
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("squeue", "sinfo", "scontrol"):
+        script = fake / tool
+        script.write_text('#!/bin/sh\necho \'{"nodes": [{"name": 3}], "jobs": []}\'\n')
+        script.chmod(0o755)
+    doc["slurm"]["main"] = {"conf": str(cluster.conf), "bin_dir": str(fake)}
+    unknown.write_text(yaml.safe_dump(doc))
+    code, err = run(unknown)
+    assert code == 2, err
+    assert "slurm.main:" in err
+    assert "Traceback" not in err
