@@ -188,7 +188,7 @@ def test_jobs_bring_up_nodes_through_sco_run_and_all_complete(
         text=True,
     )
     try:
-        first = wait_for(lambda: boot.booted or proc.poll() is not None, 120, "a first node")
+        wait_for(lambda: boot.booted or proc.poll() is not None, 120, "a first node")
         assert proc.poll() is None, proc.communicate()[0][-3000:]
         first_s = time.monotonic() - started
         wait_for(lambda: set(jobs) <= cluster.completed(), 180, "all eight jobs done")
@@ -199,7 +199,6 @@ def test_jobs_bring_up_nodes_through_sco_run_and_all_complete(
         proc.terminate()
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out[-3000:]
-    assert first
     assert 4 <= peak <= 8  # eight 1-CPU jobs on 2-CPU nodes
     echo(f"slurm: first node in {first_s:.1f} s, eight jobs on {peak} nodes, all completed")
 

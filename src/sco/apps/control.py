@@ -339,4 +339,50 @@ def config_check(file: Path) -> None:
     click.echo(f"{file}: ok", err=True)
 
 
-COMMANDS = (run, watch, score, history, explain, handback, config_group)
+@click.group("slurm")
+def slurm_group() -> None:
+    """Slurm partitions (demand: slurm)."""
+
+
+@slurm_group.command("conf")
+@config_option
+@click.argument("partition")
+def slurm_conf(config: Path | None, partition: str) -> None:
+    """The slurm.conf lines PARTITION's dynamic nodes need: a NodeSet on its feature,
+    the Slurm partitions taking it, and a FUTURE placeholder per capacity class (with
+    its pools' features) so jobs may ask for a class before such a node exists."""
+    from sco.adapters.slurm.nodes import slurm_conf_lines
+
+    settings = _settings(config, {})
+    found = [p for p in settings.partitions if p.name == partition and p.slurm is not None]
+    if not found:
+        slurm = [p.name for p in settings.partitions if p.slurm is not None]
+        raise BadInput(
+            f"no partition {partition!r} with demand slurm (those: {', '.join(slurm) or 'none'})"
+        )
+    s = found[0].slurm
+    assert s is not None
+    pools: list[tuple[str, str]] = []
+    if settings.provider.region_file is not None:
+        from sco.adapters.openstack.config import RegionFileError, load_region
+
+        try:
+            region = load_region(settings.provider.region_file)
+        except RegionFileError as e:
+            raise BadInput(f"provider.region_file: {e}") from None
+        pools = [
+            (str(p.capacity_class), p.id)
+            for p in region.domain_pools()
+            if not found[0].flavors or p.flavor in found[0].flavors
+        ]
+    gres = ",".join(f"{g}:{n}" for g, n in sorted(s.gres.items()))
+    click.echo(f"# sco partition {partition}: dynamic nodes (Slurm >= 22.05), see README")
+    click.echo("# Room for every node at once, with some to spare while nodes come and go.")
+    click.echo(f"MaxNodeCount={max(64, found[0].max_units * 2)}")
+    if gres:
+        click.echo(f"GresTypes={','.join(sorted(s.gres))}")
+    for line in slurm_conf_lines(partition, s.partitions, s.cpus, s.memory_mb, pools, gres):
+        click.echo(line)
+
+
+COMMANDS = (run, watch, score, history, explain, handback, config_group, slurm_group)
