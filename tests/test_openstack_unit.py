@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -494,3 +495,31 @@ def test_a_create_that_times_out_is_an_unknown_outcome() -> None:
     with pytest.raises(RetryableProviderError):
         provider.create(pool.id, 4, "req-1", "p", 1)
     assert nova.posted == [4]
+
+
+def test_user_data_from_the_region_file_goes_with_every_create(tmp_path: Path) -> None:
+    import base64
+
+    from sco.adapters.openstack.config import RegionFileError, load_region
+
+    (tmp_path / "join.yaml").write_text("#cloud-config\nruncmd: [[slurmd, -Z]]\n")
+    region = tmp_path / "region.yaml"
+    region.write_text(
+        "region: r\nimage: i\nuser_data_file: join.yaml\n"
+        "pools: [{hall: h, flavor: f, class: spot, price_per_h: 1}]\n"
+    )
+    spec = load_region(region)
+    sent: list[dict[str, Any]] = []
+
+    class _Posting(_Nova):
+        def post(self, service: str, path: str, body: dict[str, Any]) -> Any:
+            sent.append(body["server"])
+            return super().post(service, path, body)
+
+    provider, pool = _one_pool_provider(_Posting(), user_data_file="join.yaml")
+    provider.region = spec
+    provider.create(pool.id, 1, "req-1", "p", 1)
+    assert base64.b64decode(sent[0]["user_data"]).decode().startswith("#cloud-config")
+    region.write_text(region.read_text().replace("join.yaml", "missing.yaml"))
+    with pytest.raises(RegionFileError, match=r"user_data_file: .*missing\.yaml"):
+        load_region(region)

@@ -80,6 +80,12 @@ def boot(stack: NovaStack, cluster: SlurmCluster) -> Iterator[SlurmBoot]:
     subprocess.run(
         ["scancel", "--partition", "batch"], env=cluster.env, capture_output=True, check=False
     )
+    for name in cluster.node_states():  # what a controller would delete, between tests
+        if name.startswith("sco-") and not name.startswith("sco-hpc-"):
+            subprocess.run(
+                ["scontrol", "delete", f"nodename={name}"], env=cluster.env,
+                capture_output=True, check=False,
+            )  # fmt: skip
 
 
 def _config(tmp: Path, stack: NovaStack, cluster: SlurmCluster, **part: Any) -> Path:
@@ -210,14 +216,14 @@ def test_a_reclaim_notice_drains_requeues_and_loses_no_job(
     tmp_path: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot
 ) -> None:
     runner, provider = _runner(tmp_path, stack, cluster)
-    jobs = [cluster.sbatch("-N1", "-c2", "-t", "5", seconds=45) for _ in range(4)]
+    jobs = [cluster.sbatch("-N1", "-c2", "-t", "5", seconds=30) for _ in range(4)]
     _rounds(
         runner, provider, lambda: all(cluster.job_nodes(j) for j in jobs), 180, "4 jobs running"
     )
     on = {j: cluster.job_nodes(j) for j in jobs}
     victims = [sid for sid, name in boot.booted.items() if name in {on[jobs[0]], on[jobs[1]]}]
     assert len(victims) == 2
-    deadline = time.time() + 30
+    deadline = time.time() + 20
     for sid in victims:
         r = stack.conn.compute.put(
             f"/servers/{sid}/metadata/{META_RECLAIM_AT}",

@@ -254,7 +254,7 @@ def _slurm(
             )
         out.append(
             (
-                SlurmDemandSource(view, demand_specs),
+                SlurmDemandSource(view, demand_specs, listing),
                 SlurmNodes(view, parts, listing, clock),
                 [p.name for p in members],
             )

@@ -85,6 +85,9 @@ class RegionSpec(BaseModel):
     list_page_size: int = Field(default=50, ge=1, le=1000)  # see OpenStackProvider._servers
     pools: list[PoolSpec] = Field(min_length=1)
     credential: CredentialSpec = Field(default_factory=CredentialSpec)
+    # Sent with every create (cloud-init): how a server joins its scheduler. Read once.
+    user_data_file: Path | None = None
+    user_data: str = Field(default="", exclude=True)
 
     @field_validator("pools")
     @classmethod
@@ -125,8 +128,19 @@ def load_region(path: Path | str) -> RegionSpec:
     except yaml.YAMLError as e:
         raise RegionFileError(f"{path}: not YAML: {e}") from None
     try:
-        return RegionSpec.model_validate(raw)
+        spec = RegionSpec.model_validate(raw)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
         raise RegionFileError(f"{path}: {where}: {first['msg']}") from None
+    if spec.user_data_file is None:
+        return spec
+    data = spec.user_data_file
+    data = data if data.is_absolute() else Path(path).parent / data
+    try:
+        text = data.read_text()
+    except OSError as e:
+        raise RegionFileError(f"{path}: user_data_file: {data}: {e.strerror}") from None
+    if len(text.encode()) > 65535:
+        raise RegionFileError(f"{path}: user_data_file: {data} is over Nova's 64 KiB")
+    return spec.model_copy(update={"user_data": text})

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
 import threading
@@ -358,6 +359,8 @@ class OpenStackProvider:
                 ),
             }
         }
+        if self.region.user_data:
+            body["server"]["user_data"] = base64.b64encode(self.region.user_data.encode()).decode()
         # A timeout here may have taken effect: the request tag tells on the next listing.
         answer = self.client.post("compute", "/servers", body)
         if not str((answer or {}).get("reservation_id", "")):

@@ -16,13 +16,14 @@ come from the configuration, and a unit is a node.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sco.adapters.slurm.model import Job, SlurmNode
-from sco.adapters.slurm.nodes import SlurmPartition, SlurmView
+from sco.adapters.slurm.nodes import SlurmPartition, SlurmView, node_name
 from sco.decide.binpack import Size, pack
 from sco.domain.demand import Demand, Partition
+from sco.ports import ServerView
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,24 @@ class Need:
     unfit_jobs: tuple[int, ...]  # pending jobs no node of the shape can run
 
 
-def need(spec: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode], now: float) -> Need:
-    """Nodes the partition's jobs want now (pure: what was read, and now)."""
-    mine = [n for n in nodes if spec.feature in n.features and n.up and not n.draining]
+def need(
+    spec: SlurmPartition,
+    jobs: Sequence[Job],
+    nodes: Sequence[SlurmNode],
+    now: float,
+    servers: Collection[str] | None = None,
+) -> Need:
+    """Nodes the partition's jobs want now (pure: what was read, and now). `servers`
+    names the nodes whose servers are listed: a node whose server is gone is not room
+    (Slurm thinks it idle until slurmd's timeout)."""
+    mine = [
+        n
+        for n in nodes
+        if spec.feature in n.features
+        and n.up
+        and not n.draining
+        and (servers is None or n.name in servers)
+    ]
     kept = {n.name for n in mine if n.busy or now - n.last_busy < spec.idle_keep_s}
     guaranteed_nodes = [n for n in mine if GUARANTEED in n.features]
     pending = [
@@ -107,8 +123,15 @@ def need(spec: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode], 
 class SlurmDemandSource:
     """`sco.ports.DemandSource` for the partitions of one Slurm cluster."""
 
-    def __init__(self, view: SlurmView, specs: Sequence[SlurmDemandSpec]) -> None:
+    def __init__(
+        self,
+        view: SlurmView,
+        specs: Sequence[SlurmDemandSpec],
+        listing: Callable[[str], Sequence[ServerView]] | None = None,
+    ) -> None:
+        """`listing` is the provider's last listing of a partition's servers."""
         self.view = view
+        self._listing = listing
         self.specs: Mapping[str, SlurmDemandSpec] = {s.partition.name: s for s in specs}
         self._reported: set[int] = set()
 
@@ -119,7 +142,10 @@ class SlurmDemandSource:
         """Raises SchedulerUnavailable when Slurm cannot be read."""
         spec = self.specs[partition]
         jobs, nodes = self.view.read()
-        n = need(spec.slurm, jobs, nodes, now)
+        servers = None
+        if self._listing is not None:
+            servers = {node_name(v.server_id) for v in self._listing(partition)}
+        n = need(spec.slurm, jobs, nodes, now, servers)
         fresh = [j for j in n.unfit_jobs if j not in self._reported]
         if fresh:
             self._reported.update(fresh)

@@ -264,11 +264,16 @@ class SlurmNodes:
     def _forget_gone(
         self, cfg: SlurmPartition, nodes: Sequence[SlurmNode], listed: set[str]
     ) -> None:
-        """Delete the nodes of servers that are gone (their slurmd with them)."""
+        """Delete the nodes of servers that are gone (their slurmd with them): until
+        slurmd's timeout Slurm would think them idle, and send jobs there."""
+        deleted = False
         for n in nodes:
             if cfg.feature in n.features and n.name not in listed and not n.busy:
                 try:
                     self.tools.delete_node(n.name)
                     log.info("partition %s: node %s deleted: its server is gone", cfg.name, n.name)
+                    deleted = True
                 except SlurmError as e:
                     log.info("partition %s: node %s not deleted yet: %s", cfg.name, n.name, e)
+        if deleted:
+            self.view.invalidate()
