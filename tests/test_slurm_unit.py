@@ -324,18 +324,3 @@ def test_work_that_asks_for_guaranteed_capacity_gets_it() -> None:
     p = plan(snap, HedgeConfig(max_spare=0))
     assert p.spot == {a.id: 3}
     assert p.guaranteed == {g.id: 1}
-
-
-def test_a_node_whose_server_is_gone_is_no_room() -> None:
-    """Regression: a reclaimed server's node stays idle in Slurm until slurmd's timeout;
-    counted as room, the partition brought up nothing for the jobs Slurm then sent there."""
-    nodes = [node("sco-gone", last_busy=990), node("sco-here", last_busy=990)]
-    jobs = parse_jobs({"jobs": [job(1, cpus=2), job(2, cpus=2)]}, "t")
-    slurm_nodes = parse_nodes({"nodes": nodes}, "t")
-    assert need(PART, jobs, slurm_nodes, 1000.0).target == 2
-    assert need(PART, jobs, slurm_nodes, 1000.0, servers={"sco-here"}).target == 2
-    gone = need(PART, jobs, slurm_nodes, 1000.0, servers={"sco-here"})
-    assert gone.target == 2  # sco-here, and one new node for the job sco-gone cannot run
-    only = need(PART, parse_jobs({"jobs": [job(1, cpus=2)] * 3}, "t"), slurm_nodes, 1000.0,
-                servers={"sco-here"})  # fmt: skip
-    assert only.target == 3
