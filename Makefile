@@ -26,11 +26,13 @@ layers: $(STAMP)
 
 # The services the integration tiers start: MariaDB and RabbitMQ from Debian and
 # Nova/Placement/Glance/Neutron in their own pinned virtualenv (cached under
-# ~/.cache/sco); PostgreSQL, Patroni and etcd from Debian. Installed here so the
-# test run shows it as a step; the fixtures start them.
+# ~/.cache/sco); PostgreSQL, Patroni and etcd from Debian; Slurm and munge from
+# Debian. Installed here so the test run shows it as a step; the fixtures start
+# them.
 openstack:
 	bash scripts/openstack/install.sh >/dev/null
 	bash scripts/postgres/install-patroni.sh >/dev/null
+	bash scripts/slurm/install.sh >/dev/null
 
 unit: $(STAMP) openstack
 	$(BIN)/pytest

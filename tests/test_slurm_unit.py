@@ -230,6 +230,9 @@ class FakeTools:
     def requeue(self, job_ids: Sequence[int]) -> None:
         self.calls.append(("requeue", *map(str, job_ids)))
 
+    def start_now(self, job_ids: Sequence[int]) -> None:
+        self.calls.append(("start_now", *map(str, job_ids)))
+
     def delete_node(self, name: str) -> None:
         self.calls.append(("delete", name))
 
@@ -263,6 +266,16 @@ def test_a_reclaim_drains_then_requeues_what_cannot_finish_just_before_the_deadl
     assert [c for c in tools.calls if c[0] == "requeue"] == [("requeue", "1")]
     plane.nodes("hpc")
     assert len([c for c in tools.calls if c[0] == "requeue"]) == 1, "once"
+    # Requeued and pending again: eligible at once, not after Slurm's credential wait.
+    tools.doc_jobs[0] = job(1, "PENDING")
+    plane.nodes("hpc")
+    assert ("start_now", "1") in tools.calls
+    # It runs again on a node whose reclaim is due too: requeued again.
+    tools.doc_nodes.append(node("sco-s2", state="allocated", alloc_cpus=2))
+    tools.doc_jobs[0] = job(1, "RUNNING", on=["sco-s2"], end=int(deadline + 600))
+    plane.drain("hpc", "s2", deadline, "reclaim_notice")
+    plane.nodes("hpc")
+    assert len([c for c in tools.calls if c[0] == "requeue"]) == 2
 
 
 def test_sco_s_own_moves_only_drain() -> None:

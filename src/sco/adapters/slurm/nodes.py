@@ -226,6 +226,7 @@ class SlurmNodes:
             reclaim = deadline is not None and deadline[0] == "reclaim"
             if reclaim and deadline is not None and now >= deadline[1] - cfg.requeue_lead_s:
                 due[n.name] = deadline[1]
+        self._restart_requeued(cfg, jobs)
         if not due:
             return
         requeue: list[int] = []
@@ -260,6 +261,26 @@ class SlurmNodes:
             self.requeued_total += len(requeue)
             log.info("partition %s: requeued %s before their nodes' reclaim", cfg.name, requeue)
             self.view.invalidate()
+
+    def _restart_requeued(self, cfg: SlurmPartition, jobs: Sequence[Job]) -> None:
+        """Requeued jobs that are pending again may start at once on other nodes.
+
+        Slurm holds a requeued job back for the credential lifetime (AuthInfo
+        cred_expire, 120 s by default) so that it cannot start again on a node that
+        still has its old credential; its old node is draining and about to go, so
+        the wait only delays the work. A job that runs again can be requeued again
+        by a later reclaim."""
+        seen = {j.job_id: j for j in jobs}
+        again = sorted(i for i in self._requeued if i in seen and seen[i].pending)
+        self._requeued &= seen.keys()
+        self._unrequeueable &= seen.keys()
+        if not again:
+            return
+        self._requeued -= set(again)
+        try:
+            self.tools.start_now(again)
+        except SlurmError as e:
+            log.info("partition %s: requeued jobs %s wait for Slurm: %s", cfg.name, again, e)
 
     def _forget_gone(
         self, cfg: SlurmPartition, nodes: Sequence[SlurmNode], listed: set[str]

@@ -119,6 +119,12 @@ class SlurmTools:
         if job_ids:
             self._run("scontrol", "requeue", ",".join(str(j) for j in job_ids))
 
+    def start_now(self, job_ids: Sequence[int]) -> None:
+        """Pending jobs eligible at once (a requeue sets their begin time later)."""
+        if job_ids:
+            ids = ",".join(str(j) for j in job_ids)
+            self._run("scontrol", "update", f"jobid={ids}", "StartTime=now")
+
     def delete_node(self, node: str) -> None:
         self._run("scontrol", "delete", f"nodename={node}")
 
