@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
-from sco.ports import NewRequest, Reservation
+from sco.ports import HistoryRow, NewRequest, NodeView, Reservation
 from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import ControllerConfig, PartitionController
 from sco.testing.builders import instance, write_json_trace, write_yaml
@@ -24,9 +25,15 @@ from sco.testing.builders import instance, write_json_trace, write_yaml
 class World:
     """A region with two spot pools, a store, a demand file, and a clock."""
 
-    def __init__(self, tmp: Path, target: int = 3, sim: SimConfig | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        target: int = 3,
+        sim: SimConfig | None = None,
+        a_trace: list[int] | None = None,
+    ) -> None:
         traces = tmp / "traces"
-        write_json_trace(traces, "a", [4] * 50, gap_s=600)
+        write_json_trace(traces, "a", a_trace or [4] * 50, gap_s=600)
         write_json_trace(traces, "b", [4] * 50, gap_s=600)
         write_yaml(traces / "region.yaml", {"halls": 2, "guaranteed_quota_per_hall": 2})
         demand = write_yaml(
@@ -285,3 +292,35 @@ def test_a_young_server_reclaimed_after_it_ran_is_seen_gone_at_once(tmp_path: Pa
     assert report.created == 1, "replaced now, not a minute later"
     history = w.store.history(ready[0].id)
     assert history[-1].trigger == "server_vanished"
+
+
+class NotedNodes:
+    """The region's node plane, with a scheduler's note on every node."""
+
+    def __init__(self, region: SimRegion) -> None:
+        self.region = region
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        views = self.region.nodes(partition)
+        return {
+            s: dataclasses.replace(v, note="job 7 cannot be requeued") for s, v in views.items()
+        }
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        self.region.drain(partition, server_id, drain_by, reason)
+
+
+def test_what_a_node_s_leaving_cuts_short_is_in_its_last_event(tmp_path: Path) -> None:
+    # Pool a loses its capacity at t=600 with 120 s notice: its servers drain and go.
+    w = World(tmp_path, target=4, sim=SimConfig(notice_s=120), a_trace=[4] + [0] * 49)
+    c = w.controller()
+    c.nodes = NotedNodes(w.region)
+    for t in range(0, 1230, 30):
+        w.at(float(t))
+        c.cycle()
+    last: dict[str, HistoryRow] = {}
+    for row in w.store.history():
+        last[row.instance_id] = row
+    gone_from_a = [r for r in last.values() if r.pool.endswith("/a") and r.to_state == "gone"]
+    assert gone_from_a, last
+    assert all("job 7 cannot be requeued" in r.reason for r in gone_from_a), gone_from_a

@@ -230,6 +230,12 @@ class FakeTools:
     def requeue(self, job_ids: Sequence[int]) -> None:
         self.calls.append(("requeue", *map(str, job_ids)))
 
+    def down(self, name: str, reason: str) -> None:
+        self.calls.append(("down", name, reason))
+        for n in self.doc_nodes:
+            if n["name"] == name:
+                n["state"] = "down"
+
     def start_now(self, job_ids: Sequence[int]) -> None:
         self.calls.append(("start_now", *map(str, job_ids)))
 
@@ -264,8 +270,15 @@ def test_a_reclaim_drains_then_requeues_what_cannot_finish_just_before_the_deadl
     clock.set(deadline - 29)
     plane.nodes("hpc")
     assert [c for c in tools.calls if c[0] == "requeue"] == [("requeue", "1")]
-    plane.nodes("hpc")
+    views = plane.nodes("hpc")
     assert len([c for c in tools.calls if c[0] == "requeue"]) == 1, "once"
+    assert "job 3 cannot be requeued" in views["s1"].note, "reported, for the node's event"
+    assert not [c for c in tools.calls if c[0] == "down"]
+    clock.set(deadline)
+    plane.nodes("hpc")
+    assert ("down", "sco-s1", "sco: reclaim by 2001-09-09T01:48:40Z") in tools.calls
+    plane.nodes("hpc")
+    assert len([c for c in tools.calls if c[0] == "down"]) == 1
     # Requeued and pending again: eligible at once, not after Slurm's credential wait.
     tools.doc_jobs[0] = job(1, "PENDING")
     plane.nodes("hpc")

@@ -149,6 +149,7 @@ class PartitionController:
         self._last_sweep = float("-inf")
         self._pool_records: Mapping[PoolId, PoolRecord] = {}
         self._pool_records_at = float("-inf")
+        self._node_notes: dict[str, str] = {}  # server id -> what its leaving cuts short
         self._owed = 0  # spot reclaimed and not yet replaced: creates count as replacements
         self._seen: set[str] = set()  # server ids some listing showed
         self._batch: dict[PoolId, int] = {}  # a pool's batch after refusals (default: max)
@@ -174,6 +175,7 @@ class PartitionController:
             log.warning("partition %s: observe failed, not acting: %s", self.partition.name, e)
             return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
         records = self._load()
+        self._keep_notes(servers, nodes)
         synced = self._sync(records, servers, nodes, now)
         self.signals.refresh(now)
         handback = self.signals.intent(self.partition.name) == HANDBACK
@@ -462,8 +464,9 @@ class PartitionController:
 
     def _vanished(self, inst: Instance, now: float) -> Change:
         if inst.state in (State.TERMINATING, State.FAILED):
-            return step(inst, Trigger.SERVER_GONE, now, "server deleted")
-        return step(inst, Trigger.SERVER_VANISHED, now, "server vanished without our delete")
+            return step(inst, Trigger.SERVER_GONE, now, self._noted(inst, "server deleted"))
+        why = self._noted(inst, "server vanished without our delete")
+        return step(inst, Trigger.SERVER_VANISHED, now, why)
 
     # ------------------------------------------------------------ plan
 
@@ -564,9 +567,8 @@ class PartitionController:
             acted[("expire", e.reason)] += 1
         for c in actions.closes:
             inst = records[c.instance_id]
-            changes.append(
-                step(inst, Trigger.SERVER_GONE, now, c.detail or c.reason, code=c.reason)
-            )
+            why = self._noted(inst, c.detail or c.reason)
+            changes.append(step(inst, Trigger.SERVER_GONE, now, why, code=c.reason))
             acted[("close", c.reason)] += 1
         for d in actions.drains:
             inst = records[d.instance_id]
@@ -579,7 +581,9 @@ class PartitionController:
             acted[("drain", d.reason)] += 1
         deletes = [(records[x.instance_id], x) for x in actions.deletes]
         for i, x in deletes:
-            changes.append(step(i, x.trigger, now, x.detail or x.reason, code=x.reason))
+            changes.append(
+                step(i, x.trigger, now, self._noted(i, x.detail or x.reason), code=x.reason)
+            )
             acted[("delete", x.reason)] += 1
         n = self._commit(changes)
         if n:
@@ -590,6 +594,21 @@ class PartitionController:
             created_n += k
             n += recorded
         return n, created_n
+
+    def _keep_notes(self, servers: Sequence[ServerView], nodes: Mapping[str, NodeView]) -> None:
+        """Remember what the scheduler said of each node until its server's end is
+        recorded: a reclaimed server is often gone from the listing by then."""
+        notes = self._node_notes
+        notes.update({s: v.note for s, v in nodes.items() if v.note})
+        keep = {i.server_id for i in self._live() if i.server_id} | {v.server_id for v in servers}
+        for s in [s for s in notes if s not in keep]:
+            del notes[s]
+
+    def _noted(self, inst: Instance, why: str) -> str:
+        """`why` with what the scheduler said leaving cuts short (jobs it could not
+        requeue), so that the event of the node's end reports it."""
+        note = self._node_notes.get(inst.server_id or "")
+        return f"{why}; {note}" if note else why
 
     def _delete(self, server_ids: list[str]) -> None:
         """Delete servers whose TERMINATING records are already written: the intent

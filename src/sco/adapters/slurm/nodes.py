@@ -178,6 +178,7 @@ class SlurmNodes:
         self.clock = clock
         self._requeued: set[int] = set()
         self._unrequeueable: set[int] = set()
+        self._notes: dict[str, str] = {}  # node -> what its reclaim cuts short
         self.requeued_total = 0
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
@@ -185,6 +186,8 @@ class SlurmNodes:
         jobs, nodes = self.view.read()
         by_name = {n.name: n for n in nodes}
         listed = {node_name(v.server_id): v.server_id for v in self._listing(partition)}
+        self._act_on_deadlines(cfg, jobs, nodes)
+        self._forget_gone(cfg, nodes, set(listed))
         out: dict[str, NodeView] = {}
         for name, server_id in listed.items():
             n = by_name.get(name)
@@ -196,9 +199,8 @@ class SlurmNodes:
                 drained=n.drained or (not n.up and n.draining),
                 joined_at=n.registered_at,
                 busy=n.busy,
+                note=self._notes.get(name, ""),
             )
-        self._requeue_before_deadlines(cfg, jobs, nodes)
-        self._forget_gone(cfg, nodes, set(listed))
         return out
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
@@ -214,21 +216,37 @@ class SlurmNodes:
             raise SchedulerUnavailable(str(e)) from None
         self.view.invalidate()
 
-    def _requeue_before_deadlines(
+    def _act_on_deadlines(
         self, cfg: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode]
     ) -> None:
+        """Requeue a reclaim's jobs just before its deadline; take its node down at
+        the deadline, which ends what could not be requeued."""
         now = self.clock.now()
         due: dict[str, float] = {}
         for n in nodes:
             if cfg.feature not in n.features or not n.draining:
                 continue
             deadline = _deadline(n.reason)
-            reclaim = deadline is not None and deadline[0] == "reclaim"
-            if reclaim and deadline is not None and now >= deadline[1] - cfg.requeue_lead_s:
+            if deadline is None or deadline[0] != "reclaim":
+                continue
+            if now >= deadline[1] - cfg.requeue_lead_s:
                 due[n.name] = deadline[1]
+            if now >= deadline[1] and n.state != "down":
+                self._take_down(cfg, n)
         self._restart_requeued(cfg, jobs)
-        if not due:
-            return
+        self._notes = {k: v for k, v in self._notes.items() if k in {n.name for n in nodes}}
+        if due:
+            self._requeue(cfg, jobs, due)
+
+    def _take_down(self, cfg: SlurmPartition, n: SlurmNode) -> None:
+        try:
+            self.tools.down(n.name, n.reason)
+            log.info("partition %s: node %s down at its reclaim deadline", cfg.name, n.name)
+        except SlurmError as e:
+            log.info("partition %s: node %s not down yet: %s", cfg.name, n.name, e)
+        self.view.invalidate()
+
+    def _requeue(self, cfg: SlurmPartition, jobs: Sequence[Job], due: Mapping[str, float]) -> None:
         requeue: list[int] = []
         for job in jobs:
             if job.pending or job.job_id in self._requeued:
@@ -241,14 +259,7 @@ class SlurmNodes:
             if not job.requeue:
                 if job.job_id not in self._unrequeueable:
                     self._unrequeueable.add(job.job_id)
-                    log.warning(
-                        "partition %s: job %d on %s cannot be requeued (--no-requeue): it "
-                        "runs until the node goes at %s",
-                        cfg.name,
-                        job.job_id,
-                        ",".join(job.nodes),
-                        _iso(min(hits)),
-                    )
+                    self._report_unrequeueable(cfg, job, min(hits), due)
                 continue
             requeue.append(job.job_id)
         if requeue:
@@ -261,6 +272,21 @@ class SlurmNodes:
             self.requeued_total += len(requeue)
             log.info("partition %s: requeued %s before their nodes' reclaim", cfg.name, requeue)
             self.view.invalidate()
+
+    def _report_unrequeueable(
+        self, cfg: SlurmPartition, job: Job, deadline: float, due: Mapping[str, float]
+    ) -> None:
+        """A --no-requeue job runs until its node goes; the note reaches the node's
+        termination event."""
+        note = (
+            f"job {job.job_id} cannot be requeued (--no-requeue): it ends when the node "
+            f"goes at {_iso(deadline)}"
+        )
+        log.warning("partition %s: %s (on %s)", cfg.name, note, ",".join(job.nodes))
+        for name in job.nodes:
+            if name in due:
+                prior = self._notes.get(name)
+                self._notes[name] = f"{prior}; {note}" if prior else note
 
     def _restart_requeued(self, cfg: SlurmPartition, jobs: Sequence[Job]) -> None:
         """Requeued jobs that are pending again may start at once on other nodes.
