@@ -4,17 +4,20 @@ Starts the Nova test stack (three halls of two fake computes, four spot slots
 each), a real Slurm cluster (slurmctld, munge, one slurmd per node in a network
 namespace) and `sco run` from a sco.yaml whose partition takes its demand from
 Slurm. Submits jobs of mixed sizes (one or two nodes, one or two CPUs each,
-10-40 s, some asking for guaranteed capacity) in waves; meanwhile a reclaimer
+20-80 s, some asking for guaranteed capacity) in waves; meanwhile a reclaimer
 gives a busy spot server a 40 s notice every so often, as a cloud operator's
 tooling would. Ends when every job completed (or the time is up).
 
 Prints one JSON line:
 {"jobs_submitted", "jobs_completed", "jobs_lost", "requeued", "notices",
- "drained_before_deadline", "first_node_ready_s", "pending_to_start_p99_s", ...}
+ "drained_before_deadline", "first_node_ready_s", "pending_to_start_p99_s",
+ "node_hours", ...}
 - requeued: job restarts Slurm counted (requeues before a reclaim's deadline);
 - drained_before_deadline: noticed nodes seen in DRAIN before their deadline;
 - first_node_ready_s: from the first submission to the first node registered;
-- pending_to_start_p99_s: per job, from submission to first seen running.
+- pending_to_start_p99_s: per job, from submission to first seen running;
+- node_hours: by capacity class, as `sco slurm usage` reads them back from
+  Slurm's accounting (slurmdbd).
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ def main() -> None:
 def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     stack = NovaStack(folder / "nova", args.base_port, HALLS, 4)
-    cluster = SlurmCluster(folder / "slurm", partitions=("batch",), sco_partition="hpc")
+    cluster = SlurmCluster(
+        folder / "slurm", partitions=("batch",), sco_partition="hpc", accounting=True
+    )
     started = time.monotonic()
     stack.up()
     cluster.start()
@@ -75,7 +80,9 @@ def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-        return _drive(args, rng, stack, cluster, boot, proc)
+        result = _drive(args, rng, stack, cluster, boot, proc)
+        result["node_hours"] = _usage(config)
+        return result
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -113,7 +120,7 @@ def _config(folder: Path, stack: NovaStack, cluster: SlurmCluster) -> Path:
 
 def _submit(cluster: SlurmCluster, rng: random.Random) -> int:
     kind = rng.random()
-    seconds = rng.uniform(10, 40)
+    seconds = rng.uniform(20, 80)
     if kind < 0.1:
         return cluster.sbatch("-N1", "-c1", "-t", "3", "--constraint=guaranteed", seconds=seconds)
     if kind < 0.3:
@@ -210,6 +217,17 @@ def _notice(
     if r.status_code == 200:
         notices[sid] = deadline
         log(f"notice: {boot.booted[sid]} goes in {notice_s:.0f} s")
+
+
+def _usage(config: Path) -> dict[str, float]:
+    """Node-hours by class as `sco slurm usage` reads them back from Slurm."""
+    out = subprocess.run(
+        [sys.executable, "-m", "sco.apps.cli", "slurm", "usage", "hpc", "--since", "1h",
+         "--json", "--config", str(config)],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    hours: dict[str, float] = json.loads(out)["node_hours"]
+    return hours
 
 
 def _restarts(cluster: SlurmCluster, jobs: list[int]) -> int:

@@ -8,10 +8,12 @@ killed never writes it; a requeued one writes it once, when it finally completes
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    c = SlurmCluster(tmp_path_factory.mktemp("slurm"), partitions=("batch",), sco_partition="hpc")
+    c = SlurmCluster(
+        tmp_path_factory.mktemp("slurm"), partitions=("batch",), sco_partition="hpc",
+        accounting=True,
+    )  # fmt: skip
     c.start()
     try:
         yield c
@@ -289,7 +294,26 @@ def test_jobs_asking_for_guaranteed_run_only_on_guaranteed_nodes(
         assert classes[cluster.job_nodes(j)] == "guaranteed", (j, classes)
     states = cluster.node_states()
     assert "guaranteed" in states[cluster.job_nodes(g[0])][1]
+    elsewhere = classes[cluster.job_nodes(anywhere)]
     _rounds(runner, provider, lambda: {*g, anywhere} <= cluster.completed(), 120, "done")
+    # Node-hours by class, read back from Slurm's accounting: 2 x 20 s on guaranteed,
+    # 20 s where the other job ran (jobs of earlier tests ran on nodes of no class here).
+    want = Counter({"guaranteed": 40.0})
+    want[elsewhere] += 20.0
+
+    def usage() -> dict[str, float] | None:
+        done = subprocess.run(
+            [sys.executable, "-m", "sco.apps.cli", "slurm", "usage", "hpc", "--since", "1h",
+             "--json", "--config", str(tmp_path / "sco.yaml")],
+            cwd=ROOT, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        hours: dict[str, float] = json.loads(done.stdout)["node_hours"]
+        seconds = {k: hours.get(k, 0.0) * 3600 for k in want}
+        return hours if all(abs(seconds[k] - v) <= 6 for k, v in want.items()) else None
+
+    hours = wait_for(usage, 30, f"sacct to show {dict(want)} node-seconds")
+    echo(f"slurm: node-hours by class from sacct: {hours}")
 
 
 def test_a_node_that_never_registers_is_replaced(

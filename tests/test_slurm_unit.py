@@ -1,6 +1,6 @@
 """The Slurm adapter's logic on what Slurm 22.05's JSON says, without daemons: parsing,
-demand from pending jobs, drains, requeues before a reclaim, and the floor keeper
-honouring work that asks for guaranteed capacity. The daemons: `test_slurm.py`."""
+demand from pending jobs, drains, requeues before a reclaim, node-hours by class, and
+the floor keeper honouring work that asks for guaranteed capacity. The daemons: `test_slurm.py`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec, need
-from sco.adapters.slurm.model import SlurmBadOutput, parse_jobs, parse_nodes
+from sco.adapters.slurm.model import SlurmBadOutput, parse_allocations, parse_jobs, parse_nodes
 from sco.adapters.slurm.nodes import (
     SlurmNodes,
     SlurmPartition,
@@ -21,6 +21,7 @@ from sco.adapters.slurm.nodes import (
     node_name,
 )
 from sco.adapters.slurm.tools import ClusterTools, SlurmTools, SlurmUnavailable
+from sco.adapters.slurm.usage import node_hours
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.binpack import Size, pack
 from sco.decide.hedge import HedgeConfig, plan
@@ -350,3 +351,38 @@ def test_work_that_asks_for_guaranteed_capacity_gets_it() -> None:
     p = plan(snap, HedgeConfig(max_spare=0))
     assert p.spot == {a.id: 3}
     assert p.guaranteed == {g.id: 1}
+
+
+# ---------------------------------------------------------------- accounting
+
+
+def test_node_hours_by_class_come_from_every_run_within_the_window() -> None:
+    t = 1_800_000_000  # sacct's 0 means "never started" or "still running"
+    doc = {
+        "jobs": [
+            {"job_id": 1, "nodes": "sco-a[1-2]", "time": {"start": t, "end": t + 3600}},
+            {"job_id": 2, "nodes": "sco-g1", "time": {"start": t + 1800, "end": 0}},  # runs
+            {"job_id": 2, "nodes": "sco-a1", "time": {"start": t + 600, "end": t + 1200}},
+            {"job_id": 3, "nodes": "None assigned", "time": {"start": 0, "end": 0}},
+            {"job_id": 4, "nodes": "static7", "time": {"start": t, "end": t + 7200}},
+        ]
+    }
+    runs = parse_allocations(doc, "sacct")
+    assert [r.job_id for r in runs] == [1, 2, 2, 4]
+    expand = {"sco-a[1-2]": ["sco-a1", "sco-a2"]}
+    classes = {"sco-a1": "spot", "sco-a2": "spot", "sco-g1": "guaranteed"}
+    usage = node_hours(runs, classes, t + 900.0, t + 3600.0, lambda h: expand.get(h, [h]))
+    assert usage.node_hours == pytest.approx(
+        {"spot": 2 * 2700 / 3600 + 300 / 3600, "guaranteed": 0.5, "other": 2700 / 3600}
+    )
+    assert usage.runs == {"spot": 2, "guaranteed": 1, "other": 1}
+    with pytest.raises(SlurmBadOutput, match=r"jobs\[0\].time"):
+        parse_allocations({"jobs": [{"job_id": 1, "nodes": "x", "time": {"start": "0"}}]}, "s")
+
+
+def test_hostlists_without_ranges_need_no_tool() -> None:
+    def never(*_a: Any, **_k: Any) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("no tool call for a plain list")
+
+    tools = SlurmTools(ClusterTools("c"), run=never)
+    assert tools.hostnames("sco-ab,sco-cd") == ["sco-ab", "sco-cd"]

@@ -7,6 +7,8 @@
     sco explain P        the current plan of a partition, pool by pool, with reasons
     sco handback P       hand a partition back: drain and delete all it holds
     sco config check F   validate a configuration and print it resolved, secrets masked
+    sco slurm conf P     the slurm.conf lines a Slurm partition's dynamic nodes need
+    sco slurm usage P    node-hours of a Slurm partition's jobs by capacity class
 
 `--config` (or `SCO_CONFIG`) names the file; every field can be overridden by a
 `SCO_...` environment variable, and each command's flags override both.
@@ -383,6 +385,54 @@ def slurm_conf(config: Path | None, partition: str) -> None:
         click.echo(f"GresTypes={','.join(sorted(s.gres))}")
     for line in slurm_conf_lines(partition, s.partitions, s.cpus, s.memory_mb, pools, gres):
         click.echo(line)
+
+
+@slurm_group.command("usage")
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--since", default="24h", show_default=True, help="How far back, e.g. 7d.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+@click.argument("partition")
+def slurm_usage(
+    config: Path | None, state: str | None, since: str, as_json: bool, partition: str
+) -> None:
+    """Node-hours PARTITION's jobs used by capacity class (spot, guaranteed), read
+    from Slurm's accounting (sacct; needs slurmdbd) and sco's fleet state."""
+    from sco.adapters.slurm.nodes import node_name
+    from sco.adapters.slurm.tools import ClusterTools, SlurmBadOutput, SlurmError, SlurmTools
+    from sco.adapters.slurm.usage import node_hours
+    from sco.apps.wiring import open_store
+
+    settings = _settings(config, {"state.url": _state(state)})
+    found = [p for p in settings.partitions if p.name == partition and p.slurm is not None]
+    if not found or found[0].slurm is None:
+        raise BadInput(f"no partition {partition!r} with demand slurm")
+    s = found[0].slurm
+    c = settings.slurm[s.cluster]
+    tools = SlurmTools(ClusterTools(s.cluster, c.conf, c.bin_dir, max(c.timeout_s, 60.0)))
+    until = time.time()
+    start = until - parse_duration(since, "--since")
+    with _start_errors():
+        store = open_store(settings, run_migrations=False)
+    try:
+        classes = {node_name(sid): cls for sid, cls in store.server_classes(partition).items()}
+    finally:
+        store.close()
+    try:
+        runs = tools.allocations(s.partitions, start, until)
+        usage = node_hours(runs, classes, start, until, tools.hostnames)
+    except (SlurmError, SlurmBadOutput) as e:
+        raise BadInput(
+            f"slurm cluster {s.cluster}: {e} (node-hours need Slurm accounting: slurmdbd)"
+        ) from None
+    if as_json:
+        click.echo(json.dumps({"partition": partition, **usage.as_dict()}, sort_keys=True))
+        return
+    click.echo(f"{partition}: node-hours of its jobs over the last {since}")
+    for cls, hours in sorted(usage.node_hours.items()):
+        click.echo(f"  {cls:<12} {hours:10.2f} node-h  {usage.runs[cls]:6d} job runs")
+    if not usage.node_hours:
+        click.echo("  (no job ran)")
 
 
 COMMANDS = (run, watch, score, history, explain, handback, config_group, slurm_group)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sco.adapters.slurm.nodes import node_features, node_name, slurm_conf_lines
+from sco.testing.openstack_stack import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 INSTALL = ROOT / "scripts" / "slurm" / "install.sh"
@@ -62,6 +63,7 @@ class SlurmCluster:
     cpus: int = 2
     memory_mb: int = 1000
     extra_conf: Sequence[str] = ()
+    accounting: bool = False  # slurmdbd on a MariaDB of its own, for sacct
     nodes: dict[str, _Node] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -73,6 +75,8 @@ class SlurmCluster:
         self.conf = self.folder / "slurm.conf"
         self._addresses = itertools.count(10)
         self._ctld: subprocess.Popen[bytes] | None = None
+        self._services: list[subprocess.Popen[bytes]] = []  # mariadbd, slurmdbd
+        self.dbd_port = 0
         self._munged = False
         self.munge = self.folder / "munge"
         self._lock = threading.Lock()
@@ -83,10 +87,18 @@ class SlurmCluster:
         install()
         for sub in ("state", "spool", "log", "run", "jobs"):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
-        self._start_munge()
-        self._start_bridge()
-        self._write_conf()
-        self._start_ctld()
+        try:
+            self._start_munge()
+            self._start_bridge()
+            if self.accounting:
+                self.dbd_port = free_port()
+            self._write_conf()
+            if self.accounting:
+                self._start_accounting()
+            self._start_ctld()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     @property
@@ -120,8 +132,66 @@ class SlurmCluster:
         self._run("ip", "addr", "add", f"{self.net}.1/24", "dev", self.bridge)
         self._run("ip", "link", "set", self.bridge, "up")
 
+    def _start_accounting(self) -> None:
+        """MariaDB and slurmdbd, as a site's accounting runs (sacct reads it)."""
+        run = Path(self.munge)  # short: the MariaDB socket path has a length limit
+        data, sock, db_port = self.folder / "mysql", run / "mysqld.sock", free_port()
+        subprocess.run(
+            ["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+             "--auth-root-authentication-method=normal", "--skip-test-db"],
+            capture_output=True, check=True, timeout=120,
+        )  # fmt: skip
+        self._spawn(
+            "mariadb",
+            ["mariadbd", "--no-defaults", "--user=root", f"--datadir={data}",
+             f"--socket={sock}", f"--port={db_port}", "--bind-address=127.0.0.1",
+             f"--pid-file={run / 'mariadbd.pid'}", "--skip-log-bin",
+             "--innodb-flush-log-at-trx-commit=0", "--innodb-buffer-pool-size=64M"],
+        )  # fmt: skip
+        sql = (
+            "CREATE DATABASE IF NOT EXISTS slurm_acct; "
+            "CREATE USER IF NOT EXISTS slurm@'127.0.0.1' IDENTIFIED BY 'slurm'; "
+            "GRANT ALL ON slurm_acct.* TO slurm@'127.0.0.1';"
+        )
+        _retry(lambda: self._run("mariadb", f"--socket={sock}", "-uroot", "-e", sql), 60)
+        conf = self.folder / "slurmdbd.conf"  # slurmdbd reads it next to slurm.conf
+        conf.write_text(
+            "\n".join([
+                "AuthType=auth/munge", f"AuthInfo=socket={self.munge / 'sock'}",
+                "DbdHost=localhost", f"DbdPort={self.dbd_port}", "SlurmUser=root",
+                f"LogFile={self.folder / 'log' / 'slurmdbd.log'}",
+                f"PidFile={self.folder / 'run' / 'slurmdbd.pid'}",
+                "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1",
+                f"StoragePort={db_port}", "StorageUser=slurm", "StoragePass=slurm",
+                "StorageLoc=slurm_acct",
+            ]) + "\n"
+        )  # fmt: skip
+        os.chmod(conf, 0o600)
+        self._spawn("slurmdbd", ["slurmdbd", "-D"])
+        _retry(lambda: self._run("sacctmgr", "-i", "add", "cluster", "sco"), 60)
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = (self.folder / "log" / f"{name}.out").open("ab")
+        self._services.append(
+            subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        )
+
+    def sacct(self, *args: str) -> str:
+        return self._run("sacct", *args).stdout
+
     def _write_conf(self) -> None:
         f = self.folder
+        accounting = (
+            [
+                "AccountingStorageType=accounting_storage/slurmdbd",
+                "AccountingStorageHost=localhost",
+                f"AccountingStoragePort={self.dbd_port}",
+                # For slurmdbd this names the munge socket clients use to reach it.
+                f"AccountingStoragePass={self.munge / 'sock'}",
+            ]
+            if self.accounting
+            else []
+        )
         lines = [
             "ClusterName=sco",
             # slurmctld runs here only if the host name is its own; the address is the
@@ -154,6 +224,7 @@ class SlurmCluster:
             "MaxNodeCount=64",
             "MinJobAge=600",
             "GresTypes=gpu",
+            *accounting,
             *self.extra_conf,
             *slurm_conf_lines(self.sco_partition, self.partitions, self.cpus, self.memory_mb),
         ]
@@ -193,6 +264,12 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 self._ctld.kill()
         self._run("ip", "link", "del", self.bridge, check=False)
+        for proc in reversed(self._services):  # slurmdbd, then its database
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         pid_file = self.munge / "pid"
         if self._munged and pid_file.exists():
             with contextlib.suppress(OSError, ValueError):
@@ -294,6 +371,19 @@ class SlurmCluster:
     def job_nodes(self, job_id: int) -> str:
         out = self._run("squeue", "-h", "-j", str(job_id), "-o", "%N", check=False).stdout
         return out.strip()
+
+
+def _retry(fn: Callable[[], object], seconds: float) -> None:
+    """`fn` until it stops raising RuntimeError, for a daemon that is starting."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fn()
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 class SlurmBoot:

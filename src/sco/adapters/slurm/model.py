@@ -189,3 +189,29 @@ def parse_nodes(doc: Any, where: str) -> list[SlurmNode]:
             )
         )
     return nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One run of a job as Slurm's accounting recorded it (a requeued job has several)."""
+
+    job_id: int
+    nodes: str  # a Slurm hostlist, e.g. `sco-ab[1-2],sco-cd`
+    start: float
+    end: float | None  # None while it runs
+
+
+def parse_allocations(doc: Any, where: str) -> list[Allocation]:
+    """`sacct --json` jobs that started (those that never ran held no node)."""
+    out: list[Allocation] = []
+    for k, j in enumerate(_list(doc, "jobs", where)):
+        at = f"{where}: jobs[{k}]"
+        times = _get(j, "time", dict, at)
+        start = int(_get(times, "start", int, f"{at}.time"))
+        end = int(_get(times, "end", int, f"{at}.time"))
+        nodes = str(_get(j, "nodes", str, at))
+        if start <= 0 or nodes in ("", "None assigned"):
+            continue
+        out.append(Allocation(int(_get(j, "job_id", int, at)), nodes, float(start),
+                              float(end) if end > 0 else None))  # fmt: skip
+    return out

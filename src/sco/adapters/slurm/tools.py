@@ -12,12 +12,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sco.adapters.slurm.model import Job, SlurmBadOutput, SlurmNode, parse_jobs, parse_nodes
+from sco.adapters.slurm.model import (
+    Allocation,
+    Job,
+    SlurmBadOutput,
+    SlurmNode,
+    parse_allocations,
+    parse_jobs,
+    parse_nodes,
+)
 
 
 class SlurmError(Exception):
@@ -110,6 +119,24 @@ class SlurmTools:
     def partitions(self) -> set[str]:
         return {line.strip().rstrip("*") for line in self._run("sinfo", "-h", "-o", "%R").split()}
 
+    def allocations(
+        self, partitions: Sequence[str], since: float, until: float
+    ) -> list[Allocation]:
+        """Every run of the jobs of `partitions` between `since` and `until`, from
+        Slurm's accounting (slurmdbd); requeued runs included."""
+        doc = self._json(
+            "sacct", "--allusers", "--allocations", "--duplicates",
+            "--partition", ",".join(partitions),
+            "--starttime", _sacct_time(since), "--endtime", _sacct_time(until),
+        )  # fmt: skip
+        return parse_allocations(doc, f"{self.cluster.name}: sacct")
+
+    def hostnames(self, hostlist: str) -> list[str]:
+        """The node names of a Slurm hostlist (`scontrol show hostnames` for ranges)."""
+        if "[" not in hostlist:
+            return [h for h in hostlist.split(",") if h]
+        return self._run("scontrol", "show", "hostnames", hostlist).split()
+
     # ------------------------------------------------------------ acting
 
     def drain(self, node: str, reason: str) -> None:
@@ -130,3 +157,8 @@ class SlurmTools:
 
     def down(self, node: str, reason: str) -> None:
         self._run("scontrol", "update", f"nodename={node}", "state=DOWN", f"reason={reason}")
+
+
+def _sacct_time(t: float) -> str:
+    """sacct reads local time without a zone; this process's zone is the tools' too."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))

@@ -187,6 +187,14 @@ class SqlFleetStore:
         with self.engine.connect() as conn:
             return [_instance_of(r) for r in conn.execute(q)]
 
+    def server_classes(self, partition: str) -> dict[str, str]:
+        """Capacity class by server id of every server the partition ever had."""
+        q = select(t.instances.c.server_id, t.instances.c.capacity_class).where(
+            t.instances.c.partition == partition, t.instances.c.server_id.is_not(None)
+        )
+        with self.engine.connect() as conn:
+            return {str(sid): str(cls) for sid, cls in conn.execute(q)}
+
     def instance(self, instance_id: str) -> Instance | None:
         with self.engine.connect() as conn:
             r = conn.execute(select(t.instances).where(t.instances.c.id == instance_id)).first()
