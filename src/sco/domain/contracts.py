@@ -1,35 +1,100 @@
-"""Contracts: what a node is told about itself."""
+"""Contracts: what a node is told about itself.
+
+A contract is the node's side of its instance record: where it belongs, in what
+state, and by when it must leave. Its version (the ETag agents poll with) grows
+only when what the node is told changes, not with every transition.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from sco.domain.instances import Instance
+from sco.domain.lifecycle import State
+
+
+class NodeState(StrEnum):
+    """What a node needs to know of its instance's lifecycle."""
+
+    JOINING = "joining"  # its server is being created or has not joined yet
+    SERVING = "serving"  # in its scheduler, taking work
+    LEAVING = "leaving"  # must be out of its scheduler by drain_by
+    GONE = "gone"  # its instance is over; the server goes or went
+
+
+_NODE_STATE = {
+    State.REQUESTED: NodeState.JOINING,
+    State.CREATING: NodeState.JOINING,
+    State.ACTIVE: NodeState.JOINING,
+    State.READY: NodeState.SERVING,
+    State.NOTICED: NodeState.LEAVING,
+    State.DRAINING: NodeState.LEAVING,
+    State.TERMINATING: NodeState.GONE,
+    State.FAILED: NodeState.GONE,
+    State.GONE: NodeState.GONE,
+}
+
+
+class AckStatus(StrEnum):
+    """What a node's agent answers to a contract."""
+
+    DRAINED = "drained"  # out of its scheduler: nothing runs there
+    LEFT = "left"  # drained and the node stopped itself
+    FAILED = "failed"  # the drain failed; the detail says why
 
 
 @dataclass(frozen=True, slots=True)
-class Contract:
-    """A node's terms: where it belongs, until when, and when it must leave."""
+class Terms:
+    """What the node is told, and nothing else: a change here is a new version."""
 
-    instance_id: str
     partition: str
     pool: str
     capacity_class: str
     plan_generation: int
-    join: str  # how to join its scheduler (endpoint or token reference, never a secret)
-    lease_expires_at: float
+    state: NodeState
     drain_by: float | None
 
 
-def contract_for(instance: Instance, join: str, now: float, lease_s: float) -> Contract:
-    """The contract of `instance` as of `now`; the lease runs `lease_s` from now."""
-    return Contract(
-        instance_id=instance.id,
+def terms_of(instance: Instance) -> Terms:
+    """A noticed node must leave by its notice's deadline even before sco drains it."""
+    drain_by = instance.drain_by if instance.drain_by is not None else instance.notice_deadline
+    state = _NODE_STATE[instance.state]
+    return Terms(
         partition=instance.partition,
         pool=instance.pool,
         capacity_class=str(instance.capacity_class),
         plan_generation=instance.plan_generation,
-        join=join,
-        lease_expires_at=now + lease_s,
-        drain_by=instance.drain_by,
+        state=state,
+        drain_by=drain_by if state is NodeState.LEAVING else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """A node's terms at one version: where it belongs, until when, and when it must leave."""
+
+    instance_id: str
+    version: int
+    terms: Terms
+    join: str  # how to join its scheduler (endpoint or token reference, never a secret)
+    lease_expires_at: float  # trust this contract until then without hearing again
+
+    @property
+    def drain_by(self) -> float | None:
+        return self.terms.drain_by
+
+    def as_json(self) -> dict[str, object]:
+        t = self.terms
+        return {
+            "instance_id": self.instance_id,
+            "version": self.version,
+            "partition": t.partition,
+            "pool": t.pool,
+            "capacity_class": t.capacity_class,
+            "plan_generation": t.plan_generation,
+            "state": str(t.state),
+            "drain_by": t.drain_by,
+            "join": self.join,
+            "lease_expires_at": self.lease_expires_at,
+        }

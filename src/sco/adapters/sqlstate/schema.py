@@ -171,3 +171,31 @@ partition_intents = Table(
     Column("requested_at", Float, nullable=False),
     Column("requested_by", String(255), nullable=False),
 )
+
+contracts = Table(
+    "contracts",
+    metadata,
+    Column("instance_id", String(64), primary_key=True),
+    Column("partition", String(128), nullable=False),
+    Column("pool", String(255), nullable=False),
+    Column("capacity_class", String(16), nullable=False),
+    Column("plan_generation", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("server_id", String(64)),
+    Column("drain_by", Float),
+    Column("version", Integer, nullable=False),
+    Column("changed_at", Float, nullable=False),
+    Column("token_hash", String(64)),
+    Column("token_expires_at", Float),
+    Column("ack_version", Integer),
+    Column("ack_status", String(16)),
+    Column("ack_detail", Text),
+    Column("ack_at", Float),
+)
+
+contract_changes = Table(
+    "contract_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("instance_id", String(64), nullable=False),
+)

@@ -33,6 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from sco.adapters.sqlstate import schema as t
+from sco.adapters.sqlstate.contracts import ContractStore, record_contracts
 from sco.domain.events import LifecycleEvent, event_of, parse_event
 from sco.domain.instances import Change, Instance, created
 from sco.domain.lifecycle import LIVE, State
@@ -147,6 +148,7 @@ class SqlFleetStore:
         self.engine = open_engine(url)
         if run_migrations:
             migrate(self.engine)
+        self.contracts = ContractStore(self.engine)
         dialect = sqlite if self.engine.dialect.name == "sqlite" else postgresql
         self._emit = dialect.insert(t.outbox).on_conflict_do_nothing(index_elements=["event_id"])
 
@@ -621,6 +623,7 @@ def _record(conn: Connection, changes: Sequence[Change], fence: Callable[[str], 
     if history:
         conn.execute(_INSERT_HISTORY, history)
         conn.execute(_INSERT_OUTBOX, [_outbox_row(event_of(ch)) for ch in changes])
+        record_contracts(conn, changes)
 
 
 def _outbox_row(e: LifecycleEvent) -> dict[str, Any]:

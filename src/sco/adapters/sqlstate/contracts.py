@@ -1,0 +1,163 @@
+"""Node contracts in fleet state: written with the transitions that change them, read
+by the distributor (by token hash) and by the controller (acknowledgements).
+
+A contract's version grows only when its terms change (`sco.domain.contracts`).
+Every new version is also a row of `contract_changes`, whose growing id lets the
+distributor's replicas ask "what changed since" cheaply; on PostgreSQL the
+same transaction sends a NOTIFY so they do not even have to ask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, select, text, update
+
+from sco.adapters.sqlstate import schema as t
+from sco.domain.contracts import AckStatus, NodeState, Terms, terms_of
+from sco.domain.instances import Change
+
+CHANNEL = "sco_contracts"
+
+
+@dataclass(frozen=True, slots=True)
+class ContractRow:
+    instance_id: str
+    version: int
+    terms: Terms
+    server_id: str | None
+    changed_at: float
+    token_expires_at: float | None
+    ack_version: int | None
+    ack_status: AckStatus | None
+    ack_detail: str | None
+    ack_at: float | None
+
+    @property
+    def acked(self) -> AckStatus | None:
+        """The agent's answer to this very version, if any."""
+        return self.ack_status if self.ack_version == self.version else None
+
+
+def record_contracts(conn: Connection, changes: Sequence[Change]) -> None:
+    """Upsert the contracts `changes` touch, in the caller's transaction."""
+    moved: list[str] = []
+    for ch in changes:
+        after = terms_of(ch.after)
+        values = _terms_row(after) | {"server_id": ch.after.server_id, "changed_at": ch.at}
+        if ch.before is not None:
+            same = terms_of(ch.before) == after and ch.before.server_id == ch.after.server_id
+            if same:
+                continue
+            done = conn.execute(
+                update(t.contracts)
+                .where(t.contracts.c.instance_id == ch.after.id)
+                .values(version=t.contracts.c.version + 1, **values)
+            )
+            if done.rowcount:
+                moved.append(ch.after.id)
+                continue
+        conn.execute(insert(t.contracts).values(instance_id=ch.after.id, version=1, **values))
+        moved.append(ch.after.id)
+    if moved:
+        conn.execute(insert(t.contract_changes), [{"instance_id": i} for i in moved])
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_notify(:c, '')"), {"c": CHANNEL})
+
+
+def _terms_row(terms: Terms) -> dict[str, object]:
+    return {
+        "partition": terms.partition,
+        "pool": terms.pool,
+        "capacity_class": terms.capacity_class,
+        "plan_generation": terms.plan_generation,
+        "state": str(terms.state),
+        "drain_by": terms.drain_by,
+    }
+
+
+def _row(r: Any) -> ContractRow:
+    return ContractRow(
+        instance_id=r.instance_id,
+        version=int(r.version),
+        terms=Terms(
+            partition=r.partition,
+            pool=r.pool,
+            capacity_class=r.capacity_class,
+            plan_generation=int(r.plan_generation),
+            state=NodeState(r.state),
+            drain_by=r.drain_by,
+        ),
+        server_id=r.server_id,
+        changed_at=float(r.changed_at),
+        token_expires_at=r.token_expires_at,
+        ack_version=r.ack_version,
+        ack_status=AckStatus(r.ack_status) if r.ack_status else None,
+        ack_detail=r.ack_detail,
+        ack_at=r.ack_at,
+    )
+
+
+class ContractStore:
+    """Contracts of one fleet state database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def get(self, instance_id: str) -> ContractRow | None:
+        q = select(t.contracts).where(t.contracts.c.instance_id == instance_id)
+        with self.engine.connect() as conn:
+            r = conn.execute(q).first()
+        return _row(r) if r is not None else None
+
+    def by_token(self, token_hash: str, now: float) -> ContractRow | None:
+        """The contract whose token hashes to `token_hash`, if the token has not expired."""
+        c = t.contracts.c
+        q = select(t.contracts).where(c.token_hash == token_hash, c.token_expires_at > now)
+        with self.engine.connect() as conn:
+            r = conn.execute(q).first()
+        return _row(r) if r is not None else None
+
+    def of_partition(self, partition: str) -> list[ContractRow]:
+        q = select(t.contracts).where(t.contracts.c.partition == partition)
+        with self.engine.connect() as conn:
+            return [_row(r) for r in conn.execute(q)]
+
+    def set_token(self, instance_id: str, token_hash: str, expires_at: float) -> bool:
+        """Give the contract a new token (the old one stops working at once)."""
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                update(t.contracts)
+                .where(t.contracts.c.instance_id == instance_id)
+                .values(token_hash=token_hash, token_expires_at=expires_at)
+            )
+        return bool(done.rowcount)
+
+    def ack(
+        self, instance_id: str, version: int, status: AckStatus, detail: str, at: float
+    ) -> bool:
+        """Record the agent's answer to `version`; False when that is not the current one."""
+        c = t.contracts.c
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                update(t.contracts)
+                .where(c.instance_id == instance_id, c.version == version)
+                .values(ack_version=version, ack_status=str(status), ack_detail=detail, ack_at=at)
+            )
+        return bool(done.rowcount)
+
+    def last_change(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.max(t.contract_changes.c.id))).scalar() or 0)
+
+    def changed_since(self, after: int, limit: int = 50_000) -> tuple[int, set[str]]:
+        """(the latest change id, the instances whose contracts changed after `after`)."""
+        c = t.contract_changes.c
+        q = select(c.id, c.instance_id).where(c.id > after).order_by(c.id).limit(limit)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        if not rows:
+            return after, set()
+        return int(rows[-1].id), {r.instance_id for r in rows}
