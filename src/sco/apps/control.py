@@ -9,6 +9,7 @@
     sco config check F   validate a configuration and print it resolved, secrets masked
     sco slurm conf P     the slurm.conf lines a Slurm partition's dynamic nodes need
     sco slurm usage P    node-hours of a Slurm partition's jobs by capacity class
+    sco distributor      node contracts over HTTP, for the nodes' agents
 
 `--config` (or `SCO_CONFIG`) names the file; every field can be overridden by a
 `SCO_...` environment variable, and each command's flags override both.
@@ -435,4 +436,76 @@ def slurm_usage(
         click.echo("  (no job ran)")
 
 
-COMMANDS = (run, watch, score, history, explain, handback, config_group, slurm_group)
+# ---------------------------------------------------------------- sco distributor
+
+
+@click.command()
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--bind", default=None, help="Address to listen on (distributor.bind).")
+@click.option("--port", type=int, default=None, help="Port (distributor.port).")
+def distributor(config: Path | None, state: str | None, bind: str | None, port: int | None) -> None:
+    """Serve node contracts: each node reads its own and long-polls for changes, and its
+    agent acknowledges drains. Stateless: run several replicas behind one service."""
+    try:
+        import uvicorn
+
+        from sco.apps.distributor import DistributorConfig, create_app
+    except ModuleNotFoundError as e:
+        raise BadInput(f"{e.name} is not installed (pip install 'sco[distributor]')") from None
+    from sco.apps import logs
+    from sco.apps.wiring import open_store
+
+    settings = _settings(
+        config, {"state.url": _state(state), "distributor.bind": bind, "distributor.port": port}
+    )
+    d = settings.distributor
+    logs.setup("distributor", settings.log.level, settings.log.format)
+    with _start_errors():
+        store = open_store(settings)
+    joins = {p.name: _join_of(p) for p in settings.partitions}
+    app = create_app(
+        store.contracts,
+        DistributorConfig(
+            max_wait_s=d.max_wait_s,
+            poll_s=d.poll_s,
+            lease_s=d.lease_s,
+            auth_failures_per_min=d.auth_failures_per_min,
+            requests_per_s=d.requests_per_s,
+            join=lambda partition: joins.get(partition, ""),
+        ),
+        engine=store.engine,
+    )
+    try:
+        uvicorn.run(
+            app,
+            host=d.bind,
+            port=d.port,
+            ssl_certfile=str(d.tls_cert) if d.tls_cert else None,
+            ssl_keyfile=str(d.tls_key) if d.tls_key else None,
+            log_config=None,
+            access_log=False,  # a line per long poll is noise; /metrics counts them
+            timeout_graceful_shutdown=5,
+        )
+    finally:
+        store.close()
+
+
+def _join_of(p: Any) -> str:
+    """How a partition's nodes join their scheduler, as the contract says it."""
+    if p.slurm is not None:
+        return f"slurm:{p.slurm.cluster}"
+    return str(p.kind)
+
+
+COMMANDS = (
+    run,
+    watch,
+    score,
+    history,
+    explain,
+    handback,
+    config_group,
+    slurm_group,
+    distributor,
+)

@@ -200,6 +200,41 @@ class HttpSettings(_Section):
     )
 
 
+class DistributorSettings(_Section):
+    bind: str = Field(default="0.0.0.0", description="Address `sco distributor` listens on.")
+    port: int = Field(default=8443, ge=0, le=65535, description="Its port (API and /metrics).")
+    tls_cert: Path | None = Field(default=None, description="PEM certificate: serve HTTPS.")
+    tls_key: Path | None = Field(default=None, description="PEM key of `tls_cert`.")
+    max_wait_s: float = Field(
+        default=60.0, gt=0, le=300, description="The longest long poll (`?wait=`) granted."
+    )
+    poll_s: float = Field(
+        default=0.25,
+        gt=0,
+        description="How often a replica looks for changed contracts without NOTIFY (SQLite).",
+    )
+    lease_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A contract's lease: how long an agent trusts it without hearing again.",
+    )
+    token_ttl_s: float = Field(
+        default=30 * 86400.0, gt=0, description="How long a node token is valid once issued."
+    )
+    auth_failures_per_min: float = Field(
+        default=30.0, gt=0, description="Failed authentications allowed per client address."
+    )
+    requests_per_s: float = Field(
+        default=5.0, gt=0, description="Requests allowed per node token (burst: 4 times that)."
+    )
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> DistributorSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        return self
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = Field(
@@ -281,6 +316,7 @@ class Settings(BaseSettings):
     )
     policy: PolicySettings = Field(default_factory=PolicySettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
+    distributor: DistributorSettings = Field(default_factory=DistributorSettings)
     log: LogSettings = Field(default_factory=LogSettings)
 
     @model_validator(mode="after")
@@ -380,6 +416,8 @@ _PATHS = (
     ("provider", "clouds_file"),
     ("demand_file",),
     ("leases", "kubernetes", "kubeconfig"),
+    ("distributor", "tls_cert"),
+    ("distributor", "tls_key"),
 )
 
 

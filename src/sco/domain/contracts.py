@@ -7,6 +7,7 @@ only when what the node is told changes, not with every transition.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -98,3 +99,9 @@ class Contract:
             "join": self.join,
             "lease_expires_at": self.lease_expires_at,
         }
+
+
+def token_digest(token: str) -> str:
+    """What fleet state keeps of a node token. Tokens are 256 random bits, so a plain
+    SHA-256 (no salt, no stretching) is enough to make the stored value useless."""
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -1,0 +1,408 @@
+"""The contract distributor: each node reads its own contract, and long-polls for the
+next version; its agent acknowledges a drain. Stateless over fleet state: run as
+many replicas as wanted behind one service.
+
+- `GET /v1/contract` (`Authorization: Bearer <node token>`): the node's contract
+  and its ETag (the version). With `If-None-Match` and `?wait=S`, the answer
+  waits up to S seconds for a newer version: 304 at the timeout.
+- `POST /v1/contract/ack`: `{version, status: drained|left|failed, detail}`;
+  409 when the version is no longer the current one (read it again).
+- `/healthz`, `/readyz`, `/metrics`, and the OpenAPI schema at `/openapi.json`.
+
+Tokens are looked up by their SHA-256; a token reads only its own contract (no
+request names an instance), and an unknown or expired one gets the same 401.
+Failed authentications are limited per client address, requests per token.
+Neither a token nor its digest is ever logged or exported.
+
+Each replica follows `contract_changes` once for all its waiters: on PostgreSQL
+a NOTIFY in the writing transaction wakes it; on SQLite it looks every
+`poll_s`. A waiter is registered before its contract is read, so a change
+between the two is never missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, NoReturn
+
+from fastapi import FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, Field
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from sco.adapters.sqlstate.contracts import CHANNEL, ContractRow, ContractStore
+from sco.domain.contracts import AckStatus, Contract, token_digest
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+# ---------------------------------------------------------------- rate limits
+
+
+@dataclass
+class Buckets:
+    """Token buckets by key: `rate` per second, up to `burst`; idle keys are forgotten."""
+
+    rate: float
+    burst: float
+    clock: Clock = time.monotonic
+    _state: dict[str, tuple[float, float]] = field(default_factory=dict)  # key -> (level, at)
+
+    def take(self, key: str) -> bool:
+        now = self.clock()
+        level, at = self._state.get(key, (self.burst, now))
+        level = min(self.burst, level + (now - at) * self.rate)
+        if level < 1.0:
+            self._state[key] = (level, now)
+            return False
+        self._state[key] = (level - 1.0, now)
+        if len(self._state) > 100_000:
+            self._forget(now)
+        return True
+
+    def allows(self, key: str) -> bool:
+        """Whether `take` would succeed, without taking."""
+        now = self.clock()
+        level, at = self._state.get(key, (self.burst, now))
+        return min(self.burst, level + (now - at) * self.rate) >= 1.0
+
+    def _forget(self, now: float) -> None:
+        full = self.burst / self.rate
+        for key in [k for k, (_, at) in self._state.items() if now - at > full]:
+            del self._state[key]
+
+
+# ---------------------------------------------------------------- change feed
+
+
+class ChangeFeed:
+    """Wakes the requests waiting on contracts that changed."""
+
+    def __init__(self, contracts: ContractStore, poll_s: float) -> None:
+        self.contracts = contracts
+        self.poll_s = poll_s
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._poke = asyncio.Event()
+        self.last = 0
+        self.healthy = False
+
+    def register(self, instance_id: str) -> asyncio.Event:
+        ev = asyncio.Event()
+        self._waiters.setdefault(instance_id, set()).add(ev)
+        return ev
+
+    def unregister(self, instance_id: str, ev: asyncio.Event) -> None:
+        waiting = self._waiters.get(instance_id)
+        if waiting is not None:
+            waiting.discard(ev)
+            if not waiting:
+                del self._waiters[instance_id]
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    async def run(self) -> None:
+        self.last = await asyncio.to_thread(self.contracts.last_change)
+        self.healthy = True
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), self.poll_s)
+            self._poke.clear()
+            try:
+                self.last, changed = await asyncio.to_thread(
+                    self.contracts.changed_since, self.last
+                )
+                self.healthy = True
+            except Exception as e:  # the database is away: waiters time out, as they would
+                if self.healthy:
+                    log.warning("distributor: cannot read contract changes: %s", e)
+                self.healthy = False
+                await asyncio.sleep(min(5.0, self.poll_s * 4))
+                continue
+            for instance_id in changed:
+                for ev in self._waiters.get(instance_id, ()):
+                    ev.set()
+
+
+def listen_for_changes(engine: Engine, poke: Callable[[], None], stop: threading.Event) -> None:
+    """On PostgreSQL, LISTEN on the contracts channel and `poke` on every NOTIFY (a
+    thread: psycopg's blocking generator, with a timeout to notice `stop`)."""
+    while not stop.is_set():
+        try:
+            raw = engine.raw_connection()
+            try:
+                conn: Any = raw.driver_connection
+                conn.autocommit = True
+                conn.execute(f"LISTEN {CHANNEL}")
+                poke()  # anything missed while not listening
+                while not stop.is_set():
+                    for _ in conn.notifies(timeout=1.0):
+                        poke()
+            finally:
+                raw.invalidate()
+        except Exception as e:
+            log.warning("distributor: LISTEN %s lost (%s); again in 2 s", CHANNEL, e)
+            stop.wait(2.0)
+
+
+# ---------------------------------------------------------------- API
+
+
+class Ack(BaseModel):
+    version: int = Field(ge=1, description="The contract version this answers.")
+    status: Literal["drained", "left", "failed"]
+    detail: str = Field(default="", max_length=2000, description="What the agent did.")
+
+
+class ContractOut(BaseModel):
+    instance_id: str
+    version: int
+    partition: str
+    pool: str
+    capacity_class: str
+    plan_generation: int
+    state: Literal["joining", "serving", "leaving", "gone"]
+    drain_by: float | None = Field(description="Out of its scheduler by then (Unix time).")
+    join: str = Field(description="How to join its scheduler; never a secret.")
+    lease_expires_at: float = Field(
+        description="Trust this contract until then without hearing from the distributor."
+    )
+
+
+class AckOut(BaseModel):
+    accepted: bool
+    version: int
+
+
+@dataclass
+class DistributorConfig:
+    max_wait_s: float = 60.0
+    poll_s: float = 0.25
+    lease_s: float = 300.0
+    auth_failures_per_min: float = 30.0
+    requests_per_s: float = 5.0
+    join: Callable[[str], str] = lambda _partition: ""
+
+
+@dataclass
+class _Metrics:
+    registry: CollectorRegistry
+    requests: Counter = field(init=False)
+    auth_failures: Counter = field(init=False)
+    limited: Counter = field(init=False)
+    waiting: Gauge = field(init=False)
+    acks: Counter = field(init=False)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.requests = Counter(
+            "sco_distributor_requests_total", "Requests by route and status code.",
+            ["route", "code"], registry=r,
+        )  # fmt: skip
+        self.auth_failures = Counter(
+            "sco_distributor_auth_failures_total", "Requests with no valid node token.",
+            registry=r,
+        )  # fmt: skip
+        self.limited = Counter(
+            "sco_distributor_rate_limited_total", "Requests refused by a rate limit (429).",
+            ["limit"], registry=r,
+        )  # fmt: skip
+        self.waiting = Gauge(
+            "sco_distributor_waiting", "Long polls waiting for a contract change.", registry=r
+        )
+        self.acks = Counter(
+            "sco_distributor_acks_total", "Acknowledgements by status.", ["status"], registry=r
+        )
+
+
+def _etag(version: int) -> str:
+    return f'"{version}"'
+
+
+def _version_of(if_none_match: str | None) -> int | None:
+    if not if_none_match:
+        return None
+    text = if_none_match.strip().removeprefix("W/").strip('"')
+    return int(text) if text.isdigit() else None
+
+
+def create_app(
+    contracts: ContractStore,
+    config: DistributorConfig,
+    registry: CollectorRegistry | None = None,
+    clock: Clock = time.time,
+    engine: Engine | None = None,
+) -> FastAPI:
+    """The distributor's ASGI app over `contracts`. With `engine` on PostgreSQL it
+    LISTENs for changes; otherwise it polls every `config.poll_s`."""
+    metrics = _Metrics(registry or CollectorRegistry())
+    failures = Buckets(config.auth_failures_per_min / 60.0, config.auth_failures_per_min)
+    per_token = Buckets(config.requests_per_s, config.requests_per_s * 4)
+    state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        feed = ChangeFeed(contracts, config.poll_s)
+        state["feed"] = feed
+        task = asyncio.create_task(feed.run())
+        stop = threading.Event()
+        listener = None
+        if engine is not None and engine.dialect.name == "postgresql":
+            loop = asyncio.get_running_loop()
+            listener = threading.Thread(
+                target=listen_for_changes,
+                args=(engine, lambda: loop.call_soon_threadsafe(feed.poke), stop),
+                name="contracts-listen",
+                daemon=True,
+            )
+            listener.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(
+        title="sco contract distributor",
+        version="1",
+        description="Each node's contract: where it belongs and when it must leave.",
+        lifespan=lifespan,
+    )
+
+    def refuse(route: str, code: int, why: str, headers: dict[str, str] | None = None) -> NoReturn:
+        metrics.requests.labels(route, str(code)).inc()
+        raise HTTPException(code, why, headers=headers)
+
+    async def authenticate(request: Request, route: str, authorization: str | None) -> ContractRow:
+        client = request.client.host if request.client else "?"
+        if not failures.allows(client):
+            metrics.limited.labels("auth_failures").inc()
+            refuse(route, 429, "too many failed authentications", {"Retry-After": "60"})
+        scheme, _, token = (authorization or "").partition(" ")
+        row = None
+        if scheme.lower() == "bearer" and 20 <= len(token.strip()) <= 200:
+            digest = token_digest(token.strip())
+            row = await asyncio.to_thread(contracts.by_token, digest, clock())
+        if row is None:
+            failures.take(client)
+            metrics.auth_failures.inc()
+            refuse(route, 401, "a valid node token is needed", {"WWW-Authenticate": "Bearer"})
+        if not per_token.take(row.instance_id):
+            metrics.limited.labels("requests").inc()
+            refuse(route, 429, "too many requests for this node", {"Retry-After": "1"})
+        return row
+
+    def body(row: ContractRow) -> dict[str, Any]:
+        contract = Contract(
+            instance_id=row.instance_id,
+            version=row.version,
+            terms=row.terms,
+            join=config.join(row.terms.partition),
+            lease_expires_at=clock() + config.lease_s,
+        )
+        return contract.as_json()
+
+    @app.get(
+        "/v1/contract",
+        response_model=ContractOut,
+        responses={304: {"description": "No newer version within `wait`."}, 401: {}, 429: {}},
+    )
+    async def get_contract(
+        request: Request,
+        authorization: Annotated[str | None, Header()] = None,
+        if_none_match: Annotated[str | None, Header()] = None,
+        wait: Annotated[float, Query(ge=0, le=300, description="Seconds to wait.")] = 0.0,
+    ) -> Response:
+        row = await authenticate(request, "contract", authorization)
+        known = _version_of(if_none_match)
+        if known is not None and known == row.version and wait > 0:
+            row = await _wait(row, known, min(wait, config.max_wait_s))
+        if known is not None and known == row.version:
+            metrics.requests.labels("contract", "304").inc()
+            return Response(status_code=304, headers={"ETag": _etag(row.version)})
+        metrics.requests.labels("contract", "200").inc()
+        return JSONResponse(body(row), headers={"ETag": _etag(row.version)})
+
+    async def _wait(row: ContractRow, known: int, wait_s: float) -> ContractRow:
+        feed: ChangeFeed = state["feed"]
+        ev = feed.register(row.instance_id)
+        metrics.waiting.inc()
+        try:
+            deadline = time.monotonic() + wait_s
+            while True:
+                fresh = await asyncio.to_thread(contracts.get, row.instance_id)
+                if fresh is None or fresh.version != known:
+                    return fresh or row
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return fresh
+                ev.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ev.wait(), left)
+        finally:
+            metrics.waiting.dec()
+            feed.unregister(row.instance_id, ev)
+
+    @app.post("/v1/contract/ack", response_model=AckOut, responses={401: {}, 409: {}, 429: {}})
+    async def ack(
+        request: Request,
+        answer: Ack,
+        authorization: Annotated[str | None, Header()] = None,
+    ) -> AckOut:
+        row = await authenticate(request, "ack", authorization)
+        status = AckStatus(answer.status)
+        ok = await asyncio.to_thread(
+            contracts.ack, row.instance_id, answer.version, status, answer.detail, clock()
+        )
+        if not ok:
+            refuse("ack", 409, f"version {answer.version} is not the current one; read it again")
+        metrics.acks.labels(str(status)).inc()
+        metrics.requests.labels("ack", "200").inc()
+        log.info(
+            "distributor: %s acknowledged version %d: %s", row.instance_id, answer.version, status
+        )
+        return AckOut(accepted=True, version=answer.version)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def unavailable(_request: Request, e: SQLAlchemyError) -> Response:
+        log.warning("distributor: fleet state: %s", type(e).__name__)
+        metrics.requests.labels("any", "503").inc()
+        return PlainTextResponse(
+            "fleet state unreachable; keep the last contract and try again",
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> PlainTextResponse:
+        feed: ChangeFeed | None = state.get("feed")
+        if feed is None or not feed.healthy:
+            return PlainTextResponse("fleet state unreachable", status_code=503)
+        return PlainTextResponse("ok")
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_text() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,167 @@
+"""The contract distributor over a real fleet state (SQLite, and PostgreSQL with
+LISTEN/NOTIFY): tokens, long polls, acknowledgements, rate limits, and no token in
+any log line or row."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.apps.distributor import Buckets, DistributorConfig, create_app
+from sco.domain.contracts import token_digest
+from sco.domain.instances import Instance, created, step
+from sco.domain.lifecycle import State, Trigger
+from sco.testing.builders import instance, spot_pool
+
+POOL = spot_pool(zone="a")
+
+
+@pytest.fixture
+def store(fleet_url: str) -> Iterator[SqlFleetStore]:
+    s = SqlFleetStore(fleet_url)
+    s.upsert_pools([POOL])
+    yield s
+    s.close()
+
+
+def _node(store: SqlFleetStore, expires_at: float | None = None) -> tuple[Instance, str]:
+    inst = instance(POOL, State.READY)
+    store.record([created(inst, "seeded")])
+    token = secrets.token_urlsafe(32)
+    store.contracts.set_token(inst.id, token_digest(token), expires_at or time.time() + 3600)
+    return inst, token
+
+
+def _client(store: SqlFleetStore, **config: object) -> TestClient:
+    app = create_app(store.contracts, DistributorConfig(**config), engine=store.engine)  # type: ignore[arg-type]
+    return TestClient(app)
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_node_reads_only_its_own_contract_and_others_are_unknown(store: SqlFleetStore) -> None:
+    a, token_a = _node(store)
+    _b, _token_b = _node(store)
+    _c, expired = _node(store, expires_at=time.time() - 1)
+    with _client(store) as client:
+        r = client.get("/v1/contract", headers=_auth(token_a))
+        assert r.status_code == 200
+        assert r.json()["instance_id"] == a.id
+        assert r.json()["state"] == "serving"
+        assert r.headers["ETag"] == '"1"'
+        refused = [
+            client.get("/v1/contract"),
+            client.get("/v1/contract", headers=_auth(secrets.token_urlsafe(32))),
+            client.get("/v1/contract", headers=_auth(expired)),
+            client.get("/v1/contract", headers={"Authorization": f"Basic {token_a}"}),
+        ]
+        assert {r.status_code for r in refused} == {401}
+        assert len({r.text for r in refused}) == 1, "every refusal reads the same"
+        assert client.get("/openapi.json").json()["paths"].keys() >= {
+            "/v1/contract",
+            "/v1/contract/ack",
+        }
+
+
+def test_a_long_poll_answers_as_soon_as_the_contract_changes(store: SqlFleetStore) -> None:
+    inst, token = _node(store)
+    # Without NOTIFY (SQLite) a replica looks every poll_s; with it (PostgreSQL) the
+    # NOTIFY wakes it: a poll_s longer than the wait proves that.
+    poll_s = 60.0 if store.engine.dialect.name == "postgresql" else 0.2
+    with _client(store, poll_s=poll_s) as client:
+        h = _auth(token) | {"If-None-Match": '"1"'}
+        assert client.get("/v1/contract", headers=h).status_code == 304
+        assert client.get("/v1/contract?wait=0.5", headers=h).status_code == 304
+        time.sleep(0.5)  # the feed has read where the change log stands
+
+        def notice() -> None:
+            time.sleep(1.0)
+            store.record([step(inst, Trigger.RECLAIM_NOTICE, 10.0, "n", notice_deadline=99.0)])
+
+        threading.Thread(target=notice).start()
+        r = client.get("/v1/contract?wait=20", headers=h)
+        assert r.status_code == 200
+        assert r.headers["ETag"] == '"2"'
+        assert (r.json()["state"], r.json()["drain_by"]) == ("leaving", 99.0)
+        metrics = client.get("/metrics").text
+        assert 'sco_distributor_requests_total{code="304",route="contract"} 2.0' in metrics
+
+
+def test_acks_name_the_current_version(store: SqlFleetStore) -> None:
+    inst, token = _node(store)
+    with _client(store) as client:
+        ok = client.post(
+            "/v1/contract/ack",
+            headers=_auth(token),
+            json={"version": 1, "status": "drained", "detail": "2 jobs requeued"},
+        )
+        assert ok.status_code == 200
+        stale = client.post(
+            "/v1/contract/ack", headers=_auth(token), json={"version": 3, "status": "drained"}
+        )
+        assert stale.status_code == 409
+        bad = client.post(
+            "/v1/contract/ack", headers=_auth(token), json={"version": 1, "status": "maybe"}
+        )
+        assert bad.status_code == 422
+    c = store.contracts.get(inst.id)
+    assert c is not None
+    assert (c.ack_version, str(c.ack_status), c.ack_detail) == (1, "drained", "2 jobs requeued")
+
+
+def test_guessing_tokens_is_limited_per_client(store: SqlFleetStore) -> None:
+    _inst, token = _node(store)
+    with _client(store, auth_failures_per_min=5) as client:
+        codes = [
+            client.get("/v1/contract", headers=_auth(secrets.token_urlsafe(32))).status_code
+            for _ in range(8)
+        ]
+        assert codes[:5] == [401] * 5
+        assert set(codes[5:]) == {429}
+        # Even the right token waits until the client's failures age out.
+        assert client.get("/v1/contract", headers=_auth(token)).status_code == 429
+
+
+def test_a_node_that_polls_too_often_is_slowed(store: SqlFleetStore) -> None:
+    _inst, token = _node(store)
+    with _client(store, requests_per_s=1.0) as client:
+        codes = [client.get("/v1/contract", headers=_auth(token)).status_code for _ in range(8)]
+    assert codes[:4] == [200] * 4
+    assert 429 in codes[4:]
+
+
+def test_no_token_in_logs_or_rows(store: SqlFleetStore, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    _inst, canary = _node(store)
+    with _client(store) as client:
+        client.get("/v1/contract", headers=_auth(canary))
+        client.post(
+            "/v1/contract/ack", headers=_auth(canary), json={"version": 1, "status": "left"}
+        )
+        client.get("/v1/contract", headers=_auth(canary + "x"))
+    assert canary not in caplog.text
+    assert token_digest(canary) not in caplog.text
+    with store.engine.connect() as conn:
+        for table in ("contracts", "instance_history", "outbox"):
+            for row in conn.execute(text(f"SELECT * FROM {table}")):
+                assert canary not in " ".join(str(v) for v in row)
+
+
+def test_buckets_refill_at_their_rate() -> None:
+    now = [0.0]
+    b = Buckets(rate=1.0, burst=2.0, clock=lambda: now[0])
+    assert [b.take("k") for _ in range(3)] == [True, True, False]
+    now[0] = 1.0
+    assert b.take("k")
+    assert not b.take("k")
+    assert b.take("other")
