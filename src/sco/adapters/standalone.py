@@ -1,10 +1,14 @@
-"""A node plane for clusters sco does not talk to: each server is its node.
+"""Node planes for clusters sco does not talk to: each server is its node.
 
-Without a Kubernetes or Slurm adapter, sco cannot see a node join or finish
-draining. This one says a node has joined once its server is ACTIVE, and
-that a drain is over as soon as it is asked for, so a server sco removes is
-deleted on the next cycle. It reads the provider's last listing rather than
-listing again.
+Without a Kubernetes or Slurm adapter, sco cannot see a node join. Both say a
+node has joined once its server is ACTIVE, reading the provider's last listing
+rather than listing again. They differ in how a node leaves:
+
+- `ServersAsNodes`: a drain is over as soon as it is asked for, so a server sco
+  removes is deleted on the next cycle (nothing runs on the node that sco knows of);
+- `AgentNodes`: the node runs `sco agent`, which learns from its contract that it
+  must leave, drains itself and acknowledges; the node counts as drained when it
+  has (or, as for every node, when `drain_by` passes).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from sco.ports import NodeView, ServerStatus, ServerView
+from sco.ports import AckReader, NodeView, ServerStatus, ServerView
 
 
 class ServersAsNodes:
@@ -44,3 +48,26 @@ class ServersAsNodes:
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
         with self._lock:
             self._drained.setdefault(partition, set()).add(server_id)
+
+
+class AgentNodes:
+    """`sco.ports.SchedulerCluster` whose nodes' agents say when they have drained."""
+
+    def __init__(self, listing: Callable[[str], Sequence[ServerView]], acks: AckReader) -> None:
+        self._listing = listing
+        self._acks = acks
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        drained = self._acks.drained_servers(partition)
+        return {
+            v.server_id: NodeView(
+                joined=v.status is ServerStatus.ACTIVE,
+                drained=v.server_id in drained,
+                joined_at=v.active_at,
+            )
+            for v in self._listing(partition)
+        }
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        """Nothing to send: the transition to DRAINING changed the node's contract,
+        which its agent is waiting on."""

@@ -23,6 +23,7 @@ from sco.apps.wiring import (
     open_store,
     require,
     scheduler_plane,
+    token_issuers,
 )
 from sco.decide.policies import Policy, ScoPolicy, policy_named
 from sco.ports import ProviderError
@@ -87,12 +88,16 @@ def run_controllers(
     assert cloud is not None
     provider = start_openstack(region_file, cloud, settings.provider.clouds_file)
     clock = SystemClock()
-    plane = scheduler_plane(
-        settings, provider.region.region, clock.now(), provider.last_listing, clock
-    )
     if dry_run:
+        plane = scheduler_plane(
+            settings, provider.region.region, clock.now(), provider.last_listing, clock
+        )
         return _dry_run(settings, provider, plane, policy)
     store = open_store(settings)
+    plane = scheduler_plane(
+        settings, provider.region.region, clock.now(), provider.last_listing, clock,
+        acks=store.contracts,
+    )  # fmt: skip
     events = open_events(settings, store)
     leases = open_leases(settings, store)
     name = replica or default_replica_name()
@@ -139,6 +144,7 @@ def run_controllers(
                     registry=proc.registry,
                 ),
                 cycles=cycles,
+                tokens=token_issuers(settings, store.contracts, provider),
             )
             proc.checks(live=runner.health, ready=runner.ready)
             click.echo(

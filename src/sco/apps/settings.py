@@ -278,6 +278,11 @@ class PartitionSettings(PartitionSpec):
     target_units: Value = 0
     demand: Literal["static", "slurm"] = "static"
     slurm: SlurmPartitionSettings | None = None
+    agents: bool = Field(
+        default=False,
+        description="Its nodes run `sco agent`: sco hands each server a node token, and a "
+        "node counts as drained when its agent says so (or at drain_by).",
+    )
 
     @model_validator(mode="after")
     def _slurm_section(self) -> PartitionSettings:

@@ -21,7 +21,17 @@ from sco.adapters.demandfile.intake import (
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.settings import PartitionSettings, Settings
-from sco.ports import Clock, DemandSource, EventLog, SchedulerCluster, ServerView
+from sco.ports import (
+    AckReader,
+    Clock,
+    DemandSource,
+    EventLog,
+    SchedulerCluster,
+    ServerView,
+    TokenCourier,
+    TokenLedger,
+)
+from sco.runtime.tokens import TokenIssuer
 
 Relay = Callable[[], int]
 
@@ -170,10 +180,12 @@ def scheduler_plane(
     start_s: float,
     listing: Callable[[str], Sequence[ServerView]],
     clock: Clock,
+    acks: AckReader | None = None,
 ) -> SchedulerPlane:
-    """Static partitions keep servers as nodes; Slurm partitions get their cluster's
-    demand and nodes (checked at start: reachable, partitions known, output readable)."""
-    from sco.adapters.standalone import ServersAsNodes
+    """Static partitions keep servers as nodes (drained when asked, or when their agent
+    says so with `agents: true` and `acks`); Slurm partitions get their cluster's demand
+    and nodes (checked at start: reachable, partitions known, output readable)."""
+    from sco.adapters.standalone import AgentNodes, ServersAsNodes
     from sco.runtime.routing import DemandRouter, NodeRouter
 
     static = demand(settings, region, start_s)
@@ -184,8 +196,21 @@ def scheduler_plane(
         for source, plane, names in _slurm(settings, slurm, region, listing, clock):
             sources.append(source)
             planes.update(dict.fromkeys(names, plane))
+    if acks is not None:
+        agents = AgentNodes(listing, acks)
+        planes.update(
+            {p.name: agents for p in settings.partitions if p.agents and p.name not in planes}
+        )
     order = [p.name for p in settings.partitions]
     return SchedulerPlane(DemandRouter(sources, order), NodeRouter(planes, ServersAsNodes(listing)))
+
+
+def token_issuers(
+    settings: Settings, ledger: TokenLedger, courier: TokenCourier
+) -> dict[str, TokenIssuer]:
+    """A node-token issuer for each partition whose nodes run `sco agent`."""
+    issuer = TokenIssuer(ledger, courier, settings.distributor.token_ttl_s)
+    return {p.name: issuer for p in settings.partitions if p.agents}
 
 
 def _slurm(

@@ -47,6 +47,7 @@ from sco.ports import (
 )
 from sco.runtime.clock import IdSource
 from sco.runtime.signals import FleetSignals
+from sco.runtime.tokens import TokenIssuer
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class PartitionController:
         ids: IdSource,
         signals: FleetSignals | None = None,
         config: ControllerConfig | None = None,
+        tokens: TokenIssuer | None = None,
     ) -> None:
         """`signals` are shared by the controllers of one process (default: this
         controller's own reader of the store's signals)."""
@@ -139,6 +141,7 @@ class PartitionController:
         self.ids = ids
         self.signals = signals or FleetSignals(store, provider.pools())
         self.config = config or ControllerConfig()
+        self.tokens = tokens  # node tokens for the contract distributor's agents
         self._pools: dict[PoolId, Pool] = {
             p.id: p for p in provider.pools() if partition.accepts(p.flavor)
         }
@@ -200,6 +203,8 @@ class PartitionController:
         self._owed = min(self._owed, max(0, short))
         transitions, created_n = self._act(actions, snapshot, plan, now)
         self._sweep(now)
+        if self.tokens is not None:
+            self.tokens.issue(self.partition.name, now)
         report = self._report(now, synced + transitions, actions, created_n, notes=decision.notes)
         live = self._live()
         return dataclasses.replace(

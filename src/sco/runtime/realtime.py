@@ -11,7 +11,7 @@ independently in time (`sco.runtime.loops`, `sco.runtime.replicas`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -22,6 +22,7 @@ from sco.runtime.clock import IdSource, UuidIds
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
 from sco.runtime.metrics import PlacementMetrics
 from sco.runtime.signals import FleetSignals
+from sco.runtime.tokens import TokenIssuer
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class ControllerKit:
     signals: FleetSignals = field(init=False)
     ids: IdSource = field(default_factory=UuidIds)
     signals_refresh_s: float = 0.5
+    tokens: Mapping[str, TokenIssuer] = field(default_factory=dict)  # partitions with agents
 
     def __post_init__(self) -> None:
         self.signals = FleetSignals(
@@ -67,6 +69,7 @@ class ControllerKit:
             ids=self.ids,
             signals=self.signals,
             config=self.config,
+            tokens=self.tokens.get(partition.name),
         )
 
 
@@ -85,13 +88,16 @@ class RealtimeRunner:
         config: ControllerConfig | None = None,
         degraded: Callable[[], str] = lambda: "",
         metrics: PlacementMetrics | None = None,
+        tokens: Mapping[str, TokenIssuer] | None = None,
     ) -> None:
         self.clock = clock
         self.store = store
         self.metrics = metrics
         self._degraded = degraded
         store.upsert_pools(list(provider.pools()))
-        kit = ControllerKit(provider, nodes, store, demand, policy, clock, config)
+        kit = ControllerKit(
+            provider, nodes, store, demand, policy, clock, config, tokens=dict(tokens or {})
+        )
         self.signals = kit.signals
         self.controllers = [kit.controller(p) for p in demand.partitions()]
 

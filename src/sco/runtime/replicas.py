@@ -24,7 +24,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,6 +46,7 @@ from sco.runtime.metrics import PlacementMetrics
 from sco.runtime.pump import SignalPump
 from sco.runtime.realtime import ControllerKit
 from sco.runtime.signals import FleetSignals
+from sco.runtime.tokens import TokenIssuer
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class ReplicaRunner:
         on_report: Callable[[CycleReport], None] | None = None,
         pump: Callable[[Callable[[], None]], SignalPump] | None = None,
         cycles: int | None = None,
+        tokens: Mapping[str, TokenIssuer] | None = None,
     ) -> None:
         """`pump(wake)` builds this replica's signal pump, given what wakes its loops;
         `cycles` ends each partition's loop after that many cycles (one-shot runs)."""
@@ -137,7 +139,9 @@ class ReplicaRunner:
         self._lock = threading.Lock()
         store.fence = self.token
         store.upsert_pools(list(provider.pools()))
-        self._kit = ControllerKit(provider, nodes, store, demand, policy, clock, controller)
+        self._kit = ControllerKit(
+            provider, nodes, store, demand, policy, clock, controller, tokens=dict(tokens or {})
+        )
         self.loops = PartitionLoops(
             interval_s,
             on_report=self._report,

@@ -35,6 +35,7 @@ from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import PoolSpec, RegionSpec
 from sco.adapters.openstack.placement import Want
 from sco.adapters.openstack.resources import (
+    META_NODE_TOKEN,
     QuotaRoom,
     ResourceRequest,
     flavor_request,
@@ -52,6 +53,7 @@ from sco.ports import (
     ProviderError,
     QuotaExceeded,
     RetryableProviderError,
+    Secret,
     ServerView,
 )
 
@@ -324,6 +326,12 @@ class OpenStackProvider:
             self._tombstones.add([sid], self.clock.now())
         if failed:
             raise RetryableProviderError(f"delete failed for {len(failed)} of {len(server_ids)}")
+
+    def deliver_token(self, server_id: str, token: Secret) -> None:
+        """The node's token in its server's metadata (`sco:node-token`), which the
+        node reads from the metadata service."""
+        path = f"/servers/{server_id}/metadata/{META_NODE_TOKEN}"
+        self.client.put("compute", path, {"meta": {META_NODE_TOKEN: token.reveal()}})
 
     def create(
         self, pool: PoolId, count: int, request_id: str, partition: str, plan_generation: int

@@ -31,6 +31,8 @@ META_GENERATION = "sco:generation"
 # The reclaim-notice contract: a reclaimer that wants a spot server back sets this
 # metadata key to the deadline (seconds since the epoch, or ISO 8601 with a zone).
 META_RECLAIM_AT = "sco:reclaim-at"
+# The node's token for the contract distributor: the server reads it from its metadata.
+META_NODE_TOKEN = "sco:node-token"
 
 _MAX_TAG = 60
 

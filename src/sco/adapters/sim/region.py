@@ -27,6 +27,7 @@ from sco.ports import (
     InsufficientCapacity,
     NodeView,
     RetryableProviderError,
+    Secret,
     ServerStatus,
     ServerView,
 )
@@ -143,6 +144,7 @@ class SimRegion:
         self._ids = itertools.count(1)
         self._events: list[tuple[float, int, int, str]] = []
         self._servers: dict[str, _Server] = {}
+        self._tokens: dict[str, Secret] = {}
         self._by_pool: dict[PoolId, list[_Server]] = {}
         self._capacity: dict[PoolId, int] = {}
         self._announced: dict[PoolId, list[tuple[float, int]]] = {}
@@ -350,6 +352,7 @@ class SimRegion:
             return
         self._set_running(s, False)
         del self._servers[s.server_id]
+        self._tokens.pop(s.server_id, None)
         self._by_pool[s.pool.id].remove(s)
         if self.observer:
             self.observer.held(self.now, s.pool.id, s.partition, -1)
@@ -436,6 +439,15 @@ class SimRegion:
         ]
 
     # ------------------------------------------------------------ SchedulerCluster
+
+    def deliver_token(self, server_id: str, token: Secret) -> None:
+        """Kept for the simulated server's agent (`node_token`)."""
+        if server_id not in self._servers:
+            raise RetryableProviderError(f"no server {server_id}")
+        self._tokens[server_id] = token
+
+    def node_token(self, server_id: str) -> Secret | None:
+        return self._tokens.get(server_id)
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         return {

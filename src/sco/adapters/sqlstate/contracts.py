@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, select, text, update
+from sqlalchemy import Connection, Engine, func, insert, or_, select, text, update
 
 from sco.adapters.sqlstate import schema as t
 from sco.domain.contracts import AckStatus, NodeState, Terms, terms_of
@@ -124,6 +124,41 @@ class ContractStore:
         q = select(t.contracts).where(t.contracts.c.partition == partition)
         with self.engine.connect() as conn:
             return [_row(r) for r in conn.execute(q)]
+
+    def untokened(self, partition: str, renew_before: float) -> list[tuple[str, str]]:
+        c = t.contracts.c
+        q = select(c.instance_id, c.server_id).where(
+            c.partition == partition,
+            c.server_id.is_not(None),
+            c.state != str(NodeState.GONE),
+            or_(c.token_hash.is_(None), c.token_expires_at < renew_before),
+        )
+        with self.engine.connect() as conn:
+            return [(str(i), str(s)) for i, s in conn.execute(q)]
+
+    def drained_servers(self, partition: str) -> set[str]:
+        c = t.contracts.c
+        q = select(c.server_id).where(
+            c.partition == partition,
+            c.state == str(NodeState.LEAVING),
+            c.ack_version == c.version,
+            c.ack_status.in_([str(AckStatus.DRAINED), str(AckStatus.LEFT)]),
+        )
+        with self.engine.connect() as conn:
+            return {str(sid) for (sid,) in conn.execute(q) if sid}
+
+    def revoke(self, partition: str, instance_id: str | None = None) -> int:
+        """Drop tokens (all of a partition's, or one instance's): the controller issues
+        new ones on its next cycle, and the old ones stop working at once."""
+        c = t.contracts.c
+        where = [c.partition == partition]
+        if instance_id is not None:
+            where.append(c.instance_id == instance_id)
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                update(t.contracts).where(*where).values(token_hash=None, token_expires_at=None)
+            )
+        return int(done.rowcount or 0)
 
     def set_token(self, instance_id: str, token_hash: str, expires_at: float) -> bool:
         """Give the contract a new token (the old one stops working at once)."""
