@@ -10,6 +10,7 @@
     sco slurm conf P     the slurm.conf lines a Slurm partition's dynamic nodes need
     sco slurm usage P    node-hours of a Slurm partition's jobs by capacity class
     sco distributor      node contracts over HTTP, for the nodes' agents
+    sco agent            on a node: follow its contract, leave before drain_by
 
 `--config` (or `SCO_CONFIG`) names the file; every field can be overridden by a
 `SCO_...` environment variable, and each command's flags override both.
@@ -489,6 +490,86 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
         )
     finally:
         store.close()
+
+
+@click.command()
+@click.option(
+    "--distributor",
+    "url",
+    required=True,
+    envvar="SCO_AGENT_DISTRIBUTOR",
+    help="The distributor's URL, e.g. https://sco-distributor:8443.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A file holding this node's token.",
+)
+@click.option(
+    "--metadata-url",
+    default=None,
+    help="Read the token from OpenStack metadata instead, e.g. "
+    "http://169.254.169.254/openstack/latest/meta_data.json.",
+)
+@click.option(
+    "--drain-command",
+    required=True,
+    help="Run when the node must leave, with SCO_DRAIN_BY (Unix time), "
+    "SCO_DRAIN_BY_ISO, SCO_INSTANCE_ID, SCO_PARTITION in its environment; "
+    "exit 0 once the node is out of its scheduler.",
+)
+@click.option(
+    "--state-file",
+    type=click.Path(path_type=Path),
+    default=Path("/var/lib/sco/agent.json"),
+    show_default=True,
+    help="The last contract and what was done, kept across restarts.",
+)
+@click.option(
+    "--wait", "wait_s", type=float, default=30.0, show_default=True, help="Long-poll seconds."
+)
+@click.option(
+    "--ca-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="CA bundle that signed the distributor's certificate.",
+)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info")
+def agent(
+    url: str,
+    token_file: Path | None,
+    metadata_url: str | None,
+    drain_command: str,
+    state_file: Path,
+    wait_s: float,
+    ca_file: Path | None,
+    log_level: str,
+) -> None:
+    """The node agent: follow this node's contract and leave before drain_by."""
+    import signal
+    import threading
+
+    try:
+        from sco.agent import Agent, AgentConfig, AgentError
+    except ModuleNotFoundError as e:
+        raise BadInput(f"{e.name} is not installed (pip install 'sco[agent]')") from None
+    from sco.apps import logs
+
+    if (token_file is None) == (metadata_url is None):
+        raise BadInput("give one of --token-file and --metadata-url")
+    logs.setup("agent", log_level, "text")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    config = AgentConfig(
+        distributor=url, state_file=state_file, drain_command=drain_command,
+        token_file=token_file, metadata_url=metadata_url, wait_s=wait_s, ca_file=ca_file,
+    )  # fmt: skip
+    try:
+        Agent(config).run_until(stop)
+    except AgentError as e:
+        raise BadInput(str(e)) from None
 
 
 def _join_of(p: Any) -> str:

@@ -1,0 +1,312 @@
+"""The node agent: follows its node's contract and leaves its scheduler before `drain_by`.
+
+It long-polls the distributor with the contract's ETag. When the contract says the
+node is leaving, it drains the node at once (a command, given the deadline) and
+acknowledges the version that asked: drained, or failed with why.
+
+Static stability: the last contract is kept in a state file (written atomically),
+so with the distributor unreachable, or across the agent's own restart, a node
+that was told to leave still leaves by its deadline, and a drain is never run
+twice for one contract. Requests back off exponentially with full jitter. The
+token is read again when the distributor refuses it (it may have been rotated);
+it is never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shlex
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+META_NODE_TOKEN = "sco:node-token"  # as sco.adapters.openstack.resources sets it
+
+
+class AgentError(Exception):
+    """Bad configuration or a token that cannot be read: the agent cannot start."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    distributor: str  # https://host:port
+    state_file: Path
+    drain_command: str  # run with SCO_DRAIN_BY etc. in its environment
+    token_file: Path | None = None
+    metadata_url: str | None = None  # OpenStack metadata (meta_data.json) holding the token
+    wait_s: float = 30.0
+    ca_file: Path | None = None
+    backoff_max_s: float = 30.0
+    exit_when_gone: bool = True
+
+
+@dataclass
+class AgentState:
+    """What survives a restart."""
+
+    etag: str | None = None
+    contract: dict[str, Any] | None = None
+    drained_version: int | None = None  # the leaving version whose drain ran
+    result: tuple[str, str] | None = None  # (status, detail) of that drain
+    acked_version: int | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> AgentState:
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as e:
+            log.warning("agent: state file %s unreadable (%s); starting afresh", path, e)
+            return cls()
+        result = doc.get("result")
+        return cls(
+            etag=doc.get("etag"),
+            contract=doc.get("contract"),
+            drained_version=doc.get("drained_version"),
+            result=(str(result[0]), str(result[1])) if isinstance(result, list) else None,
+            acked_version=doc.get("acked_version"),
+        )
+
+    def save(self, path: Path) -> None:
+        doc = {
+            "etag": self.etag,
+            "contract": self.contract,
+            "drained_version": self.drained_version,
+            "result": list(self.result) if self.result else None,
+            "acked_version": self.acked_version,
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".agent-state.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+@dataclass
+class Backoff:
+    base_s: float = 0.5
+    max_s: float = 30.0
+    rng: random.Random = field(default_factory=random.Random)
+    failures: int = 0
+
+    def next_s(self) -> float:
+        """Full jitter: uniform up to base·2^failures, capped."""
+        self.failures += 1
+        return self.rng.uniform(0, min(self.max_s, self.base_s * 2**self.failures))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        http: httpx.Client | None = None,
+        clock: Callable[[], float] = time.time,
+        run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    ) -> None:
+        self.config = config
+        self.http = http or httpx.Client(
+            base_url=config.distributor.rstrip("/"),
+            verify=str(config.ca_file) if config.ca_file else True,
+            timeout=httpx.Timeout(config.wait_s + 15, connect=5.0),
+        )
+        self.clock = clock
+        self._run = run
+        self.state = AgentState.load(config.state_file)
+        self.backoff = Backoff(max_s=config.backoff_max_s)
+        self._token: str | None = None
+
+    # ------------------------------------------------------------ token
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = self._read_token()
+        return self._token
+
+    def _read_token(self) -> str:
+        c = self.config
+        if c.token_file is not None:
+            try:
+                token = c.token_file.read_text().strip()
+            except OSError as e:
+                raise AgentError(f"--token-file {c.token_file}: {e.strerror}") from None
+        elif c.metadata_url is not None:
+            try:
+                meta = httpx.get(c.metadata_url, timeout=5.0).json()
+                token = str(meta.get("meta", {}).get(META_NODE_TOKEN, ""))
+            except (httpx.HTTPError, ValueError, AttributeError) as e:
+                raise AgentError(f"--metadata-url: {type(e).__name__}") from None
+        else:
+            raise AgentError("give --token-file or --metadata-url")
+        if not token:
+            raise AgentError("no node token yet (sco hands it to the server once it is up)")
+        return token
+
+    # ------------------------------------------------------------ loop
+
+    def run_until(self, stop: threading.Event) -> int:
+        """Poll, drain, acknowledge until stopped, or until the contract says the
+        instance is over (exit 0)."""
+        while not stop.is_set():
+            pause = self.step()
+            if self.gone():
+                log.info("agent: the instance is over; exiting")
+                return 0
+            if pause:
+                stop.wait(pause)
+        return 0
+
+    def gone(self) -> bool:
+        c = self.state.contract
+        return bool(self.config.exit_when_gone and c and c.get("state") == "gone")
+
+    def step(self) -> float:
+        """One poll, then what the contract asks; returns how long to pause (0: go on)."""
+        pause = self._poll()
+        self._act()
+        if self._ack_owed():
+            pause = max(pause, self._ack())
+        return pause
+
+    def _headers(self) -> dict[str, str]:
+        h = {"Authorization": f"Bearer {self.token()}"}
+        if self.state.etag:
+            h["If-None-Match"] = self.state.etag
+        return h
+
+    def _poll(self) -> float:
+        try:
+            wait = self.config.wait_s if self.state.etag else 0
+            r = self.http.get("/v1/contract", params={"wait": wait}, headers=self._headers())
+        except AgentError as e:
+            log.warning("agent: %s", e)
+            return self.backoff.next_s()
+        except httpx.HTTPError as e:
+            log.warning(
+                "agent: distributor unreachable (%s); keeping the last contract", type(e).__name__
+            )
+            return self.backoff.next_s()
+        if r.status_code == 304:
+            self.backoff.reset()
+            return 0.0
+        if r.status_code == 200:
+            self.backoff.reset()
+            self.state.contract = r.json()
+            self.state.etag = r.headers.get("ETag")
+            self.state.save(self.config.state_file)
+            log.info(
+                "agent: contract version %s: %s, drain_by %s",
+                self.state.contract.get("version"),
+                self.state.contract.get("state"),
+                self.state.contract.get("drain_by"),
+            )
+            return 0.0
+        if r.status_code == 401:
+            self._token = None  # rotated, or not yet valid: read it again
+        log.warning("agent: distributor answered %d", r.status_code)
+        retry = r.headers.get("Retry-After", "")
+        pause = self.backoff.next_s()
+        return max(pause, float(retry)) if retry.isdigit() else pause
+
+    # ------------------------------------------------------------ drain
+
+    def _act(self) -> None:
+        c = self.state.contract
+        if not c or c.get("state") != "leaving" or c.get("drain_by") is None:
+            return
+        version = int(c["version"])
+        if self.state.drained_version == version:
+            return
+        if self.state.drained_version is not None and self.state.result is not None:
+            # Already drained for an earlier leaving version (its deadline moved):
+            # the node is out; say so for this one.
+            self.state.drained_version = version
+            self.state.save(self.config.state_file)
+            return
+        self.state.result = self._drain(c)
+        self.state.drained_version = version
+        self.state.save(self.config.state_file)
+
+    def _drain(self, c: dict[str, Any]) -> tuple[str, str]:
+        drain_by = float(c["drain_by"])
+        left = min(max(1.0, drain_by - self.clock()), 86_400.0)
+        env = dict(
+            os.environ,
+            SCO_DRAIN_BY=str(int(drain_by)),
+            SCO_DRAIN_BY_ISO=datetime.fromtimestamp(drain_by, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            SCO_INSTANCE_ID=str(c.get("instance_id", "")),
+            SCO_PARTITION=str(c.get("partition", "")),
+            SCO_CONTRACT_VERSION=str(c.get("version", "")),
+        )
+        log.info("agent: leaving by %s: %s", env["SCO_DRAIN_BY_ISO"], self.config.drain_command)
+        try:
+            done = self._run(
+                shlex.split(self.config.drain_command),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=left,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return "failed", f"drain command still running at drain_by ({left:.0f} s)"
+        except OSError as e:
+            return "failed", f"drain command: {e.strerror}"
+        out = (done.stdout or "").strip().splitlines()
+        err = (done.stderr or "").strip().splitlines()
+        if done.returncode == 0:
+            return "drained", (out[-1] if out else "drained")[:2000]
+        return "failed", f"exit {done.returncode}: {(err or out or [''])[-1]}"[:2000]
+
+    # ------------------------------------------------------------ acknowledge
+
+    def _ack_owed(self) -> bool:
+        s = self.state
+        return (
+            s.drained_version is not None
+            and s.result is not None
+            and s.acked_version != s.drained_version
+        )
+
+    def _ack(self) -> float:
+        s = self.state
+        assert s.result is not None
+        assert s.drained_version is not None
+        status, detail = s.result
+        try:
+            r = self.http.post(
+                "/v1/contract/ack",
+                json={"version": s.drained_version, "status": status, "detail": detail},
+                headers={"Authorization": f"Bearer {self.token()}"},
+            )
+        except (httpx.HTTPError, AgentError) as e:
+            log.warning("agent: acknowledgement not delivered (%s); again later", type(e).__name__)
+            return self.backoff.next_s()
+        if r.status_code in (200, 409):
+            # 409: the contract moved on; the next poll brings the new version.
+            s.acked_version = s.drained_version
+            s.save(self.config.state_file)
+            log.info("agent: acknowledged version %d: %s", s.drained_version, status)
+            return 0.0
+        if r.status_code == 401:
+            self._token = None
+        log.warning("agent: acknowledgement answered %d", r.status_code)
+        return self.backoff.next_s()

@@ -1,0 +1,155 @@
+"""The node agent against a real distributor over fleet state: it drains when its
+contract says leave, acknowledges, keeps its word with the distributor away and
+across its own restart, and reads its token again after a rotation."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.standalone import AgentNodes
+from sco.agent import Agent, AgentConfig, AgentState
+from sco.apps.distributor import DistributorConfig, create_app
+from sco.domain.contracts import token_digest
+from sco.domain.instances import Instance, created, step
+from sco.domain.lifecycle import State, Trigger
+from sco.ports import ServerStatus, ServerView
+from sco.testing.builders import instance, spot_pool
+
+POOL = spot_pool(zone="a")
+RECORD = "import os,sys; open(sys.argv[1],'a').write(os.environ['SCO_DRAIN_BY']+'\\n')"
+DRAIN = f"{sys.executable} -c \"{RECORD}; print('3 pods evicted')\""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlFleetStore]:
+    s = SqlFleetStore(sqlite_url(tmp_path / "fleet.db"))
+    s.upsert_pools([POOL])
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(store: SqlFleetStore) -> Iterator[TestClient]:
+    with TestClient(create_app(store.contracts, DistributorConfig(poll_s=0.05))) as c:
+        yield c
+
+
+def _node(store: SqlFleetStore, token_file: Path) -> Instance:
+    inst = instance(POOL, State.READY)
+    store.record([created(inst, "seeded")])
+    token = secrets.token_urlsafe(32)
+    token_file.write_text(token + "\n")
+    store.contracts.set_token(inst.id, token_digest(token), 1e12)
+    return inst
+
+
+def _agent(tmp: Path, http: httpx.Client, marks: Path) -> Agent:
+    config = AgentConfig(
+        distributor="http://testserver",
+        state_file=tmp / "agent.json",
+        drain_command=f"{DRAIN} {marks}",
+        token_file=tmp / "token",
+        wait_s=0.2,
+    )
+    return Agent(config, http=http)
+
+
+def _notice(store: SqlFleetStore, inst: Instance, deadline: float) -> Instance:
+    ch = step(inst, Trigger.RECLAIM_NOTICE, 10.0, "n", notice_deadline=deadline)
+    store.record([ch])
+    return ch.after
+
+
+def test_told_to_leave_it_drains_once_and_acknowledges(
+    tmp_path: Path, store: SqlFleetStore, client: TestClient
+) -> None:
+    inst = _node(store, tmp_path / "token")
+    marks = tmp_path / "drains"
+    a = _agent(tmp_path, client, marks)
+    a.step()
+    assert a.state.contract is not None
+    assert a.state.contract["state"] == "serving"
+    assert not marks.exists()
+    _notice(store, inst, 4_000_000_000.0)
+    for _ in range(3):
+        a.step()
+    assert marks.read_text().split() == ["4000000000"]
+    c = store.contracts.get(inst.id)
+    assert c is not None
+    assert (str(c.acked), c.ack_detail) == ("drained", "3 pods evicted")
+    listing = [ServerView(str(inst.server_id), "p1", POOL.id, "r", 1, ServerStatus.ACTIVE, 0.0)]
+    nodes = AgentNodes(lambda _p: listing, store.contracts).nodes("p1")
+    assert nodes[str(inst.server_id)].drained
+    # Restarted: the state file says it is done; nothing runs again.
+    again = _agent(tmp_path, client, marks)
+    again.step()
+    again.step()
+    assert marks.read_text().split() == ["4000000000"]
+
+
+def test_with_the_distributor_away_it_still_leaves_and_tells_later(
+    tmp_path: Path, store: SqlFleetStore, client: TestClient
+) -> None:
+    inst = _node(store, tmp_path / "token")
+    marks = tmp_path / "drains"
+    _notice(store, inst, 4_000_000_000.0)
+    # The agent had read the contract that says leave, then the distributor went away.
+    auth = {"Authorization": f"Bearer {(tmp_path / 'token').read_text().strip()}"}
+    r = client.get("/v1/contract", headers=auth)
+    AgentState(etag=r.headers["ETag"], contract=r.json()).save(tmp_path / "agent.json")
+    away = httpx.Client(base_url="http://127.0.0.1:9", timeout=0.5)  # nothing listens
+    offline = _agent(tmp_path, away, marks)
+    pause = offline.step()
+    assert marks.read_text().split() == ["4000000000"], "it left on its own"
+    assert pause > 0, "and backs off"
+    c = store.contracts.get(inst.id)
+    assert c is not None
+    assert c.acked is None
+    back = _agent(tmp_path, client, marks)  # restarted, the distributor back
+    back.step()
+    c = store.contracts.get(inst.id)
+    assert c is not None
+    assert str(c.acked) == "drained"
+    assert marks.read_text().split() == ["4000000000"], "not twice"
+
+
+def test_a_rotated_token_is_read_again(
+    tmp_path: Path, store: SqlFleetStore, client: TestClient
+) -> None:
+    inst = _node(store, tmp_path / "token")
+    a = _agent(tmp_path, client, tmp_path / "drains")
+    a.step()
+    store.contracts.revoke("p1", inst.id)
+    a.step()  # 401: it will read the file again
+    fresh = secrets.token_urlsafe(32)
+    (tmp_path / "token").write_text(fresh)
+    store.contracts.set_token(inst.id, token_digest(fresh), 1e12)
+    _notice(store, inst, 4_000_000_000.0)
+    for _ in range(3):
+        a.step()
+    c = store.contracts.get(inst.id)
+    assert c is not None
+    assert str(c.acked) == "drained"
+
+
+def test_run_until_stops_when_the_instance_is_over(
+    tmp_path: Path, store: SqlFleetStore, client: TestClient
+) -> None:
+    inst = _node(store, tmp_path / "token")
+    a = _agent(tmp_path, client, tmp_path / "drains")
+    inst = _notice(store, inst, 4_000_000_000.0)
+    store.record([step(inst, Trigger.SERVER_VANISHED, 20.0, "gone")])
+    stop = threading.Event()
+    threading.Timer(20, stop.set).start()
+    assert a.run_until(stop) == 0
+    assert not stop.is_set(), "it ended on its own"
+    stop.set()
