@@ -11,6 +11,7 @@
     sco slurm usage P    node-hours of a Slurm partition's jobs by capacity class
     sco distributor      node contracts over HTTP, for the nodes' agents
     sco agent            on a node: follow its contract, leave before drain_by
+    sco reclaim          the cloud operator's side: take spot servers back with notice
 
 `--config` (or `SCO_CONFIG`) names the file; every field can be overridden by a
 `SCO_...` environment variable, and each command's flags override both.
@@ -570,6 +571,122 @@ def agent(
         Agent(config).run_until(stop)
     except AgentError as e:
         raise BadInput(str(e)) from None
+
+
+# ---------------------------------------------------------------- sco reclaim
+
+
+@click.command()
+@config_option
+@click.option("--state", default=None, help="Fleet state, to spare serving nodes (state.url).")
+@click.option("--hall", default=None, help="The hall whose capacity is wanted back.")
+@click.option("--flavor", default=None, help="The flavor whose capacity is wanted back.")
+@click.option("--count", type=int, default=None, help="How many servers' worth.")
+@click.option("--notice", "notice", default="120s", show_default=True, help="Notice given.")
+@click.option(
+    "--max-noticed",
+    type=int,
+    default=None,
+    help="Disruption budget: servers of one partition under notice at once.",
+)
+@click.option(
+    "--max-fraction",
+    type=float,
+    default=None,
+    help="Disruption budget: fraction of a partition's servers under notice at once.",
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Stay until the deadline and delete what is still there.",
+)
+@click.option(
+    "--sweep",
+    "sweep_only",
+    is_flag=True,
+    help="Only delete servers whose notice has run out (e.g. from cron).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+def reclaim(
+    config: Path | None, state: str | None, hall: str | None, flavor: str | None,
+    count: int | None, notice: str, max_noticed: int | None, max_fraction: float | None,
+    wait: bool, sweep_only: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Take spot capacity back with notice, as a cloud operator would: choose the
+    servers of HALL/FLAVOR by least harm within a disruption budget, set their
+    `sco:reclaim-at`, and delete them at the deadline."""
+    from sco.apps.run import start_openstack
+    from sco.apps.wiring import open_store, require
+    from sco.decide.reclaim import Budget
+    from sco.runtime.clock import SystemClock
+    from sco.runtime.reclaimer import Reclaimer
+
+    settings = _settings(config, {"state.url": _state(state)})
+    if not sweep_only and (hall is None or flavor is None or count is None or count < 1):
+        raise BadInput("give --hall, --flavor and --count (>= 1), or --sweep")
+    if max_fraction is not None and not 0 < max_fraction <= 1:
+        raise BadInput("--max-fraction: between 0 and 1")
+    notice_s = parse_duration(notice, "--notice")
+    with _start_errors():
+        require(settings, "provider.cloud", "provider.region_file")
+        assert settings.provider.region_file is not None
+        assert settings.provider.cloud is not None
+        provider = start_openstack(
+            settings.provider.region_file, settings.provider.cloud, settings.provider.clouds_file
+        )
+        store = open_store(settings, run_migrations=False) if state or config else None
+    clock = SystemClock()
+    reclaimer = Reclaimer(provider, clock, store)
+    try:
+        deleted = reclaimer.sweep()
+        if sweep_only:
+            _say(as_json, {"deleted": deleted}, f"deleted {len(deleted)} servers past their notice")
+            return
+        assert hall is not None
+        assert flavor is not None
+        assert count is not None
+        try:
+            done = reclaimer.request(
+                hall, flavor, count, notice_s, Budget(max_noticed, max_fraction)
+            )
+        except ValueError as e:
+            raise BadInput(str(e)) from None
+        for v in done.choice.victims:
+            if not as_json:
+                click.echo(f"{v.server_id} ({v.partition}): {v.why}")
+        if not as_json:
+            click.echo(
+                f"noticed {len(done.choice.victims) - len(done.failed)} of {count}, "
+                f"deadline in {notice_s:.0f} s; short {done.choice.short}"
+                + (
+                    f" (budget held back {dict(done.choice.held_back)})"
+                    if done.choice.held_back
+                    else ""
+                )
+            )
+        gone: list[str] = []
+        if wait and done.choice.victims:
+            time.sleep(max(0.0, done.deadline - clock.now()) + 0.5)
+            gone = reclaimer.sweep()
+            if not as_json:
+                click.echo(f"deleted {len(gone)} at the deadline")
+        noticed = [v.server_id for v in done.choice.victims if v.server_id not in done.failed]
+        if as_json:
+            click.echo(json.dumps({
+                "noticed": noticed,
+                "why": {v.server_id: v.why for v in done.choice.victims},
+                "failed": list(done.failed), "short": done.choice.short,
+                "held_back": dict(done.choice.held_back), "deadline": done.deadline,
+                "deleted": deleted + gone,
+            }, sort_keys=True))  # fmt: skip
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _say(as_json: bool, doc: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(doc, sort_keys=True) if as_json else text)
 
 
 def _join_of(p: Any) -> str:

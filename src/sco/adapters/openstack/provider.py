@@ -36,6 +36,9 @@ from sco.adapters.openstack.config import PoolSpec, RegionSpec
 from sco.adapters.openstack.placement import Want
 from sco.adapters.openstack.resources import (
     META_NODE_TOKEN,
+    META_PARTITION,
+    META_RECLAIM_AT,
+    TAG,
     QuotaRoom,
     ResourceRequest,
     flavor_request,
@@ -326,6 +329,23 @@ class OpenStackProvider:
             self._tombstones.add([sid], self.clock.now())
         if failed:
             raise RetryableProviderError(f"delete failed for {len(failed)} of {len(server_ids)}")
+
+    # ------------------------------------------------------------ the reclaimer's side
+
+    def all_servers(self) -> Sequence[ServerView]:
+        """Every server sco tagged, of every partition (what a reclaimer chooses from)."""
+        by_partition: dict[str, list[Mapping[str, Any]]] = {}
+        for s in self._servers(tags=TAG):
+            if s.get("OS-EXT-STS:task_state") == "deleting":
+                continue
+            meta = s.get("metadata") or {}
+            by_partition.setdefault(str(meta.get(META_PARTITION, "")), []).append(s)
+        return [v for p, records in by_partition.items() for v in server_views(records, p).views]
+
+    def give_notice(self, server_id: str, deadline: float) -> None:
+        """The reclaim-notice contract: the server goes at `deadline`."""
+        path = f"/servers/{server_id}/metadata/{META_RECLAIM_AT}"
+        self.client.put("compute", path, {"meta": {META_RECLAIM_AT: f"{deadline:.0f}"}})
 
     def deliver_token(self, server_id: str, token: Secret) -> None:
         """The node's token in its server's metadata (`sco:node-token`), which the

@@ -1,0 +1,132 @@
+"""The reference reclaimer: the cloud operator's side of the reclaim-notice contract.
+
+It asks for a hall and flavor's spot servers back: chooses them by least harm
+under a disruption budget (`sco.decide.reclaim`), sets each one's notice
+(`sco:reclaim-at`), and deletes what is still there at the deadline. It keeps
+nothing of its own: the notices live on the servers, so a restarted reclaimer
+(or `sweep`) finds and deletes the ones whose deadline has passed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sco.decide.reclaim import Budget, Candidate, Choice, choose
+from sco.domain.lifecycle import State
+from sco.domain.pools import Pool
+from sco.ports import Clock, FleetStore, ProviderError, ServerView
+
+log = logging.getLogger(__name__)
+
+
+class ReclaimCloud(Protocol):
+    def pools(self) -> Sequence[Pool]: ...
+
+    def all_servers(self) -> Sequence[ServerView]: ...
+
+    def give_notice(self, server_id: str, deadline: float) -> None: ...
+
+    def delete(self, server_ids: Sequence[str]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Noticed:
+    choice: Choice
+    deadline: float
+    failed: tuple[str, ...]  # servers whose notice could not be set
+
+
+class Reclaimer:
+    def __init__(self, cloud: ReclaimCloud, clock: Clock, fleet: FleetStore | None = None) -> None:
+        self.cloud = cloud
+        self.clock = clock
+        self.fleet = fleet
+
+    def candidates(self, hall: str, flavor: str) -> list[Candidate]:
+        """The spot servers of `hall` and `flavor`, with what sco's fleet state says
+        of them (serving or not) when it can be read."""
+        spot = {
+            p.id for p in self.cloud.pools() if p.is_spot and p.hall == hall and p.flavor == flavor
+        }
+        if not spot:
+            raise ValueError(f"no spot pool of flavor {flavor!r} in hall {hall!r}")
+        servers = [v for v in self.cloud.all_servers() if v.pool in spot]
+        serving = self._serving({v.partition for v in servers})
+        return [
+            Candidate(
+                server_id=v.server_id,
+                partition=v.partition,
+                created_at=v.created_at,
+                serving=v.server_id in serving if serving is not None else True,
+                noticed=v.notice_deadline is not None,
+            )
+            for v in servers
+        ]
+
+    def _serving(self, partitions: set[str]) -> set[str] | None:
+        if self.fleet is None:
+            return None
+        return {
+            i.server_id
+            for p in partitions
+            for i in self.fleet.instances(p)
+            if i.state is State.READY and i.server_id
+        }
+
+    def over_target(self, candidates: Sequence[Candidate]) -> Mapping[str, int]:
+        """Servers each partition holds above its latest plan (fleet state)."""
+        if self.fleet is None:
+            return {}
+        out: dict[str, int] = {}
+        for partition in {c.partition for c in candidates}:
+            plan = self.fleet.latest_plan(partition)
+            if plan is None:
+                continue
+            live = sum(1 for i in self.fleet.instances(partition) if i.is_live)
+            out[partition] = max(0, live - sum(plan.targets().values()))
+        return out
+
+    def request(
+        self, hall: str, flavor: str, count: int, notice_s: float, budget: Budget
+    ) -> Noticed:
+        """Give notice to up to `count` spot servers of `hall`/`flavor`."""
+        found = self.candidates(hall, flavor)
+        choice = choose(found, count, self.over_target(found), budget)
+        deadline = self.clock.now() + notice_s
+        failed: list[str] = []
+        for v in choice.victims:
+            try:
+                self.cloud.give_notice(v.server_id, deadline)
+                log.info(
+                    "reclaim: %s (%s) goes at %.0f: %s", v.server_id, v.partition, deadline, v.why
+                )
+            except ProviderError as e:
+                failed.append(v.server_id)
+                log.warning("reclaim: notice to %s not set: %s", v.server_id, e)
+        return Noticed(choice, deadline, tuple(failed))
+
+    def sweep(self) -> list[str]:
+        """Delete the servers whose notice's deadline has passed."""
+        now = self.clock.now()
+        due = [
+            v.server_id
+            for v in self.cloud.all_servers()
+            if v.notice_deadline is not None and v.notice_deadline <= now
+        ]
+        if due:
+            self.cloud.delete(due)
+            log.info("reclaim: deleted %d servers at their deadline", len(due))
+        return due
+
+    def pending(self) -> Counter[str]:
+        """Servers under notice by partition, deadline not yet passed."""
+        now = self.clock.now()
+        return Counter(
+            v.partition
+            for v in self.cloud.all_servers()
+            if v.notice_deadline is not None and v.notice_deadline > now
+        )

@@ -1,0 +1,73 @@
+"""The reference reclaimer's choice: least harm first, within a disruption budget."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sco.decide.reclaim import Budget, Candidate, choose
+
+
+def c(sid: str, partition: str = "p1", created_at: float = 0.0, serving: bool = True,
+      noticed: bool = False) -> Candidate:  # fmt: skip
+    return Candidate(sid, partition, created_at, serving, noticed)
+
+
+def test_idle_then_over_target_then_youngest() -> None:
+    found = [
+        c("old", created_at=1.0),
+        c("young", created_at=9.0),
+        c("booting", created_at=0.5, serving=False),
+        c("spare", partition="p2", created_at=2.0),
+    ]
+    got = choose(found, 3, over_target={"p2": 1}, budget=Budget())
+    assert [v.server_id for v in got.victims] == ["booting", "spare", "young"]
+    assert got.victims[0].why.startswith("not serving yet")
+    assert "above target" in got.victims[1].why
+    assert got.short == 0
+
+
+def test_the_budget_holds_back_and_says_so() -> None:
+    found = [c(f"a{k}", created_at=k) for k in range(4)] + [c("b0", partition="p2")]
+    found.append(c("a-noticed", noticed=True))
+    got = choose(found, 4, over_target={}, budget=Budget(max_noticed=2))
+    assert Counter(v.partition for v in got.victims) == {"p1": 1, "p2": 1}
+    assert got.short == 2
+    assert got.held_back["p1"] >= 1
+    half = choose(found, 4, over_target={}, budget=Budget(max_fraction=0.5))
+    assert Counter(v.partition for v in half.victims)["p1"] == 1  # 5 held: 2 at once, 1 noticed
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["p1", "p2", "p3"]), st.booleans(), st.booleans()),
+        max_size=30,
+    ),
+    st.integers(0, 40),
+    st.one_of(st.none(), st.integers(0, 5)),
+    st.one_of(st.none(), st.floats(0.0, 1.0)),
+)
+def test_never_more_than_asked_nor_than_the_budget_allows(
+    rows: list[tuple[str, bool, bool]], count: int, max_n: int | None, frac: float | None
+) -> None:
+    found = [
+        c(f"s{k}", p, float(k), serving, noticed) for k, (p, serving, noticed) in enumerate(rows)
+    ]
+    budget = Budget(max_n, frac)
+    got = choose(found, count, {}, budget)
+    ids = [v.server_id for v in got.victims]
+    assert len(ids) == len(set(ids)) <= count
+    noticed = {f.server_id for f in found if f.noticed}
+    assert not noticed & set(ids), "a server already under notice is not taken twice"
+    held = Counter(f.partition for f in found)
+    already = Counter(f.partition for f in found if f.noticed)
+    taken = Counter(v.partition for v in got.victims)
+    for p, n in taken.items():
+        assert n <= budget.room(held[p], already[p])
+    # An idle server is left only when the count is reached or its partition's budget is.
+    idle_left = [f for f in found if not f.serving and not f.noticed and f.server_id not in ids]
+    for f in idle_left:
+        room = budget.room(held[f.partition], already[f.partition])
+        assert len(ids) == count or taken[f.partition] >= room
