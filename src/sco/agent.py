@@ -1,8 +1,9 @@
 """The node agent: follows its node's contract and leaves its scheduler before `drain_by`.
 
 It long-polls the distributor with the contract's ETag. When the contract says the
-node is leaving, it drains the node at once (a command, given the deadline) and
-acknowledges the version that asked: drained, or failed with why.
+node is leaving, it drains the node (a command, given the deadline) at once, or
+`drain_lead_s` before the deadline so that the node serves while its replacement
+boots, and acknowledges the version that asked: drained, or failed with why.
 
 Static stability: the last contract is kept in a state file (written atomically),
 so with the distributor unreachable, or across the agent's own restart, a node
@@ -51,6 +52,7 @@ class AgentConfig:
     ca_file: Path | None = None
     backoff_max_s: float = 30.0
     exit_when_gone: bool = True
+    drain_lead_s: float | None = None  # start draining this long before drain_by; None: at once
 
 
 @dataclass
@@ -192,9 +194,22 @@ class Agent:
             h["If-None-Match"] = self.state.etag
         return h
 
+    def _drain_due(self) -> float | None:
+        """When the drain the contract asks for starts, if one is still to run."""
+        c = self.state.contract
+        if not c or c.get("state") != "leaving" or c.get("drain_by") is None:
+            return None
+        if self.state.drained_version == int(c["version"]):
+            return None
+        lead = self.config.drain_lead_s
+        return self.clock() if lead is None else float(c["drain_by"]) - lead
+
     def _poll(self) -> float:
         try:
             wait = self.config.wait_s if self.state.etag else 0
+            due = self._drain_due()
+            if due is not None:  # wake in time to start it
+                wait = min(wait, max(0.0, due - self.clock()))
             r = self.http.get("/v1/contract", params={"wait": wait}, headers=self._headers())
         except AgentError as e:
             log.warning("agent: %s", e)
@@ -229,12 +244,12 @@ class Agent:
     # ------------------------------------------------------------ drain
 
     def _act(self) -> None:
+        due = self._drain_due()
+        if due is None or self.clock() < due:
+            return
         c = self.state.contract
-        if not c or c.get("state") != "leaving" or c.get("drain_by") is None:
-            return
+        assert c is not None
         version = int(c["version"])
-        if self.state.drained_version == version:
-            return
         if self.state.drained_version is not None and self.state.result is not None:
             # Already drained for an earlier leaving version (its deadline moved):
             # the node is out; say so for this one.

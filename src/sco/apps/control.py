@@ -531,6 +531,12 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
     "--wait", "wait_s", type=float, default=30.0, show_default=True, help="Long-poll seconds."
 )
 @click.option(
+    "--drain-lead",
+    default=None,
+    help="Start draining this long before drain_by (e.g. 5m: the node serves while its "
+    "replacement boots); default: at once.",
+)
+@click.option(
     "--ca-file",
     type=click.Path(path_type=Path),
     default=None,
@@ -544,6 +550,7 @@ def agent(
     drain_command: str,
     state_file: Path,
     wait_s: float,
+    drain_lead: str | None,
     ca_file: Path | None,
     log_level: str,
 ) -> None:
@@ -566,6 +573,7 @@ def agent(
     config = AgentConfig(
         distributor=url, state_file=state_file, drain_command=drain_command,
         token_file=token_file, metadata_url=metadata_url, wait_s=wait_s, ca_file=ca_file,
+        drain_lead_s=parse_duration(drain_lead, "--drain-lead") if drain_lead else None,
     )  # fmt: skip
     try:
         Agent(config).run_until(stop)

@@ -93,6 +93,7 @@ class ChangeFeed:
         self.contracts = contracts
         self.poll_s = poll_s
         self._waiters: dict[str, set[asyncio.Event]] = {}
+        self.fresh: dict[str, ContractRow] = {}  # the latest rows of contracts waited on
         self._poke = asyncio.Event()
         self.last = 0
         self.healthy = False
@@ -108,6 +109,7 @@ class ChangeFeed:
             waiting.discard(ev)
             if not waiting:
                 del self._waiters[instance_id]
+                self.fresh.pop(instance_id, None)
 
     @property
     def waiting(self) -> int:
@@ -134,7 +136,17 @@ class ChangeFeed:
                 self.healthy = False
                 await asyncio.sleep(min(5.0, self.poll_s * 4))
                 continue
-            for instance_id in changed:
+            waited = [i for i in changed if i in self._waiters]
+            if not waited:
+                continue
+            # One read for every waiter woken, rather than one each.
+            try:
+                rows = await asyncio.to_thread(self.contracts.get_many, waited)
+            except Exception:
+                rows = {}
+            for instance_id in waited:
+                if instance_id in rows:
+                    self.fresh[instance_id] = rows[instance_id]
                 for ev in self._waiters.get(instance_id, ()):
                     ev.set()
 
@@ -346,8 +358,8 @@ def create_app(
         metrics.waiting.inc()
         try:
             deadline = time.monotonic() + wait_s
+            fresh: ContractRow | None = await asyncio.to_thread(contracts.get, row.instance_id)
             while True:
-                fresh = await asyncio.to_thread(contracts.get, row.instance_id)
                 if fresh is None or fresh.version != known:
                     return fresh or row
                 left = deadline - time.monotonic()
@@ -356,6 +368,10 @@ def create_app(
                 ev.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(ev.wait(), left)
+                if ev.is_set():
+                    fresh = feed.fresh.get(row.instance_id) or await asyncio.to_thread(
+                        contracts.get, row.instance_id
+                    )
         finally:
             metrics.waiting.dec()
             feed.unregister(row.instance_id, ev)

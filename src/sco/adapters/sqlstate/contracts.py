@@ -112,6 +112,15 @@ class ContractStore:
             r = conn.execute(q).first()
         return _row(r) if r is not None else None
 
+    def get_many(self, instance_ids: Sequence[str]) -> dict[str, ContractRow]:
+        out: dict[str, ContractRow] = {}
+        ids = list(instance_ids)
+        with self.engine.connect() as conn:
+            for k in range(0, len(ids), 1000):
+                q = select(t.contracts).where(t.contracts.c.instance_id.in_(ids[k : k + 1000]))
+                out.update((r.instance_id, _row(r)) for r in conn.execute(q))
+        return out
+
     def by_token(self, token_hash: str, now: float) -> ContractRow | None:
         """The contract whose token hashes to `token_hash`, if the token has not expired."""
         c = t.contracts.c

@@ -1,0 +1,218 @@
+"""The loop of a private cloud, end to end on the Nova test stack: `sco reclaim` gives
+three spot servers notice → their contracts change → their `sco agent` processes
+drain (a command that records what it did) and acknowledge through `sco distributor`
+→ `sco run` has replacements ready → the servers go by the deadline; the partition
+never falls below its floor. Every piece runs as the process a user runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sco.adapters.openstack.resources import META_NODE_TOKEN
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.domain.lifecycle import State
+from sco.testing.chaos import audit
+from sco.testing.controlplane import wait_for
+from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port
+
+HALLS = {"hall-a": ["a1", "a2"]}
+FLOOR, TARGET = 3, 5
+RECORD = (
+    "import os, sys; open(sys.argv[1], 'a').write("
+    "os.environ['SCO_INSTANCE_ID'] + ' ' + os.environ['SCO_DRAIN_BY'] + '\\n'); "
+    "print('drained: 0 pods left')"
+)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
+    port = int(os.environ.get("SCO_TEST_CONTRACTS_OS_BASE_PORT", "19500"))
+    s = NovaStack(tmp_path_factory.mktemp("nova-contracts"), port, HALLS, 4)
+    try:
+        s.up()
+        yield s
+    finally:
+        s.down()
+
+
+def _config(tmp: Path, stack: NovaStack, port: int) -> Path:
+    region = tmp / "region.yaml"
+    region.write_text(yaml.safe_dump(stack.region()))
+    doc = {
+        "state": {"url": f"sqlite:///{tmp / 'state.sqlite'}"},
+        "provider": {
+            "cloud": "sco-test",
+            "region_file": str(region),
+            "clouds_file": str(stack.clouds_yaml),
+        },
+        "partitions": [
+            {
+                "name": "web",
+                "kind": "kubernetes",
+                "target_units": TARGET,
+                "floor_units": FLOOR,
+                "max_units": 8,
+                "guaranteed_budget_units": 3,
+                "agents": True,
+            }
+        ],
+        "policy": {"interval_s": 1, "controller": {"list_grace_s": 20}},
+        "http": {"run_port": 0},
+        "distributor": {"bind": "127.0.0.1", "port": port, "poll_s": 0.2},
+    }
+    path = tmp / "sco.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _sco(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sco.apps.cli", *args],
+        cwd=ROOT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _serving(store: SqlFleetStore) -> int:
+    """Nodes still in their scheduler: ready, or told to leave and not yet drained."""
+    n = 0
+    for i in store.instances("web"):
+        if i.state is State.READY:
+            n += 1
+        elif i.state in (State.NOTICED, State.DRAINING):
+            c = store.contracts.get(i.id)
+            n += c is None or c.acked is None
+    return n
+
+
+def test_a_reclaim_with_notice_is_drained_by_agents_and_replaced_before_the_deadline(
+    tmp_path: Path, stack: NovaStack
+) -> None:
+    port = free_port()
+    config = _config(tmp_path, stack, port)
+    procs: list[subprocess.Popen[bytes]] = []
+    store = SqlFleetStore(f"sqlite:///{tmp_path / 'state.sqlite'}")
+    lowest = [TARGET]
+    watching = threading.Event()
+    try:
+        procs.append(_sco("run", "--config", str(config), log=tmp_path / "run.log"))
+        procs.append(_sco("distributor", "--config", str(config), log=tmp_path / "dist.log"))
+
+        def tokens() -> dict[str, str] | None:
+            found = {
+                s["id"]: s["metadata"][META_NODE_TOKEN]
+                for s in stack.servers(tags="sco")
+                if s["status"] == "ACTIVE" and META_NODE_TOKEN in s.get("metadata", {})
+            }
+            return found if len(found) >= TARGET else None
+
+        found = wait_for(tokens, 180, f"{TARGET} servers with node tokens", every_s=1.0)
+        wait_for(lambda: _serving(store) >= TARGET, 60, "the partition at its target")
+        marks = tmp_path / "drains"
+        agents: dict[str, subprocess.Popen[bytes]] = {}
+        for sid, token in found.items():
+            (tmp_path / f"token-{sid}").write_text(token)
+            agents[sid] = _sco(
+                "agent", "--distributor", f"http://127.0.0.1:{port}",
+                "--token-file", str(tmp_path / f"token-{sid}"),
+                "--state-file", str(tmp_path / f"agent-{sid}.json"),
+                "--drain-command", f"{sys.executable} -c \"{RECORD}\" {marks}",
+                "--wait", "10", "--drain-lead", "25s",
+                log=tmp_path / f"agent-{sid}.log",
+            )  # fmt: skip
+        procs.extend(agents.values())
+        wait_for(lambda: all(
+            (tmp_path / f"agent-{sid}.json").exists() for sid in agents
+        ), 60, "every agent holding its contract")  # fmt: skip
+
+        def watch() -> None:
+            while not watching.is_set():
+                lowest[0] = min(lowest[0], _serving(store))
+                time.sleep(0.2)
+
+        threading.Thread(target=watch, daemon=True).start()
+        noticed_at = time.time()
+        out = subprocess.run(
+            [sys.executable, "-m", "sco.apps.cli", "reclaim", "--config", str(config),
+             "--hall", "hall-a", "--flavor", "spot.small", "--count", "3", "--notice", "60s",
+             "--max-noticed", "3", "--no-wait", "--json"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        done = json.loads(out.stdout)
+        victims = done["noticed"]
+        assert len(victims) == 3, done
+        deadline = done["deadline"]
+        wait_for(lambda: _serving(store) >= TARGET + 3, 60, "replacements ready")
+        ready_again = time.time()
+        by_server = _timeline(store, victims)
+        wait_for(lambda: marks.exists() and len(marks.read_text().splitlines()) >= 3,
+                 10, "three drains recorded")  # fmt: skip
+        time.sleep(max(0.0, deadline - time.time()) + 1)
+        sweep = subprocess.run(
+            [sys.executable, "-m", "sco.apps.cli", "reclaim", "--config", str(config),
+             "--sweep", "--json"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
+        wait_for(lambda: not {s["id"] for s in stack.servers()} & set(victims), 60,
+                 "every noticed server gone after the deadline")  # fmt: skip
+        watching.set()
+        drained_ids = {line.split()[0] for line in marks.read_text().splitlines()}
+        assert len(drained_ids) == 3
+        for sid in victims:
+            assert by_server[sid]["acked"] == "drained", by_server
+            assert by_server[sid]["ack_at"] < deadline, "drained before the deadline"
+        assert lowest[0] >= FLOOR, f"fell to {lowest[0]} below the floor {FLOOR}"
+        found_audit = audit(store.url, stack.servers(tags="sco"))
+        assert found_audit["leaked_servers"] == 0, found_audit
+        assert found_audit["duplicate_creates"] == 0, found_audit
+        acks = [by_server[s]["ack_at"] - noticed_at for s in victims]
+        echo(
+            f"contracts e2e: notice at 0 s, drained and acknowledged at "
+            f"{', '.join(f'{a:.1f}' for a in sorted(acks))} s, replacements ready at "
+            f"{ready_again - noticed_at:.1f} s, deadline at {deadline - noticed_at:.0f} s; "
+            f"serving never below {lowest[0]} (floor {FLOOR})"
+        )
+    finally:
+        watching.set()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        store.close()
+        for s in stack.servers():
+            stack.conn.compute.delete(f"/servers/{s['id']}", microversion="2.90")
+
+
+def _timeline(store: SqlFleetStore, victims: list[str]) -> dict[str, dict[str, Any]]:
+    """Per noticed server, what its contract's acknowledgement said and when."""
+
+    def acked() -> dict[str, dict[str, Any]] | None:
+        out: dict[str, dict[str, Any]] = {}
+        with store.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT server_id, ack_status, ack_at FROM contracts WHERE ack_status IS NOT NULL"
+            ).all()
+        for sid, status, at in rows:
+            if sid in victims:
+                out[sid] = {"acked": status, "ack_at": at}
+        return out if len(out) == len(victims) else None
+
+    got: dict[str, dict[str, Any]] = wait_for(acked, 60, "three acknowledgements")
+    return got
