@@ -714,4 +714,6 @@ COMMANDS = (
     config_group,
     slurm_group,
     distributor,
+    agent,
+    reclaim,
 )
