@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from sco.adapters.sqlstate.store import SqlFleetStore
-from sco.domain.contracts import AckStatus, NodeState, terms_of
+from sco.adapters.demandfile.intake import FileDemandSource
+from sco.adapters.sim.region import SimConfig, SimRegion
+from sco.adapters.sim.traces import load_traces
+from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.apps.cli import cli
+from sco.decide.hedge import HedgeConfig
+from sco.decide.policies import ScoPolicy
+from sco.domain.contracts import AckStatus, NodeState, terms_of, token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.ports import StateConflict
-from sco.testing.builders import instance, spot_pool
+from sco.runtime.clock import CountingIds, ManualClock
+from sco.runtime.controller import PartitionController
+from sco.runtime.tokens import TokenIssuer
+from sco.testing.builders import instance, spot_pool, write_json_trace, write_yaml
 
 POOL = spot_pool(zone="a")
 
@@ -113,3 +124,52 @@ def test_tokens_are_found_by_hash_until_they_expire_and_acks_name_a_version(
     c = store.contracts.get(inst.id)
     assert c is not None
     assert c.acked is None, "an answer to an older version is not one to this"
+
+
+def test_servers_get_tokens_that_rotate(tmp_path: Path) -> None:
+    """The controller hands each server a token (the simulated provider keeps it where
+    the node would read it), keeps only its digest, and issues a new one after
+    `sco tokens rotate`."""
+    traces = tmp_path / "traces"
+    write_json_trace(traces, "a", [4] * 50, gap_s=600)
+    write_yaml(traces / "region.yaml", {"halls": 1, "guaranteed_quota_per_hall": 2})
+    demand = write_yaml(
+        tmp_path / "demand.yaml",
+        {"partitions": [{"name": "p1", "kind": "slurm", "target_units": 2, "max_units": 4}]},
+    )
+    region = SimRegion(load_traces(traces), SimConfig())
+    clock = ManualClock(0.0)
+    db = tmp_path / "state.db"
+    store = SqlFleetStore(sqlite_url(db))
+    store.upsert_pools(region.pools())
+    source = FileDemandSource.load(demand, "traces", 0.0)
+    c = PartitionController(
+        source.partitions()[0], provider=region, nodes=region, store=store, demand=source,
+        policy=ScoPolicy(HedgeConfig(max_spare=0)), clock=clock, ids=CountingIds(),
+        tokens=TokenIssuer(store.contracts, region, ttl_s=86400),
+    )  # fmt: skip
+    for t in (0.0, 150.0):
+        region.advance_to(t)
+        clock.set(t)
+        c.cycle()
+    servers = [i.server_id for i in store.instances("p1") if i.server_id]
+    assert len(servers) == 2
+    first = {s: region.node_token(s) for s in servers}
+    for i in store.instances("p1"):
+        token = first[str(i.server_id)]
+        assert token is not None
+        found = store.contracts.by_token(token_digest(token.reveal()), now=200.0)
+        assert found is not None
+        assert found.instance_id == i.id
+    done = CliRunner().invoke(cli, ["tokens", "rotate", "--state", str(db), "p1"])
+    assert done.exit_code == 0, done.output
+    assert "2 tokens revoked" in done.output
+    c.cycle()
+    for s in servers:
+        token = region.node_token(s)
+        assert token is not None
+        assert token != first[s]
+        old = first[s]
+        assert old is not None
+        assert store.contracts.by_token(token_digest(old.reveal()), now=200.0) is None
+    store.close()

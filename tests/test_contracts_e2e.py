@@ -179,6 +179,14 @@ def test_a_reclaim_with_notice_is_drained_by_agents_and_replaced_before_the_dead
         found_audit = audit(store.url, stack.servers(tags="sco"))
         assert found_audit["leaked_servers"] == 0, found_audit
         assert found_audit["duplicate_creates"] == 0, found_audit
+        logs = " ".join(f.read_text(errors="replace") for f in tmp_path.glob("*.log"))
+        assert not [t for t in found.values() if t in logs], "a node token in a log line"
+        with store.engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT * FROM contracts").all()
+            rows += conn.exec_driver_sql("SELECT payload FROM outbox").all()
+            rows += conn.exec_driver_sql("SELECT * FROM event_log").all()
+        dump = " ".join(str(v) for row in rows for v in row)
+        assert not [t for t in found.values() if t in dump], "a node token stored in the clear"
         acks = [by_server[s]["ack_at"] - noticed_at for s in victims]
         echo(
             f"contracts e2e: notice at 0 s, drained and acknowledged at "

@@ -12,6 +12,7 @@
     sco distributor      node contracts over HTTP, for the nodes' agents
     sco agent            on a node: follow its contract, leave before drain_by
     sco reclaim          the cloud operator's side: take spot servers back with notice
+    sco tokens rotate P  revoke a partition's node tokens; new ones follow
 
 `--config` (or `SCO_CONFIG`) names the file; every field can be overridden by a
 `SCO_...` environment variable, and each command's flags override both.
@@ -581,6 +582,36 @@ def agent(
         raise BadInput(str(e)) from None
 
 
+@click.group("tokens")
+def tokens_group() -> None:
+    """Node tokens (partitions with agents: true)."""
+
+
+@tokens_group.command("rotate")
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--instance", "instance_id", default=None, help="Only this instance's token.")
+@click.argument("partition")
+def tokens_rotate(
+    config: Path | None, state: str | None, instance_id: str | None, partition: str
+) -> None:
+    """Revoke PARTITION's node tokens (or one instance's): they stop working at once,
+    and the partition's leader hands each server a new one on its next cycle; agents
+    read their token again when refused."""
+    from sco.apps.wiring import open_store
+
+    settings = _settings(config, {"state.url": _state(state)})
+    with _start_errors():
+        store = open_store(settings)
+    try:
+        n = store.contracts.revoke(partition, instance_id)
+    finally:
+        store.close()
+    if instance_id is not None and n == 0:
+        raise BadInput(f"no contract of instance {instance_id!r} in partition {partition!r}")
+    click.echo(f"{partition}: {n} tokens revoked; new ones are issued on the next cycle")
+
+
 # ---------------------------------------------------------------- sco reclaim
 
 
@@ -716,4 +747,5 @@ COMMANDS = (
     distributor,
     agent,
     reclaim,
+    tokens_group,
 )
