@@ -165,3 +165,12 @@ def test_buckets_refill_at_their_rate() -> None:
     assert b.take("k")
     assert not b.take("k")
     assert b.take("other")
+
+
+def test_a_body_that_is_not_utf8_is_refused_not_a_crash(store: SqlFleetStore) -> None:
+    # Found by fuzzing: FastAPI's own validation handler echoed the body and failed (500).
+    _inst, token = _node(store)
+    with TestClient(create_app(store.contracts, DistributorConfig())) as client:
+        r = client.post("/v1/contract/ack", headers=_auth(token), content=b"\x80")
+    assert r.status_code == 422
+    assert "\\x80" not in r.text

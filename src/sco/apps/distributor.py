@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NoReturn
 
 from fastapi import FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -395,6 +396,18 @@ def create_app(
             "distributor: %s acknowledged version %d: %s", row.instance_id, answer.version, status
         )
         return AckOut(accepted=True, version=answer.version)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, e: RequestValidationError) -> Response:
+        # FastAPI's own handler echoes the input back, and fails (500) on bytes that
+        # are not UTF-8: say where and what, never the input.
+        errors = [
+            {"loc": [str(x) for x in err.get("loc", ())], "msg": str(err.get("msg", "")),
+             "type": str(err.get("type", ""))}
+            for err in e.errors()
+        ]  # fmt: skip
+        metrics.requests.labels("any", "422").inc()
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(SQLAlchemyError)
     async def unavailable(_request: Request, e: SQLAlchemyError) -> Response:
