@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import shlex
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -127,7 +128,9 @@ class Agent:
         self.config = config
         self.http = http or httpx.Client(
             base_url=config.distributor.rstrip("/"),
-            verify=str(config.ca_file) if config.ca_file else True,
+            verify=ssl.create_default_context(cafile=str(config.ca_file))
+            if config.ca_file
+            else True,
             timeout=httpx.Timeout(config.wait_s + 15, connect=5.0),
         )
         self.clock = clock
