@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import yaml
 
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--changes", type=int, default=1_000)
     ap.add_argument("--wait", type=float, default=30.0, help="Each long poll's seconds.")
+    ap.add_argument("--ramp", type=float, default=5.0, help="Agents start over this long.")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sco-bench-dist-") as tmp:
         pg = PostgresServer().start()
@@ -148,12 +150,15 @@ async def _agents(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     n = len(instances)
-    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-    clients = [
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{p}", limits=limits,
-                          timeout=httpx.Timeout(args.wait + 30, connect=30))
+    timeout = aiohttp.ClientTimeout(total=args.wait + 30, sock_connect=30)
+    sessions = [
+        aiohttp.ClientSession(
+            base_url=f"http://127.0.0.1:{p}",
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            timeout=timeout,
+        )
         for p in ports
-    ]  # fmt: skip
+    ]
     first: list[float] = []
     got_v2: dict[int, float] = {}
     errors: list[str] = []
@@ -162,37 +167,40 @@ async def _agents(
     ramp_start = time.monotonic()
 
     async def agent(k: int) -> None:
-        client = clients[k % len(clients)]
+        session = sessions[k % len(sessions)]
         headers = {"Authorization": f"Bearer {tokens[k]}"}
         etag: str | None = None
-        await asyncio.sleep(random.uniform(0, 2.0))  # agents do not all boot at once
+        await asyncio.sleep(random.uniform(0, args.ramp))  # agents do not all boot at once
         while not stop.is_set():
             h = dict(headers, **({"If-None-Match": etag} if etag else {}))
+            wait = args.wait if etag else 0
             try:
-                r = await client.get("/v1/contract", params={"wait": args.wait if etag else 0},
-                                     headers=h)  # fmt: skip
-            except httpx.HTTPError as e:
+                async with session.get(f"/v1/contract?wait={wait}", headers=h) as r:
+                    status = r.status
+                    if status == 200:
+                        await r.read()
+                        etag = r.headers["ETag"]
+            except (aiohttp.ClientError, TimeoutError) as e:
                 if not stop.is_set():
                     errors.append(type(e).__name__)
                 await asyncio.sleep(1.0)
                 continue
-            if r.status_code == 200:
-                etag = r.headers["ETag"]
+            if status == 200:
                 if etag == '"1"':
                     first.append(time.monotonic())
                     if len(first) == n:
                         waiting.set()
                 else:
                     got_v2.setdefault(k, time.time())
-            elif r.status_code != 304:
-                errors.append(str(r.status_code))
+            elif status != 304:
+                errors.append(str(status))
                 await asyncio.sleep(1.0)
 
     tasks = [asyncio.create_task(agent(k)) for k in range(n)]
     await asyncio.wait_for(waiting.wait(), 600)
     ramp_s = max(first) - ramp_start
     log(f"every agent read its contract in {ramp_s:.1f} s; all now long-poll")
-    await asyncio.sleep(3.0)  # let the first long polls be waiting
+    await asyncio.sleep(args.wait / 2)  # long polls at every stage of their wait
     chosen = random.Random(7).sample(range(n), args.changes)
     changes = [
         step(instances[k], Trigger.RECLAIM_NOTICE, time.time(), "bench",
@@ -208,8 +216,8 @@ async def _agents(
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    for c in clients:
-        await c.aclose()
+    for s in sessions:
+        await s.close()
     lags = sorted(max(0.0, got_v2[k] - committed) for k in chosen if k in got_v2)
     missing = args.changes - len(lags)
     return {

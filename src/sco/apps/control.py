@@ -489,6 +489,9 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
             log_config=None,
             access_log=False,  # a line per long poll is noise; /metrics counts them
             timeout_graceful_shutdown=5,
+            # Agents poll again within a long poll's wait: keep their connections.
+            timeout_keep_alive=75,
+            backlog=4096,
         )
     finally:
         store.close()
