@@ -16,8 +16,9 @@ Neither a token nor its digest is ever logged or exported.
 
 Each replica follows `contract_changes` once for all its waiters: on PostgreSQL
 a NOTIFY in the writing transaction wakes it; on SQLite it looks every
-`poll_s`. A waiter is registered before its contract is read, so a change
-between the two is never missed.
+`poll_s`. A change between a waiter's read and its registration is never
+missed: the feed's position before the read says whether one may have slipped
+through, and only then is the contract read again.
 """
 
 from __future__ import annotations
@@ -343,23 +344,29 @@ def create_app(
         if_none_match: Annotated[str | None, Header()] = None,
         wait: Annotated[float, Query(ge=0, le=300, description="Seconds to wait.")] = 0.0,
     ) -> Response:
+        mark = state["feed"].last  # the changes this replica had seen before the read
         row = await authenticate(request, "contract", authorization)
         known = _version_of(if_none_match)
         if known is not None and known == row.version and wait > 0:
-            row = await _wait(row, known, min(wait, config.max_wait_s))
+            row = await _wait(row, known, min(wait, config.max_wait_s), mark)
         if known is not None and known == row.version:
             metrics.requests.labels("contract", "304").inc()
             return Response(status_code=304, headers={"ETag": _etag(row.version)})
         metrics.requests.labels("contract", "200").inc()
         return JSONResponse(body(row), headers={"ETag": _etag(row.version)})
 
-    async def _wait(row: ContractRow, known: int, wait_s: float) -> ContractRow:
+    async def _wait(row: ContractRow, known: int, wait_s: float, mark: int) -> ContractRow:
+        """Wait for a version other than `known`. Any change committed after `row` was
+        read has a change id above `mark`: if the feed has not moved past `mark` by the
+        time this waiter is registered, the feed will wake it; if it has, read again."""
         feed: ChangeFeed = state["feed"]
         ev = feed.register(row.instance_id)
         metrics.waiting.inc()
         try:
             deadline = time.monotonic() + wait_s
-            fresh: ContractRow | None = await asyncio.to_thread(contracts.get, row.instance_id)
+            fresh: ContractRow | None = row
+            if feed.last != mark:
+                fresh = await asyncio.to_thread(contracts.get, row.instance_id)
             while True:
                 if fresh is None or fresh.version != known:
                     return fresh or row
