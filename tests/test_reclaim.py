@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sco.adapters.sim.traces import load_traces
 from sco.decide.reclaim import Budget, Candidate, choose
+from sco.domain.pools import Pool
+from sco.ports import ServerStatus, ServerView
+from sco.runtime.clock import ManualClock
+from sco.runtime.reclaimer import Reclaimer, ReplayPool, replay
+from sco.testing.builders import spot_pool, write_json_trace
 
 
 def c(sid: str, partition: str = "p1", created_at: float = 0.0, serving: bool = True,
@@ -71,3 +80,52 @@ def test_never_more_than_asked_nor_than_the_budget_allows(
     for f in idle_left:
         room = budget.room(held[f.partition], already[f.partition])
         assert len(ids) == count or taken[f.partition] >= room
+
+
+class FakeCloud:
+    """Spot servers of one pool; notices and deletes as a cloud would keep them."""
+
+    def __init__(self, n: int) -> None:
+        self.pool = spot_pool(zone="h1")
+        self.servers = {
+            f"s{k}": ServerView(f"s{k}", "p1", self.pool.id, "r", 1, ServerStatus.ACTIVE, float(k))
+            for k in range(n)
+        }
+
+    def pools(self) -> list[Pool]:
+        return [self.pool]
+
+    def all_servers(self) -> list[ServerView]:
+        return list(self.servers.values())
+
+    def give_notice(self, server_id: str, deadline: float) -> None:
+        self.servers[server_id] = dataclasses.replace(
+            self.servers[server_id], notice_deadline=deadline
+        )
+
+    def delete(self, server_ids: Sequence[str]) -> None:
+        for s in server_ids:
+            self.servers.pop(s, None)
+
+
+def test_a_trace_replayed_takes_back_what_its_pool_loses(tmp_path: Path) -> None:
+    # 6 instances, then 4, then 1, each for a minute: 2 and then 3 reclaimed with notice.
+    write_json_trace(tmp_path, "z", [6, 4, 1], gap_s=60)
+    series = load_traces(tmp_path).series[0]
+    cloud = FakeCloud(6)
+    clock = ManualClock(1000.0)
+    r = Reclaimer(cloud, clock)
+    pool = cloud.pool
+    seen: list[tuple[float, int]] = []
+    n = replay(
+        r, [ReplayPool(series, pool.hall, pool.flavor)], pool_size=1, speed=10.0,
+        notice_s=30.0, budget=Budget(), stop=lambda: False,
+        sleep=lambda s: clock.set(clock.now() + s), every_s=1.0,
+        on_notice=lambda t, _p, done: seen.append((t, len(done.choice.victims))),
+    )  # fmt: skip
+    assert n == 5
+    assert [k for _, k in seen] == [2, 3]
+    assert seen[0][0] >= 60
+    assert seen[1][0] >= 120
+    assert len(cloud.servers) == 1, "deleted at their deadlines"
+    assert set(cloud.servers) == {"s0"}, "the youngest went first"

@@ -649,11 +649,40 @@ def tokens_rotate(
     is_flag=True,
     help="Only delete servers whose notice has run out (e.g. from cron).",
 )
+@click.option(
+    "--trace",
+    "trace_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Replay this capacity trace folder onto the cloud as reclaims.",
+)
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    metavar="SERIES=HALL/FLAVOR",
+    help="With --trace: which spot pool a trace series plays (repeat).",
+)
+@click.option(
+    "--speed",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="With --trace: trace seconds per second.",
+)
+@click.option(
+    "--pool-size",
+    type=int,
+    default=None,
+    help="With --trace: instances per trace unit (default: the trace's pool_size "
+    "for 0/1 traces, 1 for counts).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def reclaim(
     config: Path | None, state: str | None, hall: str | None, flavor: str | None,
     count: int | None, notice: str, max_noticed: int | None, max_fraction: float | None,
-    wait: bool, sweep_only: bool, as_json: bool,
+    wait: bool, sweep_only: bool, trace_dir: Path | None, maps: tuple[str, ...],
+    speed: float, pool_size: int | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Take spot capacity back with notice, as a cloud operator would: choose the
     servers of HALL/FLAVOR by least harm within a disruption budget, set their
@@ -665,8 +694,14 @@ def reclaim(
     from sco.runtime.reclaimer import Reclaimer
 
     settings = _settings(config, {"state.url": _state(state)})
-    if not sweep_only and (hall is None or flavor is None or count is None or count < 1):
-        raise BadInput("give --hall, --flavor and --count (>= 1), or --sweep")
+    replaying = trace_dir is not None
+    if not (sweep_only or replaying) and (
+        hall is None or flavor is None or count is None or count < 1
+    ):
+        raise BadInput("give --hall, --flavor and --count (>= 1), --trace, or --sweep")
+    plays = _trace_pools(trace_dir, maps, pool_size) if trace_dir is not None else None
+    if speed <= 0:
+        raise BadInput("--speed: more than 0")
     if max_fraction is not None and not 0 < max_fraction <= 1:
         raise BadInput("--max-fraction: between 0 and 1")
     notice_s = parse_duration(notice, "--notice")
@@ -684,6 +719,9 @@ def reclaim(
         deleted = reclaimer.sweep()
         if sweep_only:
             _say(as_json, {"deleted": deleted}, f"deleted {len(deleted)} servers past their notice")
+            return
+        if plays is not None:
+            _replay(reclaimer, plays, speed, notice_s, Budget(max_noticed, max_fraction), as_json)
             return
         assert hall is not None
         assert flavor is not None
@@ -725,6 +763,64 @@ def reclaim(
     finally:
         if store is not None:
             store.close()
+
+
+def _trace_pools(
+    folder: Path, maps: tuple[str, ...], pool_size: int | None
+) -> tuple[list[Any], int]:
+    """The trace's series, each on the spot pool `--map` names, and the pool size."""
+    from sco.adapters.sim.traces import TraceError, load_traces
+    from sco.runtime.reclaimer import ReplayPool
+
+    try:
+        traces = load_traces(folder)
+    except (TraceError, OSError) as e:
+        raise BadInput(f"--trace: {e}") from None
+    by_name = {s.name: s for s in traces.series}
+    if not maps:
+        raise BadInput(f"--trace needs --map SERIES=HALL/FLAVOR (series: {', '.join(by_name)})")
+    pools = []
+    for m in maps:
+        name, _, where = m.partition("=")
+        hall, _, flavor = where.partition("/")
+        if name not in by_name or not hall or not flavor:
+            raise BadInput(
+                f"--map {m!r}: SERIES=HALL/FLAVOR with SERIES one of {', '.join(by_name)}"
+            )
+        pools.append(ReplayPool(by_name[name], hall, flavor))
+    binary = all(p.series.binary for p in pools)
+    size = pool_size if pool_size is not None else (traces.region.pool_size if binary else 1)
+    if size < 1:
+        raise BadInput("--pool-size: at least 1")
+    return pools, size
+
+
+def _replay(
+    reclaimer: Any, plays: tuple[list[Any], int], speed: float, notice_s: float,
+    budget: Any, as_json: bool,
+) -> None:  # fmt: skip
+    import signal
+    import threading
+
+    from sco.runtime.reclaimer import replay
+
+    pools, size = plays
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def told(t: float, p: Any, done: Any) -> None:
+        ids = [v.server_id for v in done.choice.victims if v.server_id not in done.failed]
+        doc = {"trace_s": round(t, 1), "hall": p.hall, "flavor": p.flavor, "noticed": ids,
+               "short": done.choice.short, "deadline": done.deadline}  # fmt: skip
+        _say(as_json, doc, f"trace {t:.0f} s: {p.hall}/{p.flavor}: noticed {len(ids)}"
+             + (f", short {done.choice.short}" if done.choice.short else ""))  # fmt: skip
+
+    n = replay(
+        reclaimer, pools, pool_size=size, speed=speed, notice_s=notice_s, budget=budget,
+        stop=stop.is_set, sleep=stop.wait, on_notice=told,
+    )  # fmt: skip
+    _say(as_json, {"noticed_total": n}, f"trace replayed: {n} servers noticed")
 
 
 def _say(as_json: bool, doc: dict[str, Any], text: str) -> None:

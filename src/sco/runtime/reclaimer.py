@@ -5,16 +5,21 @@ under a disruption budget (`sco.decide.reclaim`), sets each one's notice
 (`sco:reclaim-at`), and deletes what is still there at the deadline. It keeps
 nothing of its own: the notices live on the servers, so a restarted reclaimer
 (or `sweep`) finds and deletes the ones whose deadline has passed.
+
+`replay` plays a capacity trace onto a real cloud: whenever a trace's pool holds
+fewer instances than sco's spot servers there, the excess is reclaimed with
+notice, so a real OpenStack behaves like the spot regions of the traces.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from sco.adapters.sim.traces import Series
 from sco.decide.reclaim import Budget, Candidate, Choice, choose
 from sco.domain.lifecycle import State
 from sco.domain.pools import Pool
@@ -130,3 +135,59 @@ class Reclaimer:
             for v in self.cloud.all_servers()
             if v.notice_deadline is not None and v.notice_deadline > now
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPool:
+    """A trace series played onto a hall and flavor of the cloud."""
+
+    series: Series
+    hall: str
+    flavor: str
+
+
+def capacity(series: Series, t: float, pool_size: int) -> int:
+    """Instances the trace's pool holds at trace time `t` (0/1 traces: `pool_size`
+    each; count traces: `pool_size` per unit too, so 1 keeps the counts)."""
+    return series.value_at(t) * pool_size
+
+
+def replay(
+    reclaimer: Reclaimer,
+    pools: Sequence[ReplayPool],
+    *,
+    pool_size: int,
+    speed: float,
+    notice_s: float,
+    budget: Budget,
+    stop: Callable[[], bool],
+    sleep: Callable[[float], object],
+    every_s: float = 1.0,
+    on_notice: Callable[[float, ReplayPool, Noticed], None] | None = None,
+) -> int:
+    """Play the traces from their start until they end or `stop()`, then delete
+    what is still under notice at its deadline; trace time runs `speed` times faster
+    than the clock. Returns the servers noticed."""
+    t0 = reclaimer.clock.now()
+    start = max(p.series.start_s for p in pools)
+    end = min(p.series.end_s for p in pools)
+    noticed = 0
+    while not stop():
+        t = start + (reclaimer.clock.now() - t0) * speed
+        if t >= end:
+            break
+        for p in pools:
+            found = reclaimer.candidates(p.hall, p.flavor)
+            held = sum(1 for c in found if not c.noticed)
+            excess = held - capacity(p.series, t, pool_size)
+            if excess > 0:
+                done = reclaimer.request(p.hall, p.flavor, excess, notice_s, budget)
+                noticed += len(done.choice.victims) - len(done.failed)
+                if on_notice is not None:
+                    on_notice(t, p, done)
+        reclaimer.sweep()
+        sleep(every_s)
+    while not stop() and reclaimer.pending():  # the last notices run out
+        sleep(every_s)
+        reclaimer.sweep()
+    return noticed
