@@ -14,11 +14,12 @@ request names an instance), and an unknown or expired one gets the same 401.
 Failed authentications are limited per client address, requests per token.
 Neither a token nor its digest is ever logged or exported.
 
-Each replica follows `contract_changes` once for all its waiters: on PostgreSQL
-a NOTIFY in the writing transaction wakes it; on SQLite it looks every
-`poll_s`. A change between a waiter's read and its registration is never
-missed: the feed's position before the read says whether one may have slipped
-through, and only then is the contract read again.
+Each replica keeps a copy of the contracts (loaded at start, then kept current
+from `contract_changes`: on PostgreSQL a NOTIFY in the writing transaction wakes
+it, on SQLite it looks every `poll_s`) and answers reads and long polls from it.
+A change wakes exactly the requests waiting on that contract. With fleet state
+away, a replica goes on answering with what it knows (and says so in
+/readyz); acknowledgements need fleet state and get 503 meanwhile.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NoReturn
 
@@ -42,7 +43,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from sco.adapters.sqlstate.contracts import CHANNEL, ContractRow, ContractStore
-from sco.domain.contracts import AckStatus, Contract, token_digest
+from sco.domain.contracts import AckStatus, Contract, NodeState, token_digest
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +89,58 @@ class Buckets:
 # ---------------------------------------------------------------- change feed
 
 
-class ChangeFeed:
-    """Wakes the requests waiting on contracts that changed."""
+class Mirror:
+    """This replica's copy of the contracts a node may ask for, by instance and by
+    token digest: requests are answered from it, without a database read."""
 
-    def __init__(self, contracts: ContractStore, poll_s: float) -> None:
+    def __init__(self, gone_keep_s: float) -> None:
+        self.gone_keep_s = gone_keep_s
+        self.rows: dict[str, ContractRow] = {}
+        self._by_digest: dict[str, str] = {}
+
+    def load(self, rows: Iterable[ContractRow]) -> None:
+        self.rows.clear()
+        self._by_digest.clear()
+        self.apply(rows, now=time.time())
+
+    def apply(self, rows: Iterable[ContractRow], now: float) -> None:
+        for row in rows:
+            old = self.rows.get(row.instance_id)
+            if old is not None and old.token_hash and old.token_hash != row.token_hash:
+                self._by_digest.pop(old.token_hash, None)
+            if row.terms.state is NodeState.GONE and row.changed_at < now - self.gone_keep_s:
+                self.rows.pop(row.instance_id, None)
+                continue
+            self.rows[row.instance_id] = row
+            if row.token_hash:
+                self._by_digest[row.token_hash] = row.instance_id
+
+    def by_digest(self, digest: str, now: float) -> ContractRow | None:
+        instance_id = self._by_digest.get(digest)
+        row = self.rows.get(instance_id) if instance_id else None
+        if row is None or row.token_hash != digest:
+            return None
+        if row.token_expires_at is None or row.token_expires_at <= now:
+            return None
+        return row
+
+
+class ChangeFeed:
+    """Keeps the mirror current from `contract_changes` and wakes the requests
+    waiting on contracts that changed."""
+
+    def __init__(
+        self, contracts: ContractStore, poll_s: float, gone_keep_s: float = 86400.0
+    ) -> None:
         self.contracts = contracts
         self.poll_s = poll_s
+        self.mirror = Mirror(gone_keep_s)
         self._waiters: dict[str, set[asyncio.Event]] = {}
-        self.fresh: dict[str, ContractRow] = {}  # the latest rows of contracts waited on
         self._poke = asyncio.Event()
         self.last = 0
+        self.loaded = False
         self.healthy = False
+        self._pruned_at = 0.0
 
     def register(self, instance_id: str) -> asyncio.Event:
         ev = asyncio.Event()
@@ -111,7 +153,6 @@ class ChangeFeed:
             waiting.discard(ev)
             if not waiting:
                 del self._waiters[instance_id]
-                self.fresh.pop(instance_id, None)
 
     @property
     def waiting(self) -> int:
@@ -120,37 +161,58 @@ class ChangeFeed:
     def poke(self) -> None:
         self._poke.set()
 
+    async def _load(self) -> None:
+        """Everything, from where the change log stands (read first: a change after
+        it is read again, which is harmless)."""
+        last = await asyncio.to_thread(self.contracts.last_change)
+        gone_since = time.time() - self.mirror.gone_keep_s
+        rows = await asyncio.to_thread(self.contracts.current, gone_since)
+        self.mirror.load(rows)
+        self.last = last
+        self.loaded = True
+        log.info("distributor: %d contracts loaded (changes up to %d)", len(rows), last)
+
     async def run(self) -> None:
-        self.last = await asyncio.to_thread(self.contracts.last_change)
-        self.healthy = True
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), self.poll_s)
-            self._poke.clear()
             try:
-                self.last, changed = await asyncio.to_thread(
-                    self.contracts.changed_since, self.last
-                )
+                if not self.loaded:
+                    await self._load()
+                    self._wake(self.mirror.rows)  # anything waited on may have moved
+                await self._follow()
                 self.healthy = True
-            except Exception as e:  # the database is away: waiters time out, as they would
-                if self.healthy:
+            except Exception as e:  # the database is away: serve what is known
+                if self.healthy or not self.loaded:
                     log.warning("distributor: cannot read contract changes: %s", e)
                 self.healthy = False
                 await asyncio.sleep(min(5.0, self.poll_s * 4))
                 continue
-            waited = [i for i in changed if i in self._waiters]
-            if not waited:
-                continue
-            # One read for every waiter woken, rather than one each.
-            try:
-                rows = await asyncio.to_thread(self.contracts.get_many, waited)
-            except Exception:
-                rows = {}
-            for instance_id in waited:
-                if instance_id in rows:
-                    self.fresh[instance_id] = rows[instance_id]
-                for ev in self._waiters.get(instance_id, ()):
-                    ev.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), self.poll_s)
+            self._poke.clear()
+
+    async def _follow(self) -> None:
+        last, changed = await asyncio.to_thread(self.contracts.changed_since, self.last)
+        if (
+            changed
+            and self.last
+            and await asyncio.to_thread(self.contracts.first_change) > self.last + 1
+        ):
+            # The log was pruned past where this replica stood: read everything again.
+            self.loaded = False
+            return
+        if changed:
+            rows = await asyncio.to_thread(self.contracts.get_many, sorted(changed))
+            self.mirror.apply(rows.values(), now=time.time())
+            self.last = last
+            self._wake(changed)
+        if time.time() - self._pruned_at > 600:
+            self._pruned_at = time.time()
+            await asyncio.to_thread(self.contracts.prune_changes, time.time() - 3600)
+
+    def _wake(self, instance_ids: Iterable[str]) -> None:
+        for instance_id in instance_ids:
+            for ev in self._waiters.get(instance_id, ()):
+                ev.set()
 
 
 def listen_for_changes(engine: Engine, poke: Callable[[], None], stop: threading.Event) -> None:
@@ -313,7 +375,12 @@ def create_app(
         row = None
         if scheme.lower() == "bearer" and 20 <= len(token.strip()) <= 200:
             digest = token_digest(token.strip())
-            row = await asyncio.to_thread(contracts.by_token, digest, clock())
+            feed: ChangeFeed = state["feed"]
+            row = feed.mirror.by_digest(digest, clock())
+            if row is None:
+                # Not in this replica's copy, which may be a moment behind (a token
+                # just issued): ask fleet state. Guessing is limited per client.
+                row = await asyncio.to_thread(contracts.by_token, digest, clock())
         if row is None:
             failures.take(client)
             metrics.auth_failures.inc()
@@ -344,42 +411,35 @@ def create_app(
         if_none_match: Annotated[str | None, Header()] = None,
         wait: Annotated[float, Query(ge=0, le=300, description="Seconds to wait.")] = 0.0,
     ) -> Response:
-        mark = state["feed"].last  # the changes this replica had seen before the read
         row = await authenticate(request, "contract", authorization)
         known = _version_of(if_none_match)
         if known is not None and known == row.version and wait > 0:
-            row = await _wait(row, known, min(wait, config.max_wait_s), mark)
+            row = await _wait(row, known, min(wait, config.max_wait_s))
         if known is not None and known == row.version:
             metrics.requests.labels("contract", "304").inc()
             return Response(status_code=304, headers={"ETag": _etag(row.version)})
         metrics.requests.labels("contract", "200").inc()
         return JSONResponse(body(row), headers={"ETag": _etag(row.version)})
 
-    async def _wait(row: ContractRow, known: int, wait_s: float, mark: int) -> ContractRow:
-        """Wait for a version other than `known`. Any change committed after `row` was
-        read has a change id above `mark`: if the feed has not moved past `mark` by the
-        time this waiter is registered, the feed will wake it; if it has, read again."""
+    async def _wait(row: ContractRow, known: int, wait_s: float) -> ContractRow:
+        """Wait for a version other than `known`. The mirror changes only in this
+        event loop, and wakes whoever is registered when it does: nothing slips
+        between reading it and registering."""
         feed: ChangeFeed = state["feed"]
         ev = feed.register(row.instance_id)
         metrics.waiting.inc()
         try:
             deadline = time.monotonic() + wait_s
-            fresh: ContractRow | None = row
-            if feed.last != mark:
-                fresh = await asyncio.to_thread(contracts.get, row.instance_id)
             while True:
-                if fresh is None or fresh.version != known:
-                    return fresh or row
+                fresh = feed.mirror.rows.get(row.instance_id, row)
+                if fresh.version != known:
+                    return fresh
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return fresh
                 ev.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(ev.wait(), left)
-                if ev.is_set():
-                    fresh = feed.fresh.get(row.instance_id) or await asyncio.to_thread(
-                        contracts.get, row.instance_id
-                    )
         finally:
             metrics.waiting.dec()
             feed.unregister(row.instance_id, ev)
@@ -433,7 +493,9 @@ def create_app(
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> PlainTextResponse:
         feed: ChangeFeed | None = state.get("feed")
-        if feed is None or not feed.healthy:
+        if feed is None or not feed.loaded:
+            return PlainTextResponse("contracts not loaded yet", status_code=503)
+        if not feed.healthy:
             return PlainTextResponse("fleet state unreachable", status_code=503)
         return PlainTextResponse("ok")
 

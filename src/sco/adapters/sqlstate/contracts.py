@@ -9,11 +9,12 @@ same transaction sends a NOTIFY so they do not even have to ask.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, or_, select, text, update
+from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, text, update
 
 from sco.adapters.sqlstate import schema as t
 from sco.domain.contracts import AckStatus, NodeState, Terms, terms_of
@@ -34,6 +35,7 @@ class ContractRow:
     ack_status: AckStatus | None
     ack_detail: str | None
     ack_at: float | None
+    token_hash: str | None = None  # the digest, never the token
 
     @property
     def acked(self) -> AckStatus | None:
@@ -61,10 +63,17 @@ def record_contracts(conn: Connection, changes: Sequence[Change]) -> None:
                 continue
         conn.execute(insert(t.contracts).values(instance_id=ch.after.id, version=1, **values))
         moved.append(ch.after.id)
-    if moved:
-        conn.execute(insert(t.contract_changes), [{"instance_id": i} for i in moved])
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_notify(:c, '')"), {"c": CHANNEL})
+    _changed(conn, moved, time.time())  # wall time: replicas prune by it
+
+
+def _changed(conn: Connection, instance_ids: Sequence[str], at: float) -> None:
+    """Log contracts that changed, in the caller's transaction; on PostgreSQL the
+    NOTIFY goes out when it commits."""
+    if not instance_ids:
+        return
+    conn.execute(insert(t.contract_changes), [{"instance_id": i, "at": at} for i in instance_ids])
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_notify(:c, '')"), {"c": CHANNEL})
 
 
 def _terms_row(terms: Terms) -> dict[str, object]:
@@ -97,6 +106,7 @@ def _row(r: Any) -> ContractRow:
         ack_status=AckStatus(r.ack_status) if r.ack_status else None,
         ack_detail=r.ack_detail,
         ack_at=r.ack_at,
+        token_hash=r.token_hash,
     )
 
 
@@ -164,10 +174,17 @@ class ContractStore:
         if instance_id is not None:
             where.append(c.instance_id == instance_id)
         with self.engine.begin() as conn:
-            done = conn.execute(
-                update(t.contracts).where(*where).values(token_hash=None, token_expires_at=None)
-            )
-        return int(done.rowcount or 0)
+            ids = [
+                r.instance_id
+                for r in conn.execute(
+                    update(t.contracts)
+                    .where(*where)
+                    .values(token_hash=None, token_expires_at=None)
+                    .returning(c.instance_id)
+                )
+            ]
+            _changed(conn, ids, time.time())
+        return len(ids)
 
     def set_token(self, instance_id: str, token_hash: str, expires_at: float) -> bool:
         """Give the contract a new token (the old one stops working at once)."""
@@ -177,6 +194,8 @@ class ContractStore:
                 .where(t.contracts.c.instance_id == instance_id)
                 .values(token_hash=token_hash, token_expires_at=expires_at)
             )
+            if done.rowcount:
+                _changed(conn, [instance_id], time.time())
         return bool(done.rowcount)
 
     def ack(
@@ -191,6 +210,24 @@ class ContractStore:
                 .values(ack_version=version, ack_status=str(status), ack_detail=detail, ack_at=at)
             )
         return bool(done.rowcount)
+
+    def current(self, gone_since: float) -> list[ContractRow]:
+        """Every contract a node may still ask for: not gone, or gone since `gone_since`."""
+        c = t.contracts.c
+        q = select(t.contracts).where(
+            or_(c.state != str(NodeState.GONE), c.changed_at >= gone_since)
+        )
+        with self.engine.connect() as conn:
+            return [_row(r) for r in conn.execute(q)]
+
+    def first_change(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.min(t.contract_changes.c.id))).scalar() or 0)
+
+    def prune_changes(self, before: float) -> int:
+        with self.engine.begin() as conn:
+            done = conn.execute(delete(t.contract_changes).where(t.contract_changes.c.at < before))
+        return int(done.rowcount or 0)
 
     def last_change(self) -> int:
         with self.engine.connect() as conn:

@@ -198,4 +198,5 @@ contract_changes = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("instance_id", String(64), nullable=False),
+    Column("at", Float, nullable=False),
 )

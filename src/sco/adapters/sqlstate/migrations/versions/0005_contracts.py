@@ -4,8 +4,10 @@
   that changes it; `version` is its ETag and grows only when what the node is
   told changes. The node's token is kept only as a SHA-256 hash. The node's
   acknowledgement (drained, left, failed) names the version it answers.
-- contract_changes: every new version, in order, so the distributor's replicas
-  wake the agents waiting on exactly the contracts that changed.
+- contract_changes: every change of a contract (a new version, a token set or
+  revoked), in order, so the distributor's replicas keep their copy of the
+  contracts current and wake the agents waiting on exactly those that changed.
+  Rows older than an hour are pruned; a replica that fell further behind reloads.
 
 Revision ID: 0005
 Revises: 0004
@@ -49,6 +51,7 @@ def upgrade() -> None:
         "contract_changes",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
         sa.Column("instance_id", sa.String(64), nullable=False),
+        sa.Column("at", sa.Float, nullable=False),
     )
 
 
