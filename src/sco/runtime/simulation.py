@@ -208,7 +208,7 @@ class Simulation:
         )
         region.observer = accountant
         region.report_capacities()
-        store = SqlFleetStore(state_url)
+        store = SqlFleetStore(state_url, contracts=False)  # no node reads one here
         try:
             store.upsert_pools(pools)
             ids = CountingIds()

@@ -139,12 +139,15 @@ class SqlFleetStore:
         *,
         run_migrations: bool = True,
         fence: Callable[[str], int] | None = None,
+        contracts: bool = True,
     ) -> None:
         """`fence(partition)` is the fencing token this writer holds for a partition;
         every partition-owned row it writes carries it, and the database refuses a
-        token older than the partition's current lease (`FencedOut`)."""
+        token older than the partition's current lease (`FencedOut`). Without
+        `contracts` (a simulation: no node reads one) transitions write none."""
         self.url = url
         self.fence = fence or _no_fence
+        self.write_contracts = contracts
         self.engine = open_engine(url)
         if run_migrations:
             migrate(self.engine)
@@ -207,7 +210,7 @@ class SqlFleetStore:
             return
         with _fenced(), self.engine.begin() as conn:
             if changes:
-                _record(conn, changes, self.fence)
+                _record(conn, changes, self.fence, self.write_contracts)
             for request_id, count in (settle or {}).items():
                 _settle(conn, request_id, count)
 
@@ -229,7 +232,10 @@ class SqlFleetStore:
                 )
             )
             _record(
-                conn, [created(i, i.reason, code=i.reason) for i in request.instances], self.fence
+                conn,
+                [created(i, i.reason, code=i.reason) for i in request.instances],
+                self.fence,
+                self.write_contracts,
             )
 
     def settle_reservation(self, request_id: str, count: int) -> None:
@@ -594,7 +600,12 @@ def _fenced() -> Iterator[None]:
         raise
 
 
-def _record(conn: Connection, changes: Sequence[Change], fence: Callable[[str], int]) -> None:
+def _record(
+    conn: Connection,
+    changes: Sequence[Change],
+    fence: Callable[[str], int],
+    contracts: bool = True,
+) -> None:
     history: list[dict[str, Any]] = []
     for ch in changes:
         row = _instance_row(ch.after)
@@ -623,7 +634,8 @@ def _record(conn: Connection, changes: Sequence[Change], fence: Callable[[str], 
     if history:
         conn.execute(_INSERT_HISTORY, history)
         conn.execute(_INSERT_OUTBOX, [_outbox_row(event_of(ch)) for ch in changes])
-        record_contracts(conn, changes)
+        if contracts:
+            record_contracts(conn, changes)
 
 
 def _outbox_row(e: LifecycleEvent) -> dict[str, Any]:
