@@ -23,6 +23,7 @@ from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.ports import ServerStatus, ServerView
 from sco.testing.builders import instance, spot_pool
+from sco.testing.controlplane import wait_for
 
 POOL = spot_pool(zone="a")
 RECORD = "import os,sys; open(sys.argv[1],'a').write(os.environ['SCO_DRAIN_BY']+'\\n')"
@@ -104,7 +105,11 @@ def test_with_the_distributor_away_it_still_leaves_and_tells_later(
     _notice(store, inst, 4_000_000_000.0)
     # The agent had read the contract that says leave, then the distributor went away.
     auth = {"Authorization": f"Bearer {(tmp_path / 'token').read_text().strip()}"}
-    r = client.get("/v1/contract", headers=auth)
+    r = wait_for(
+        lambda: (g := client.get("/v1/contract", headers=auth)).headers["ETag"] == '"2"' and g,
+        10,
+        "the distributor's copy to show the notice",
+    )
     AgentState(etag=r.headers["ETag"], contract=r.json()).save(tmp_path / "agent.json")
     away = httpx.Client(base_url="http://127.0.0.1:9", timeout=0.5)  # nothing listens
     offline = _agent(tmp_path, away, marks)

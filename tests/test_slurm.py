@@ -397,3 +397,38 @@ def test_slurm_start_errors_exit_2_naming_the_problem(
     assert code == 2, err
     assert "slurm.main:" in err
     assert "Traceback" not in err
+
+
+def test_an_agent_drains_its_own_node_requeuing_only_on_a_reclaim(cluster: SlurmCluster) -> None:
+    """`sco agent --slurm-node`'s drain, against the real daemons: a reclaim requeues
+    what would not end by the deadline; sco's own move only waits for the job."""
+    from sco.adapters.slurm.drain import SlurmDrain
+    from sco.adapters.slurm.tools import ClusterTools, SlurmTools
+
+    name = "sco-agentnode01"
+    cluster.add_node(name, ["sco", "sco-hpc", "spot"])
+    tools = SlurmTools(ClusterTools("test", cluster.conf))
+    try:
+        wait_for(lambda: cluster.node_states().get(name, ("",))[0] == "idle", 60, "node idle")
+        long_job = cluster.sbatch("-w", name, "-t", "10", seconds=300)
+        wait_for(lambda: cluster.squeue().get(long_job) == "RUNNING", 60, "the job running")
+        drain = SlurmDrain(tools, name, requeue_lead_s=5, clock=time.time, sleep=time.sleep,
+                           poll_s=0.5)  # fmt: skip
+        status, detail = drain({"drain_by": time.time() + 10, "reclaim": True})
+        assert status == "drained", detail
+        assert f"requeued jobs {long_job}" in detail
+        assert "drain" in cluster.node_states()[name][0]
+        subprocess.run(["scancel", str(long_job)], env=cluster.env, check=False)
+        subprocess.run(["scontrol", "update", f"nodename={name}", "state=RESUME"],
+                       env=cluster.env, check=False)  # fmt: skip
+        wait_for(lambda: cluster.node_states().get(name, ("",))[0] == "idle", 60, "resumed")
+        short_job = cluster.sbatch("-w", name, "-t", "10", seconds=4)
+        wait_for(lambda: cluster.squeue().get(short_job) == "RUNNING", 60, "the job running")
+        status, detail = drain({"drain_by": time.time() + 60, "reclaim": False})
+        assert status == "drained", detail
+        assert "requeued" not in detail
+        assert short_job in cluster.completed(), "a voluntary drain waits for the job"
+    finally:
+        cluster.remove_node(name)
+        subprocess.run(["scontrol", "delete", f"nodename={name}"], env=cluster.env,
+                       capture_output=True, check=False)  # fmt: skip

@@ -386,3 +386,13 @@ def test_hostlists_without_ranges_need_no_tool() -> None:
 
     tools = SlurmTools(ClusterTools("c"), run=never)
     assert tools.hostnames("sco-ab,sco-cd") == ["sco-ab", "sco-cd"]
+
+
+def test_jobs_in_other_states_are_not_read() -> None:
+    # Found against slurmctld: squeue --nodelist listed a job just cancelled, with its
+    # CPUs unset (null); reading it strictly failed the whole drain.
+    cancelled = job(9, "PENDING")
+    cancelled["job_state"] = "CANCELLED"
+    cancelled["cpus"] = None
+    jobs = parse_jobs({"jobs": [cancelled, job(1, "PENDING")]}, "squeue")
+    assert [j.job_id for j in jobs] == [1]

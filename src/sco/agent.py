@@ -46,7 +46,7 @@ class AgentError(Exception):
 class AgentConfig:
     distributor: str  # https://host:port
     state_file: Path
-    drain_command: str  # run with SCO_DRAIN_BY etc. in its environment
+    drain_command: str  # run with SCO_DRAIN_BY etc. in its environment ("" with a drainer)
     token_file: Path | None = None
     metadata_url: str | None = None  # OpenStack metadata (meta_data.json) holding the token
     wait_s: float = 30.0
@@ -124,8 +124,12 @@ class Agent:
         http: httpx.Client | None = None,
         clock: Callable[[], float] = time.time,
         run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+        drainer: Callable[[dict[str, Any]], tuple[str, str]] | None = None,
     ) -> None:
+        """`drainer(contract) -> (status, detail)` drains the node (e.g. out of Slurm);
+        without one, the configured drain command does."""
         self.config = config
+        self.drainer = drainer
         self.http = http or httpx.Client(
             base_url=config.distributor.rstrip("/"),
             verify=ssl.create_default_context(cafile=str(config.ca_file))
@@ -264,6 +268,9 @@ class Agent:
         self.state.save(self.config.state_file)
 
     def _drain(self, c: dict[str, Any]) -> tuple[str, str]:
+        if self.drainer is not None:
+            log.info("agent: leaving by %s", c.get("drain_by"))
+            return self.drainer(c)
         drain_by = float(c["drain_by"])
         left = min(max(1.0, drain_by - self.clock()), 86_400.0)
         env = dict(

@@ -254,6 +254,10 @@ class ContractOut(BaseModel):
     plan_generation: int
     state: Literal["joining", "serving", "leaving", "gone"]
     drain_by: float | None = Field(description="Out of its scheduler by then (Unix time).")
+    reclaim: bool = Field(
+        description="Leaving because the cloud takes it back: work may be cut short "
+        "(requeued) to leave in time. Otherwise (sco's own moves) only drain."
+    )
     join: str = Field(description="How to join its scheduler; never a secret.")
     lease_expires_at: float = Field(
         description="Trust this contract until then without hearing from the distributor."

@@ -55,6 +55,7 @@ class Terms:
     plan_generation: int
     state: NodeState
     drain_by: float | None
+    reclaim: bool = False  # leaving because the cloud takes the server back (may cut work)
 
 
 def terms_of(instance: Instance) -> Terms:
@@ -68,6 +69,8 @@ def terms_of(instance: Instance) -> Terms:
         plan_generation=instance.plan_generation,
         state=state,
         drain_by=drain_by if state is NodeState.LEAVING else None,
+        # A reclaim may requeue work to leave in time; sco's own moves only drain.
+        reclaim=state is NodeState.LEAVING and instance.notice_deadline is not None,
     )
 
 
@@ -96,6 +99,7 @@ class Contract:
             "plan_generation": t.plan_generation,
             "state": str(t.state),
             "drain_by": t.drain_by,
+            "reclaim": t.reclaim,
             "join": self.join,
             "lease_expires_at": self.lease_expires_at,
         }

@@ -126,10 +126,17 @@ def _gres(text: str) -> dict[str, int]:
     return out
 
 
+# The states sco reads jobs in; squeue may list others (a job just cancelled, with
+# its CPUs unset, under --nodelist), which say nothing of demand or of a node's work.
+LIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING"})
+
+
 def parse_jobs(doc: Any, where: str) -> list[Job]:
     jobs: list[Job] = []
     for k, j in enumerate(_list(doc, "jobs", where)):
         at = f"{where}: jobs[{k}]"
+        if _get(j, "job_state", str, at) not in LIVE_STATES:
+            continue
         node_count = max(1, int(_get(j, "node_count", int, at)))
         cpus = float(_get(j, "cpus", int, at))
         tres = _tres(str(j.get("tres_req_str") or ""))

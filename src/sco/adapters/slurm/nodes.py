@@ -97,7 +97,7 @@ def slurm_conf_lines(
     return lines
 
 
-def _iso(t: float) -> str:
+def iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -112,6 +112,29 @@ def _deadline(reason: str) -> tuple[str, float] | None:
         ).timestamp()
     except ValueError:
         return None
+
+
+def cut_short(
+    jobs: Sequence[Job], due: Mapping[str, float]
+) -> tuple[list[int], list[tuple[Job, float]]]:
+    """Of the running jobs on nodes that must go (`due`: node -> deadline), those to
+    requeue now (their time limit ends after the deadline), and those that cannot be
+    requeued (`--no-requeue`), with their deadline. A job that ends in time is left."""
+    requeue: list[int] = []
+    cannot: list[tuple[Job, float]] = []
+    for job in jobs:
+        if job.pending:
+            continue
+        hits = [due[n] for n in job.nodes if n in due]
+        if not hits:
+            continue
+        if job.end_time is not None and job.end_time <= min(hits):
+            continue  # it ends by its time limit before the node has to go
+        if job.requeue:
+            requeue.append(job.job_id)
+        else:
+            cannot.append((job, min(hits)))
+    return requeue, cannot
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +232,7 @@ class SlurmNodes:
         name = node_name(server_id)
         why = "reclaim" if reason == RECLAIM else (reason or "leaving")
         try:
-            self.tools.drain(name, f"sco: {why} by {_iso(drain_by)}")
+            self.tools.drain(name, f"sco: {why} by {iso(drain_by)}")
         except SlurmRefused as e:
             log.info("partition %s: %s not drained (%s)", partition, name, e)
         except SlurmError as e:
@@ -247,21 +270,12 @@ class SlurmNodes:
         self.view.invalidate()
 
     def _requeue(self, cfg: SlurmPartition, jobs: Sequence[Job], due: Mapping[str, float]) -> None:
-        requeue: list[int] = []
-        for job in jobs:
-            if job.pending or job.job_id in self._requeued:
-                continue
-            hits = [due[n] for n in job.nodes if n in due]
-            if not hits:
-                continue
-            if job.end_time is not None and job.end_time <= min(hits):
-                continue  # it ends by its time limit before the node has to go
-            if not job.requeue:
-                if job.job_id not in self._unrequeueable:
-                    self._unrequeueable.add(job.job_id)
-                    self._report_unrequeueable(cfg, job, min(hits), due)
-                continue
-            requeue.append(job.job_id)
+        fresh = [j for j in jobs if j.job_id not in self._requeued]
+        requeue, cannot = cut_short(fresh, due)
+        for job, deadline in cannot:
+            if job.job_id not in self._unrequeueable:
+                self._unrequeueable.add(job.job_id)
+                self._report_unrequeueable(cfg, job, deadline, due)
         if requeue:
             try:
                 self.tools.requeue(requeue)
@@ -280,7 +294,7 @@ class SlurmNodes:
         termination event."""
         note = (
             f"job {job.job_id} cannot be requeued (--no-requeue): it ends when the node "
-            f"goes at {_iso(deadline)}"
+            f"goes at {iso(deadline)}"
         )
         log.warning("partition %s: %s (on %s)", cfg.name, note, ",".join(job.nodes))
         for name in job.nodes:

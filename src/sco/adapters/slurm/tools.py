@@ -113,6 +113,12 @@ class SlurmTools:
         doc = self._json("squeue", "--partition", ",".join(partitions), "--states", "PD,R,CF,CG")
         return parse_jobs(doc, f"{self.cluster.name}: squeue")
 
+    def jobs_on(self, node: str) -> list[Job]:
+        """Jobs allocated on `node` (squeue --nodelist also lists jobs that merely ask
+        for it)."""
+        doc = self._json("squeue", "--nodelist", node, "--states", "R,CF,CG")
+        return [j for j in parse_jobs(doc, f"{self.cluster.name}: squeue") if node in j.nodes]
+
     def nodes(self) -> list[SlurmNode]:
         return parse_nodes(self._json("sinfo"), f"{self.cluster.name}: sinfo")
 

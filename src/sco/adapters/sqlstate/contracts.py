@@ -84,6 +84,7 @@ def _terms_row(terms: Terms) -> dict[str, object]:
         "plan_generation": terms.plan_generation,
         "state": str(terms.state),
         "drain_by": terms.drain_by,
+        "reclaim": terms.reclaim,
     }
 
 
@@ -98,6 +99,7 @@ def _row(r: Any) -> ContractRow:
             plan_generation=int(r.plan_generation),
             state=NodeState(r.state),
             drain_by=r.drain_by,
+            reclaim=bool(r.reclaim),
         ),
         server_id=r.server_id,
         changed_at=float(r.changed_at),

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    false,
+)
 
 metadata = MetaData()
 
@@ -183,6 +195,7 @@ contracts = Table(
     Column("state", String(16), nullable=False),
     Column("server_id", String(64)),
     Column("drain_by", Float),
+    Column("reclaim", Boolean, nullable=False, server_default=false()),
     Column("version", Integer, nullable=False),
     Column("changed_at", Float, nullable=False),
     Column("token_hash", String(64)),

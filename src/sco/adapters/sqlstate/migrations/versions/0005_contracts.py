@@ -36,6 +36,7 @@ def upgrade() -> None:
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("server_id", sa.String(64)),
         sa.Column("drain_by", sa.Float),
+        sa.Column("reclaim", sa.Boolean, nullable=False, server_default=sa.false()),
         sa.Column("version", sa.Integer, nullable=False),
         sa.Column("changed_at", sa.Float, nullable=False),
         sa.Column("token_hash", sa.String(64)),
