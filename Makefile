@@ -48,6 +48,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/failover.py
 	$(BIN)/python bench/controlplane.py
+	$(BIN)/python bench/slurm.py
+	$(BIN)/python bench/distributor.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache
