@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.distributor import Buckets, DistributorConfig, create_app
@@ -174,3 +175,28 @@ def test_a_body_that_is_not_utf8_is_refused_not_a_crash(store: SqlFleetStore) ->
         r = client.post("/v1/contract/ack", headers=_auth(token), content=b"\x80")
     assert r.status_code == 422
     assert "\\x80" not in r.text
+
+
+def test_with_fleet_state_away_reads_go_on_and_acks_wait(
+    store: SqlFleetStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _inst, token = _node(store)
+    with _client(store, poll_s=0.05) as client:
+        assert client.get("/v1/contract", headers=_auth(token)).status_code == 200
+
+        def away(*_a: object, **_k: object) -> None:
+            raise OperationalError("SELECT", {}, Exception("connection refused"))
+
+        for name in ("changed_since", "last_change", "current", "get_many", "by_token", "ack"):
+            monkeypatch.setattr(store.contracts, name, away)
+        time.sleep(0.5)  # the feed notices
+        r = client.get("/v1/contract", headers=_auth(token))
+        assert r.status_code == 200, "the last known contract, from the replica's copy"
+        ready = client.get("/readyz")
+        assert ready.status_code == 200
+        assert "unreachable" in ready.text
+        ack = client.post(
+            "/v1/contract/ack", headers=_auth(token), json={"version": 1, "status": "left"}
+        )
+        assert ack.status_code == 503
+        assert ack.headers["Retry-After"] == "5"

@@ -18,8 +18,8 @@ Each replica keeps a copy of the contracts (loaded at start, then kept current
 from `contract_changes`: on PostgreSQL a NOTIFY in the writing transaction wakes
 it, on SQLite it looks every `poll_s`) and answers reads and long polls from it.
 A change wakes exactly the requests waiting on that contract. With fleet state
-away, a replica goes on answering with what it knows (and says so in
-/readyz); acknowledgements need fleet state and get 503 meanwhile.
+away, a replica stays ready and goes on answering with what it knows (its
+/readyz says so); acknowledgements need fleet state and get 503 meanwhile.
 """
 
 from __future__ import annotations
@@ -184,6 +184,9 @@ class ChangeFeed:
                 if self.healthy or not self.loaded:
                     log.warning("distributor: cannot read contract changes: %s", e)
                 self.healthy = False
+                # Back, read everything again: meanwhile the log may have been pruned
+                # past where this copy stands.
+                self.loaded = False
                 await asyncio.sleep(min(5.0, self.poll_s * 4))
                 continue
             with contextlib.suppress(TimeoutError):
@@ -192,14 +195,6 @@ class ChangeFeed:
 
     async def _follow(self) -> None:
         last, changed = await asyncio.to_thread(self.contracts.changed_since, self.last)
-        if (
-            changed
-            and self.last
-            and await asyncio.to_thread(self.contracts.first_change) > self.last + 1
-        ):
-            # The log was pruned past where this replica stood: read everything again.
-            self.loaded = False
-            return
         if changed:
             rows = await asyncio.to_thread(self.contracts.get_many, sorted(changed))
             self.mirror.apply(rows.values(), now=time.time())
@@ -497,10 +492,12 @@ def create_app(
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> PlainTextResponse:
         feed: ChangeFeed | None = state.get("feed")
-        if feed is None or not feed.loaded:
+        if feed is None or (not feed.mirror.rows and not feed.loaded):
             return PlainTextResponse("contracts not loaded yet", status_code=503)
         if not feed.healthy:
-            return PlainTextResponse("fleet state unreachable", status_code=503)
+            # Still ready: nodes keep reading what is known (static stability); only
+            # acknowledgements wait for fleet state.
+            return PlainTextResponse("serving the last known contracts; fleet state unreachable")
         return PlainTextResponse("ok")
 
     @app.get("/metrics", include_in_schema=False)

@@ -222,10 +222,6 @@ class ContractStore:
         with self.engine.connect() as conn:
             return [_row(r) for r in conn.execute(q)]
 
-    def first_change(self) -> int:
-        with self.engine.connect() as conn:
-            return int(conn.execute(select(func.min(t.contract_changes.c.id))).scalar() or 0)
-
     def prune_changes(self, before: float) -> int:
         with self.engine.begin() as conn:
             done = conn.execute(delete(t.contract_changes).where(t.contract_changes.c.at < before))

@@ -7,7 +7,7 @@
 - contract_changes: every change of a contract (a new version, a token set or
   revoked), in order, so the distributor's replicas keep their copy of the
   contracts current and wake the agents waiting on exactly those that changed.
-  Rows older than an hour are pruned; a replica that fell further behind reloads.
+  Rows older than an hour are pruned; a replica that could not read it reloads.
 
 Revision ID: 0005
 Revises: 0004
