@@ -98,10 +98,12 @@ class FakeCloud:
     def all_servers(self) -> list[ServerView]:
         return list(self.servers.values())
 
-    def give_notice(self, server_id: str, deadline: float) -> None:
-        self.servers[server_id] = dataclasses.replace(
-            self.servers[server_id], notice_deadline=deadline
-        )
+    def give_notice(self, server_id: str, deadline: float) -> float:
+        s = self.servers[server_id]
+        if s.notice_deadline is not None:
+            return s.notice_deadline
+        self.servers[server_id] = dataclasses.replace(s, notice_deadline=deadline)
+        return deadline
 
     def delete(self, server_ids: Sequence[str]) -> None:
         for s in server_ids:

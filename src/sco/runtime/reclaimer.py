@@ -33,7 +33,9 @@ class ReclaimCloud(Protocol):
 
     def all_servers(self) -> Sequence[ServerView]: ...
 
-    def give_notice(self, server_id: str, deadline: float) -> None: ...
+    def give_notice(self, server_id: str, deadline: float) -> float:
+        """Set the notice unless one is set; returns the deadline in force."""
+        ...
 
     def delete(self, server_ids: Sequence[str]) -> None: ...
 
@@ -42,7 +44,7 @@ class ReclaimCloud(Protocol):
 class Noticed:
     choice: Choice
     deadline: float
-    failed: tuple[str, ...]  # servers whose notice could not be set
+    failed: tuple[str, ...]  # servers whose notice could not be set (or already was)
 
 
 class Reclaimer:
@@ -105,7 +107,9 @@ class Reclaimer:
         failed: list[str] = []
         for v in choice.victims:
             try:
-                self.cloud.give_notice(v.server_id, deadline)
+                if self.cloud.give_notice(v.server_id, deadline) != deadline:
+                    failed.append(v.server_id)  # noticed meanwhile: its deadline stands
+                    continue
                 log.info(
                     "reclaim: %s (%s) goes at %.0f: %s", v.server_id, v.partition, deadline, v.why
                 )

@@ -342,10 +342,20 @@ class OpenStackProvider:
             by_partition.setdefault(str(meta.get(META_PARTITION, "")), []).append(s)
         return [v for p, records in by_partition.items() for v in server_views(records, p).views]
 
-    def give_notice(self, server_id: str, deadline: float) -> None:
-        """The reclaim-notice contract: the server goes at `deadline`."""
+    def give_notice(self, server_id: str, deadline: float) -> float:
+        """The reclaim-notice contract: the server goes at `deadline`. A notice never
+        moves: a server already noticed keeps its deadline, which is returned."""
+        meta = (self.client.get("compute", f"/servers/{server_id}/metadata") or {}).get(
+            "metadata"
+        ) or {}
+        if meta.get(META_RECLAIM_AT):
+            try:
+                return float(meta[META_RECLAIM_AT])
+            except ValueError:
+                return 0.0  # unreadable: it goes now, as a server listing reads it
         path = f"/servers/{server_id}/metadata/{META_RECLAIM_AT}"
         self.client.put("compute", path, {"meta": {META_RECLAIM_AT: f"{deadline:.0f}"}})
+        return deadline
 
     def deliver_token(self, server_id: str, token: Secret) -> None:
         """The node's token in its server's metadata (`sco:node-token`), which the
