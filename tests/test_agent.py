@@ -158,3 +158,27 @@ def test_run_until_stops_when_the_instance_is_over(
     assert a.run_until(stop) == 0
     assert not stop.is_set(), "it ended on its own"
     stop.set()
+
+
+def test_backing_off_never_sleeps_past_the_drain_start(
+    tmp_path: Path, store: SqlFleetStore, client: TestClient
+) -> None:
+    inst = _node(store, tmp_path / "token")
+    _notice(store, inst, 4_000_000_000.0)
+    auth = {"Authorization": f"Bearer {(tmp_path / 'token').read_text().strip()}"}
+    r = wait_for(
+        lambda: (g := client.get("/v1/contract", headers=auth)).headers["ETag"] == '"2"' and g,
+        10,
+        "the notice",
+    )
+    AgentState(etag=r.headers["ETag"], contract=r.json()).save(tmp_path / "agent.json")
+    now = [4_000_000_000.0 - 40]  # the drain starts 30 s before the deadline: in 10 s
+    config = AgentConfig(
+        distributor="http://127.0.0.1:9", state_file=tmp_path / "agent.json",
+        drain_command="true", token_file=tmp_path / "token", drain_lead_s=30.0,
+        backoff_max_s=300.0,
+    )  # fmt: skip
+    away = Agent(config, http=httpx.Client(base_url="http://127.0.0.1:9", timeout=0.5),
+                 clock=lambda: now[0])  # fmt: skip
+    away.backoff.next_s = lambda: 300.0  # type: ignore[method-assign]  # long into an outage
+    assert away.step() <= 10.0

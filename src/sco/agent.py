@@ -193,6 +193,9 @@ class Agent:
         self._act()
         if self._ack_owed():
             pause = max(pause, self._ack())
+        due = self._drain_due()
+        if due is not None:  # a backoff must not carry it past the drain's start
+            pause = min(pause, max(0.0, due - self.clock()))
         return pause
 
     def _headers(self) -> dict[str, str]:
