@@ -167,6 +167,9 @@ def test_evaluation_by_hand() -> None:
     assert r.cost == pytest.approx(spot / 3600 + od * 3 / 3600)
     assert r.baseline == pytest.approx(3 * 3 * 2)
     assert r.reclaims == 3
+    # Three units missing for 120 s, of three wanted for 7200 s; the floor is the target.
+    assert r.served_fraction == pytest.approx(1 - 3 * 120 / (3 * 7200))
+    assert r.below_floor_unit_h == pytest.approx(3 * 120 / 3600)
 
 
 def test_notice_lets_sco_cover_the_drop() -> None:

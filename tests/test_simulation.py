@@ -86,6 +86,9 @@ def test_reclaim_and_replacement(tmp_path: Path) -> None:
     assert m["cost"] == pytest.approx(4200 / 3600)
     assert (m["creates"], m["reclaims"]) == (3, 1)
     assert m["mean_replace_s"] == pytest.approx(1320 - 600)
+    # Units running up to the target: 2 x 480 + 1 x 720 + 2 x 1080 of 2 x 2400.
+    assert m["served_fraction"] == pytest.approx(3840 / 4800)
+    assert m["below_floor_unit_h"] == 0.0
 
 
 def test_event_driven_cycles_react_to_the_same_events(tmp_path: Path) -> None:
@@ -133,6 +136,9 @@ def test_floor_kept_with_guaranteed_then_given_back(tmp_path: Path) -> None:
     assert m["cost"] == pytest.approx(spot + guaranteed)
     assert (m["creates"], m["reclaims"]) == (4, 1)
     assert m["mean_replace_s"] == pytest.approx(720 - 600)
+    # Below the floor of 2: by 2 units for 120 s (booting), by 1 for 120 s (reclaimed).
+    assert m["below_floor_unit_h"] == pytest.approx(360 / 3600)
+    assert m["served_fraction"] == pytest.approx((4800 - 360) / 4800)
 
 
 def test_notice_lets_replacement_start_before_the_reclaim(tmp_path: Path) -> None:

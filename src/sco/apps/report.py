@@ -166,6 +166,8 @@ def _page(result: SimulationResult, summary: dict[str, Any], figures: list[tuple
     cols = [
         "availability",
         "floor_availability",
+        "served_fraction",
+        "below_floor_unit_h",
         "cost_vs_guaranteed",
         "cost",
         "guaranteed_only_cost",

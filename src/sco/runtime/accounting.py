@@ -1,4 +1,9 @@
-"""What a simulated run achieved: availability, cost, reclaims, time to replace.
+"""What a simulated run achieved: availability, served fraction, cost, reclaims, time
+to replace.
+
+Availability (the share of time at target) suits a service of a few replicas; a
+fleet is better read by its served fraction, the unit-hours running (up to the
+target) over the unit-hours wanted, and by the unit-hours spent below the floor.
 
 The accountant listens to the simulated region (the truth, not the
 controller's view) and integrates exactly over time: every quantity is
@@ -24,6 +29,9 @@ class PartitionMetrics:
     seconds: float
     availability: float  # share of time running units >= target
     floor_availability: float  # share of time running units >= floor
+    served_fraction: float  # integral of min(running, target) over that of target, in units
+    below_floor_unit_h: float  # integral of the units missing below the floor
+    target_unit_h: float  # integral of the target: what was wanted
     cost: float  # instance-hours x price, from create to deletion, cold start included
     guaranteed_only_cost: float  # the target met with guaranteed capacity alone
     reclaims: int  # instances reclaimed (announced or not)
@@ -41,6 +49,8 @@ class PartitionMetrics:
             "partition": self.partition,
             "availability": self.availability,
             "floor_availability": self.floor_availability,
+            "served_fraction": self.served_fraction,
+            "below_floor_unit_h": self.below_floor_unit_h,
             "cost": self.cost,
             "guaranteed_only_cost": self.guaranteed_only_cost,
             "cost_vs_guaranteed": self.cost_vs_guaranteed,
@@ -62,6 +72,9 @@ class _Part:
     ok_target_s: float = 0.0
     ok_floor_s: float = 0.0
     total_s: float = 0.0
+    served_unit_s: float = 0.0
+    target_unit_s: float = 0.0
+    below_floor_unit_s: float = 0.0
     baseline_cost: float = 0.0
     cost: float = 0.0
     spot_unit_s: float = 0.0
@@ -131,6 +144,9 @@ class Accountant:
                 p.ok_target_s += dt
             if p.running >= p.floor:
                 p.ok_floor_s += dt
+            p.served_unit_s += min(p.running, p.target) * dt
+            p.target_unit_s += p.target * dt
+            p.below_floor_unit_s += max(0, p.floor - p.running) * dt
             p.baseline_cost += (
                 math.ceil(max(p.target, p.floor) / self.unit) * self.g_price * dt / 3600
             )
@@ -242,6 +258,9 @@ class Accountant:
                 seconds=p.total_s,
                 availability=p.ok_target_s / p.total_s if p.total_s else 0.0,
                 floor_availability=p.ok_floor_s / p.total_s if p.total_s else 0.0,
+                served_fraction=p.served_unit_s / p.target_unit_s if p.target_unit_s else 1.0,
+                below_floor_unit_h=p.below_floor_unit_s / 3600.0,
+                target_unit_h=p.target_unit_s / 3600.0,
                 cost=p.cost,
                 guaranteed_only_cost=p.baseline_cost,
                 reclaims=p.reclaims,

@@ -180,6 +180,17 @@ class WindowResult:
     launches: int = 0
     spot_unit_s: float = 0.0
     od_unit_s: float = 0.0
+    served_unit_s: float = 0.0  # integral of min(serving, target)
+    target_unit_s: float = 0.0
+    below_floor_unit_s: float = 0.0
+
+    @property
+    def served_fraction(self) -> float:
+        return self.served_unit_s / self.target_unit_s if self.target_unit_s else 1.0
+
+    @property
+    def below_floor_unit_h(self) -> float:
+        return self.below_floor_unit_s / 3600.0
 
     @property
     def availability(self) -> float:
@@ -211,6 +222,8 @@ class PolicyResult:
         return {
             "availability": self.mean("availability"),
             "floor_availability": self.mean("floor_availability"),
+            "served_fraction": self.mean("served_fraction"),
+            "below_floor_unit_h": self.mean("below_floor_unit_h"),
             "cost_vs_guaranteed": self.mean("cost_vs_guaranteed"),
             "reclaims": self.mean("reclaims"),
             "launches": self.mean("launches"),
@@ -355,11 +368,15 @@ class _Window:
             return
         serving = sum(1 for i in self.insts.values() if i.ready_at <= t)
         tick = min(self.cfg.tick_s, self.end_s - t)
-        self.result.counted_s += tick
+        r = self.result
+        r.counted_s += tick
         if serving >= self.cfg.target:
-            self.result.available_s += tick
+            r.available_s += tick
         if serving >= self.cfg.floor_units:
-            self.result.floor_s += tick
+            r.floor_s += tick
+        r.served_unit_s += min(serving, self.cfg.target) * tick
+        r.target_unit_s += self.cfg.target * tick
+        r.below_floor_unit_s += max(0, self.cfg.floor_units - serving) * tick
 
     # ------------------------------------------------------------ policy
 

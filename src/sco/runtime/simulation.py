@@ -130,9 +130,16 @@ class SimulationResult:
         ms = list(self.partitions.values())
         cost = sum(m.cost for m in ms)
         baseline = sum(m.guaranteed_only_cost for m in ms)
+        wanted = sum(m.target_unit_h for m in ms)
         return {
             "availability": sum(m.availability for m in ms) / len(ms),
             "floor_availability": sum(m.floor_availability for m in ms) / len(ms),
+            # Unit-weighted over partitions: a big partition's shortfall weighs more.
+            "served_fraction": (
+                sum(m.served_fraction * m.target_unit_h for m in ms) / wanted if wanted else 1.0
+            ),
+            "below_floor_unit_h": sum(m.below_floor_unit_h for m in ms),
+            "guaranteed_share": sum(m.guaranteed_share for m in ms) / len(ms),
             "cost_vs_guaranteed": cost / baseline if baseline else 0.0,
             "reclaims": sum(m.reclaims for m in ms),
             "creates": sum(m.creates for m in ms),
