@@ -163,6 +163,17 @@ def test_headroom_is_capacity_minus_held(tmp_path: Path) -> None:
     assert region.headroom([pool, "no/such/pool"]) == {pool: 2}
 
 
+def test_pool_size_scales_count_traces_too(tmp_path: Path) -> None:
+    # A count trace at fleet scale: each unit stands for pool_size instances, given one;
+    # without one, a count is a count (the region spec's size is for 0/1 traces).
+    region, pool = one_pool(tmp_path / "a", [5, 3, 5], SimConfig(pool_size=100))
+    assert region.capacity_of(pool) == 500
+    region.advance_to(100.0)
+    assert region.capacity_of(pool) == 300
+    plain, pool = one_pool(tmp_path / "b", [5, 3, 5], spec={"pool_size": 100})
+    assert plain.capacity_of(pool) == 5
+
+
 def test_create_beyond_headroom_is_partly_fulfilled(tmp_path: Path) -> None:
     obs = Recorder()
     region, pool = one_pool(tmp_path, [5, 5, 5, 5], observer=obs)
@@ -451,8 +462,8 @@ def test_binary_trace_pool_size_defaults_to_the_region_spec(tmp_path: Path) -> N
     assert region2.capacity_of(pool2) == 5
 
 
-def test_counts_trace_is_taken_literally(tmp_path: Path) -> None:
-    region, pool = one_pool(tmp_path, [2, 1, 0], SimConfig(pool_size=3))
+def test_counts_trace_is_taken_literally_without_a_pool_size(tmp_path: Path) -> None:
+    region, pool = one_pool(tmp_path, [2, 1, 0])
     assert region.capacity_of(pool) == 2
     region.advance_to(100.0)
     assert region.capacity_of(pool) == 1

@@ -169,7 +169,8 @@ def demo(out: Path | None, days: float | None, history: str | None) -> None:
     "--pool-size",
     type=int,
     default=None,
-    help="Instances a 1 stands for in 0/1 traces (default: region.yaml, else 8).",
+    help="Instances a 1 stands for in 0/1 traces (default: region.yaml, else 8), and "
+    "a unit of a count trace (default: 1). Scales a trace to a fleet.",
 )
 @click.option(
     "--error-rate",

@@ -1,7 +1,8 @@
 """A simulated region driven by traces: the provider and node plane on a virtual clock.
 
 Each series is a spot pool whose capacity over time is the trace value (a 1
-in a 0/1 trace stands for `pool_size` instances). Guaranteed pools, one per
+in a 0/1 trace stands for `pool_size` instances; a count trace's unit stands for
+`pool_size` instances when one is given, else for one). Guaranteed pools, one per
 hall, have a fixed quota. When a spot pool's capacity drops below what is
 held there, the newest servers are reclaimed; with `notice_s > 0` the region
 looks ahead in the trace and announces each reclaim that long before it.
@@ -43,7 +44,8 @@ class SimConfig:
     drain_s: float = 30.0  # a node's drain takes this long
     delete_s: float = 5.0  # a deleted server holds its capacity this long
     notice_s: float = 0.0  # reclaim notice lead time; 0: reclaims come unannounced
-    pool_size: int | None = None  # a 1 in a 0/1 trace; None: the region spec's
+    pool_size: int | None = None  # a 1 in a 0/1 trace (None: the region spec's), and
+    # a unit of a count trace (None: 1)
     unlimited_binary: bool = False  # a 1 in a 0/1 trace means unlimited capacity
     error_rate: float = 0.0  # chance a call fails with a retryable 5xx
     timeout_rate: float = 0.0  # chance a create times out (and took effect half the time)
@@ -203,7 +205,9 @@ class SimRegion:
 
     def _instances_for(self, value: int, binary: bool) -> int:
         if not binary:
-            return value
+            # A count trace at scale: each unit stands for `pool_size` instances when
+            # one is given (the region spec's size is for 0/1 traces only).
+            return value * (self.config.pool_size or 1)
         if value == 0:
             return 0
         if self.config.unlimited_binary:
