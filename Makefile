@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/controlplane.py
 	$(BIN)/python bench/slurm.py
 	$(BIN)/python bench/distributor.py
+	$(BIN)/python bench/cycle.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache
