@@ -47,6 +47,7 @@ class SimConfig:
     pool_size: int | None = None  # a 1 in a 0/1 trace (None: the region spec's), and
     # a unit of a count trace (None: 1)
     unlimited_binary: bool = False  # a 1 in a 0/1 trace means unlimited capacity
+    guaranteed_quota_per_hall: int | None = None  # None: the region spec's
     error_rate: float = 0.0  # chance a call fails with a retryable 5xx
     timeout_rate: float = 0.0  # chance a create times out (and took effect half the time)
     seed: int = 0
@@ -191,7 +192,8 @@ class SimRegion:
                 cold_start_s=self.config.cold_start_s + self.config.join_s,
             )
             self._add_pool(pool, g_price)
-            self._capacity[pool.id] = spec.guaranteed_quota_per_hall
+            quota = self.config.guaranteed_quota_per_hall
+            self._capacity[pool.id] = spec.guaranteed_quota_per_hall if quota is None else quota
         self._apply_due()
 
     # ------------------------------------------------------------ set-up
