@@ -148,7 +148,10 @@ class SimRegion:
         self._events: list[tuple[float, int, int, str]] = []
         self._servers: dict[str, _Server] = {}
         self._tokens: dict[str, Secret] = {}
-        self._by_pool: dict[PoolId, list[_Server]] = {}
+        # Indexes, insertion-ordered: a server leaves in O(1), a partition is listed
+        # without looking at the others'.
+        self._by_pool: dict[PoolId, dict[str, _Server]] = {}
+        self._by_partition: dict[str, dict[str, _Server]] = {}
         self._capacity: dict[PoolId, int] = {}
         self._announced: dict[PoolId, list[tuple[float, int]]] = {}
         self._price: dict[PoolId, float] = {}
@@ -200,7 +203,7 @@ class SimRegion:
 
     def _add_pool(self, pool: Pool, price: float) -> None:
         self._pools[pool.id] = pool
-        self._by_pool[pool.id] = []
+        self._by_pool[pool.id] = {}
         self._price[pool.id] = price
         self._capacity[pool.id] = 0
         self._announced[pool.id] = []
@@ -332,7 +335,7 @@ class SimRegion:
                 )
 
     def _holding(self, pool_id: PoolId) -> list[_Server]:
-        return self._by_pool[pool_id]
+        return list(self._by_pool[pool_id].values())
 
     def _effective_capacity(self, pool_id: PoolId) -> int:
         """Capacity now, lowered by any drop already announced: it is not ours to give."""
@@ -359,7 +362,8 @@ class SimRegion:
         self._set_running(s, False)
         del self._servers[s.server_id]
         self._tokens.pop(s.server_id, None)
-        self._by_pool[s.pool.id].remove(s)
+        del self._by_pool[s.pool.id][s.server_id]
+        del self._by_partition[s.partition][s.server_id]
         if self.observer:
             self.observer.held(self.now, s.pool.id, s.partition, -1)
 
@@ -409,7 +413,8 @@ class SimRegion:
         sid = f"srv-{next(self._ids):07d}"
         s = _Server(sid, partition, self._pools[pool_id], request_id, gen, self.now)
         self._servers[sid] = s
-        self._by_pool[pool_id].append(s)
+        self._by_pool[pool_id][sid] = s
+        self._by_partition.setdefault(partition, {})[sid] = s
         self._push(self.now + self.config.api_latency_s, _Kind.LISTED, sid)
         self._push(self.now + self.config.cold_start_s, _Kind.ACTIVE, sid)
         if self.observer:
@@ -440,8 +445,8 @@ class SimRegion:
                 notice_deadline=s.notice_deadline,
                 active_at=s.active_at,
             )
-            for s in self._servers.values()
-            if s.partition == partition and s.listed
+            for s in self._by_partition.get(partition, {}).values()
+            if s.listed
         ]
 
     # ------------------------------------------------------------ SchedulerCluster
@@ -458,8 +463,7 @@ class SimRegion:
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         return {
             s.server_id: NodeView(joined=s.joined, drained=s.drained, joined_at=s.joined_at)
-            for s in self._servers.values()
-            if s.partition == partition
+            for s in self._by_partition.get(partition, {}).values()
         }
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
