@@ -33,6 +33,10 @@ def main() -> None:
     ap.add_argument("--cycle-s", type=float, default=30.0)
     ap.add_argument("--instances", type=int, default=None, help="Run the fleet scenario.")
     ap.add_argument("--notice-s", type=float, default=0.0)
+    ap.add_argument(
+        "--idle-resync-s", type=float, default=None,
+        help="Event-driven cycles: a partition cycles on what changed, and at least this often.",
+    )  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec = _spec(args, Path(tmp))
@@ -67,6 +71,7 @@ def _spec(args: argparse.Namespace, tmp: Path) -> SimulationSpec:
             duration_s=args.days * 86400,
             cycle_s=args.cycle_s,
             sim=SimConfig(notice_s=args.notice_s),
+            idle_resync_s=args.idle_resync_s,
         )
     fleet = FLEET["v100-9zone-x1000"]
     return SimulationSpec(
@@ -74,6 +79,7 @@ def _spec(args: argparse.Namespace, tmp: Path) -> SimulationSpec:
         demand=fleet.write_demand(tmp, args.instances),
         duration_s=args.days * 86400,
         cycle_s=args.cycle_s,
+        idle_resync_s=args.idle_resync_s,
         sim=SimConfig(
             pool_size=fleet.pool_size,
             guaranteed_quota_per_hall=fleet.guaranteed_quota_per_hall,
