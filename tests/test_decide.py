@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -369,9 +370,18 @@ def test_acquirer_never_asks_beyond_available(sit, batch) -> None:  # type: igno
     for c in acts.creates:
         assert c.count > 0
         asked[c.pool] += c.count
+    cfg = ActConfig(max_batch=batch)
     for pool, n in asked.items():
         assert n <= snap.pools[pool].available
-        assert n <= batch
+        assert n <= cfg.batch(snap.pools[pool].available)
+        assert n <= batch or n <= math.ceil(cfg.batch_fraction * snap.pools[pool].available)
+
+
+def test_batches_follow_the_room_at_scale() -> None:
+    cfg = ActConfig()
+    assert cfg.batch(40) == 10, "small pools: batches of max_batch"
+    assert cfg.batch(1000) == 250, "a fleet's pool: a quarter of its room per call"
+    assert ActConfig(batch_fraction=0.0).batch(1000) == 10
 
 
 @settings(max_examples=300, deadline=None)

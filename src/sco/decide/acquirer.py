@@ -15,6 +15,7 @@ Rules it keeps, whatever the inputs:
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ from sco.domain.snapshot import PartitionSnapshot
 
 @dataclass(frozen=True, slots=True)
 class ActConfig:
-    max_batch: int = 10  # instances in one create call
+    max_batch: int = 10  # instances in one create call, at least
+    batch_fraction: float = 0.25  # ... or this share of the pool's room, when more
     drain_s: float = 60.0  # time a node gets to leave when sco removes it
     timeouts: Timeouts = field(default_factory=Timeouts)
 
@@ -37,6 +39,13 @@ class ActConfig:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.drain_s < 0:
             raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")
+        if not 0 <= self.batch_fraction <= 1:
+            raise ValueError(f"batch_fraction must be in [0, 1], got {self.batch_fraction}")
+
+    def batch(self, available: int) -> int:
+        """Instances one create call may ask for in a pool with `available` room: a
+        fleet refills a lost zone in a few calls, not hundreds of ten."""
+        return max(self.max_batch, math.ceil(available * self.batch_fraction))
 
 
 class Reason(StrEnum):
@@ -211,7 +220,8 @@ def _toward_targets(
         have = live.get(pool_id, [])
         if len(have) < want:
             view = snapshot.pools.get(pool_id)
-            n = min(want - len(have), view.available if view else 0, cfg.max_batch)
+            room = view.available if view else 0
+            n = min(want - len(have), room, cfg.batch(room))
             if n > 0:
                 acts.creates.append(Create(pool_id, n))
         elif len(have) > want:

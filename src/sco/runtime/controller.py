@@ -367,7 +367,10 @@ class PartitionController:
             )
         for pool in self._acceptances.keys() - self._refusals.keys():
             if pool in self._batch:
-                self._batch[pool] = min(top, self._batch[pool] * 2)
+                if self._batch[pool] * 2 >= top:
+                    del self._batch[pool]  # recovered: batches follow the room again
+                else:
+                    self._batch[pool] *= 2
         self._refusals.clear()
         self._acceptances.clear()
 
