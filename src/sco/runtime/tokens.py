@@ -19,16 +19,20 @@ log = logging.getLogger(__name__)
 
 
 class TokenIssuer:
-    def __init__(self, ledger: TokenLedger, courier: TokenCourier, ttl_s: float) -> None:
+    def __init__(
+        self, ledger: TokenLedger, courier: TokenCourier, ttl_s: float, per_cycle: int = 100
+    ) -> None:
         self.ledger = ledger
         self.courier = courier
         self.ttl_s = ttl_s
+        self.per_cycle = per_cycle  # a burst of new servers is served over a few cycles
         self.issued_total = 0
 
     def issue(self, partition: str, now: float) -> int:
         """Tokens for the partition's servers that have none (or an old one)."""
         issued = 0
-        for instance_id, server_id in self.ledger.untokened(partition, now + self.ttl_s / 2):
+        due = self.ledger.untokened(partition, now + self.ttl_s / 2)
+        for instance_id, server_id in due[: self.per_cycle]:
             token = Secret(secrets.token_urlsafe(32))
             try:
                 self.courier.deliver_token(server_id, token)
