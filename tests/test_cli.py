@@ -85,7 +85,10 @@ def test_evaluate_prints_the_table_and_json(tmp_path: Path) -> None:
         "--windows", "2", "--workers", "1", "--json",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    last = json.loads(out.stdout.strip().splitlines()[-1])
+    # Only the JSON on stdout: HiGHS's banner (printed by its C++ when a solver is
+    # made) went there and broke `--json | jq` until it was sent to stderr.
+    (line,) = out.stdout.strip().splitlines()
+    last = json.loads(line)
     assert set(last["traces"]["t"]) == {"sco", "spothedge", "optimal"}
     assert last["traces"]["t"]["optimal"]["availability"] == 1.0
     for m in last["traces"]["t"].values():

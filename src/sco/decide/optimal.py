@@ -18,7 +18,11 @@ Ticks before L are the lead-in: free, so the schedule may start instances early.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ctypes
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -120,7 +124,8 @@ def solve(
     integer = highspy.HighsVarType.kInteger
     continuous = highspy.HighsVarType.kContinuous
     lp.integrality_ = [integer if c < n_x or y0 <= c < s0 else continuous for c in range(n)]
-    h = highspy.Highs()  # type: ignore[no-untyped-call]
+    with _banner_to_stderr():
+        h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", 1e-4)
@@ -133,3 +138,19 @@ def solve(
     spot = tuple(tuple(round(values[x(z, k)]) for k in range(ticks)) for z in range(zones))
     od = tuple(round(values[y0 + k]) for k in range(ticks))
     return Schedule(spot, od, float(info.objective_function_value), float(info.mip_gap))
+
+
+@contextmanager
+def _banner_to_stderr() -> Iterator[None]:
+    """HiGHS prints a banner to the process's stdout when a solver is made (before
+    any option can silence it), which would corrupt `--json` output: send the C-level
+    stdout to stderr meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        ctypes.CDLL(None).fflush(None)  # what the C library buffered goes to stderr
+        os.dup2(saved, 1)
+        os.close(saved)
