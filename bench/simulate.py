@@ -80,11 +80,7 @@ def _spec(args: argparse.Namespace, tmp: Path) -> SimulationSpec:
         duration_s=args.days * 86400,
         cycle_s=args.cycle_s,
         idle_resync_s=args.idle_resync_s,
-        sim=SimConfig(
-            pool_size=fleet.pool_size,
-            guaranteed_quota_per_hall=fleet.guaranteed_quota_per_hall,
-            notice_s=args.notice_s,
-        ),
+        sim=fleet.sim_config(notice_s=args.notice_s),
     )
 
 

@@ -257,3 +257,15 @@ def test_run_help_lists_every_option() -> None:
     import inspect
 
     assert params == set(inspect.signature(cli.commands["run"].callback).parameters)  # type: ignore[arg-type]
+
+
+def test_simulate_a_fleet_scenario() -> None:
+    out = sco("simulate", "--fleet", "v100-16node-x100", "--duration", "30m", "--json")
+    assert out.returncode == 0, out.stderr
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(last["partitions"]) == {"batch-a", "batch-b", "web", "api"}
+    assert 0.0 < last["served_fraction"] <= 1.0
+    assert last["creates"] > 1000, "thousands of instances: each trace unit is 100"
+    both = sco("simulate", "--fleet", "v100-16node-x100", "--traces", "x")
+    assert both.returncode == 2
+    assert "give one of --traces and --fleet" in both.stderr

@@ -6,6 +6,7 @@ or option and the field, and exit with status 2 before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -38,6 +39,7 @@ from sco.runtime.evaluation import (
     suite,
     window_starts,
 )
+from sco.runtime.fleet import FLEET
 from sco.runtime.simulation import (
     Simulation,
     SimulationInputError,
@@ -129,8 +131,15 @@ def demo(out: Path | None, days: float | None, history: str | None) -> None:
     "--traces",
     "traces",
     type=click.Path(path_type=Path),
-    required=True,
+    default=None,
     help="Folder of traces (CSV date,availability or JSON with gap_seconds).",
+)
+@click.option(
+    "--fleet",
+    type=click.Choice(sorted(FLEET)),
+    default=None,
+    help="Instead of --traces: a fleet scenario (a bundled trace at scale, four "
+    "partitions of about 5,000 instances, ample guaranteed quota).",
 )
 @click.option(
     "--demand",
@@ -205,7 +214,8 @@ def demo(out: Path | None, days: float | None, history: str | None) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON line of results.")
 def simulate(
-    traces: Path,
+    traces: Path | None,
+    fleet: str | None,
     demand: Path | None,
     policy: str,
     duration: str | None,
@@ -225,14 +235,19 @@ def simulate(
     """Run the controllers against a region simulated from a folder of traces."""
     if pool_size is not None and pool_size < 1:
         raise BadInput(f"--pool-size: must be >= 1, got {pool_size}")
-    with _input_errors():
-        sim_cfg = SimConfig(
-            cold_start_s=cold_start_s,
-            notice_s=notice_s,
-            pool_size=pool_size,
-            error_rate=error_rate,
+    if (traces is None) == (fleet is None):
+        raise BadInput("give one of --traces and --fleet")
+    scenario = FLEET[fleet] if fleet is not None else None
+    with _input_errors(), tempfile.TemporaryDirectory(prefix="sco-fleet-") as fleet_tmp:
+        if scenario is not None:
+            traces = bundled("traces", *scenario.trace)
+            demand = demand or scenario.write_demand(Path(fleet_tmp))
+        assert traces is not None
+        sim_cfg = scenario.sim_config(pool_size) if scenario else SimConfig(pool_size=pool_size)
+        sim_cfg = dataclasses.replace(
+            sim_cfg, cold_start_s=cold_start_s, notice_s=notice_s, error_rate=error_rate,
             seed=seed,
-        )
+        )  # fmt: skip
         spec = SimulationSpec(
             traces=traces,
             demand=demand or bundled("demand", "default.yaml"),

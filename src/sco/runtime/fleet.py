@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from sco.adapters.sim.region import SimConfig
+
 
 @dataclass(frozen=True, slots=True)
 class FleetScenario:
@@ -49,6 +51,14 @@ class FleetScenario:
             }
 
         return {"partitions": [batch("batch-a"), batch("batch-b"), service("web"), service("api")]}
+
+    def sim_config(self, pool_size: int | None = None, **fields: Any) -> SimConfig:
+        """The simulated region at this scenario's scale (`fields`: the rest)."""
+        return SimConfig(
+            pool_size=pool_size or self.pool_size,
+            guaranteed_quota_per_hall=self.guaranteed_quota_per_hall,
+            **fields,
+        )
 
     def write_demand(self, folder: Path, instances: int | None = None) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
