@@ -64,6 +64,17 @@ def _agent(tmp: Path, http: httpx.Client, marks: Path) -> Agent:
     return Agent(config, http=http)
 
 
+def _had_read_the_notice(tmp: Path, client: TestClient) -> None:
+    """The agent's state file as if it had read the contract that says leave."""
+    auth = {"Authorization": f"Bearer {(tmp / 'token').read_text().strip()}"}
+    r = wait_for(
+        lambda: (g := client.get("/v1/contract", headers=auth)).headers["ETag"] == '"2"' and g,
+        10,
+        "the distributor's copy to show the notice",
+    )
+    AgentState(etag=r.headers["ETag"], contract=r.json()).save(tmp / "agent.json")
+
+
 def _notice(store: SqlFleetStore, inst: Instance, deadline: float) -> Instance:
     ch = step(inst, Trigger.RECLAIM_NOTICE, 10.0, "n", notice_deadline=deadline)
     store.record([ch])
@@ -104,13 +115,7 @@ def test_with_the_distributor_away_it_still_leaves_and_tells_later(
     marks = tmp_path / "drains"
     _notice(store, inst, 4_000_000_000.0)
     # The agent had read the contract that says leave, then the distributor went away.
-    auth = {"Authorization": f"Bearer {(tmp_path / 'token').read_text().strip()}"}
-    r = wait_for(
-        lambda: (g := client.get("/v1/contract", headers=auth)).headers["ETag"] == '"2"' and g,
-        10,
-        "the distributor's copy to show the notice",
-    )
-    AgentState(etag=r.headers["ETag"], contract=r.json()).save(tmp_path / "agent.json")
+    _had_read_the_notice(tmp_path, client)
     away = httpx.Client(base_url="http://127.0.0.1:9", timeout=0.5)  # nothing listens
     offline = _agent(tmp_path, away, marks)
     pause = offline.step()
@@ -165,13 +170,7 @@ def test_backing_off_never_sleeps_past_the_drain_start(
 ) -> None:
     inst = _node(store, tmp_path / "token")
     _notice(store, inst, 4_000_000_000.0)
-    auth = {"Authorization": f"Bearer {(tmp_path / 'token').read_text().strip()}"}
-    r = wait_for(
-        lambda: (g := client.get("/v1/contract", headers=auth)).headers["ETag"] == '"2"' and g,
-        10,
-        "the notice",
-    )
-    AgentState(etag=r.headers["ETag"], contract=r.json()).save(tmp_path / "agent.json")
+    _had_read_the_notice(tmp_path, client)
     now = [4_000_000_000.0 - 40]  # the drain starts 30 s before the deadline: in 10 s
     config = AgentConfig(
         distributor="http://127.0.0.1:9", state_file=tmp_path / "agent.json",
