@@ -304,6 +304,23 @@ def test_stale_change_conflicts_and_rolls_back_the_whole_batch(store: SqlFleetSt
     assert got_b.drain_by is None
 
 
+def test_chained_changes_of_one_record_in_one_batch_apply_in_order(
+    store: SqlFleetStore,
+) -> None:
+    """A sync may move a record twice in one cycle (CREATING to ACTIVE to READY): the
+    batched compare-and-swap applies them in order, each on the version before it."""
+    a = instance(POOL_A, State.CREATING)
+    other = instance(POOL_B, State.ACTIVE)
+    _seed(store, a, other)
+    first = step(a, Trigger.SERVER_ACTIVE, 5.0, "active")
+    second = step(first.after, Trigger.NODE_JOINED, 5.0, "joined")
+    store.record([first, step(other, Trigger.NODE_JOINED, 5.0, "joined"), second])
+    got = store.instance(a.id)
+    assert got is not None
+    assert (got.state, got.version) == (State.READY, a.version + 2)
+    assert [r.to_state for r in store.history(a.id)][-2:] == ["active", "ready"]
+
+
 def test_stale_change_keeps_reservations_of_the_batch(store: SqlFleetStore) -> None:
     req = _request(POOL_A, "r1", 2, 0)
     store.reserve(req)

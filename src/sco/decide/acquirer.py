@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sco.domain.instances import Instance, expired
-from sco.domain.lifecycle import State, Timeouts, Trigger
+from sco.domain.lifecycle import LIVE, State, Timeouts, Trigger
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PartitionSnapshot
 
@@ -133,10 +133,13 @@ def diff(
     now = snapshot.now
     acts = _Acc()
     handled: set[str] = set()
-    for inst in snapshot.instances:
+    # Ready nodes neither time out (by default) nor leave: a fleet is mostly ready.
+    ready_stays = cfg.timeouts.ready_timeout_s == math.inf
+    moving = [i for i in snapshot.instances if not (ready_stays and i.state is State.READY)]
+    for inst in moving:
         if _timed_out(inst, now, cfg.timeouts, acts):
             handled.add(inst.id)
-    for inst in snapshot.instances:
+    for inst in moving:
         if inst.id not in handled:
             _leaving(inst, now, drained, acts)
     _toward_targets(snapshot, targets, cfg, handled, acts, removal, busy)
@@ -209,10 +212,12 @@ def _toward_targets(
     busy: Set[str] = frozenset(),
 ) -> None:
     live: dict[PoolId, list[Instance]] = defaultdict(list)
+    ready_units = 0
     for inst in snapshot.instances:
-        if inst.is_live and inst.id not in handled:
+        if inst.state in LIVE and inst.id not in handled:
             live[inst.pool].append(inst)
-    ready_units = sum(i.units for i in snapshot.instances if i.is_ready and i.id not in handled)
+            if inst.state is State.READY:
+                ready_units += inst.units
     floor = snapshot.demand.floor_units
     keep_for_spot = max(floor, snapshot.demand.wanted_units)
     for pool_id in sorted(set(targets) | set(live)):

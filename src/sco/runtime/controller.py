@@ -20,7 +20,7 @@ from sco.decide.acquirer import ActConfig, Actions, Create, Reason, diff
 from sco.decide.policies import Decision, Policy
 from sco.domain.demand import Demand, Partition
 from sco.domain.instances import Change, Instance, created, step
-from sco.domain.lifecycle import HAS_SERVER, State, Trigger
+from sco.domain.lifecycle import HAS_SERVER, LIVE, State, Trigger
 from sco.domain.plans import Plan
 from sco.domain.pools import CapacityClass, Pool, PoolId
 from sco.domain.signals import ExclusionState, PoolScore
@@ -99,13 +99,16 @@ class Placement:
 def placement_of(
     instances: Sequence[Instance], target: int, plan: Mapping[PoolId, int]
 ) -> Placement:
-    ready = sum(i.units for i in instances if i.state is State.READY)
+    ready = 0
     held: Counter[PoolId] = Counter()
     units: dict[PoolId, int] = {}
     for i in instances:
-        if i.is_live:
+        state = i.state
+        if state in LIVE:
             held[i.pool] += 1
             units[i.pool] = i.units
+            if state is State.READY:
+                ready += i.units
     mismatch = sum(max(0, n - plan.get(pool, 0)) * units[pool] for pool, n in held.items())
     placed = min(ready, target)
     return Placement(placed=placed, unplaced=max(0, target - ready), mismatch=mismatch)
@@ -155,6 +158,7 @@ class PartitionController:
         self._node_notes: dict[str, str] = {}  # server id -> what its leaving cuts short
         self._owed = 0  # spot reclaimed and not yet replaced: creates count as replacements
         self._seen: set[str] = set()  # server ids some listing showed
+        self._quiet: dict[str, tuple[Instance, ServerView, NodeView]] = {}
         self._batch: dict[PoolId, int] = {}  # a pool's batch after refusals (default: max)
         self._refusals: Counter[PoolId] = Counter()
         self._acceptances: Counter[PoolId] = Counter()
@@ -188,14 +192,7 @@ class PartitionController:
         else:
             decision = self.policy.decide(snapshot)
         plan = self._publish_plan(decision, now)
-        drained = frozenset(
-            i.id
-            for i in self._live()
-            if i.state is State.DRAINING and i.server_id and nodes.get(i.server_id, _GONE).drained
-        )
-        busy = frozenset(
-            i.id for i in self._live() if i.server_id and nodes.get(i.server_id, _GONE).busy
-        )
+        drained, busy = _drained_and_busy(self._live(), nodes)
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
         actions = diff(snapshot, plan.targets(), self.config.act, drained, removal, busy)
         # Replacements are owed only while the plan is short of what is live.
@@ -297,6 +294,10 @@ class PartitionController:
                 requested.setdefault(i.request_id, []).append(i)
         changes: list[Change] = []
         seen_requests: set[str] = set()
+        # A server whose record, listing and node are as they were when it last gave
+        # no transition gives none now: large fleets are mostly quiet.
+        quiet = self._quiet
+        calm: dict[str, tuple[Instance, ServerView, NodeView]] = {}
         for view in servers:
             seen_requests.add(view.request_id)
             inst = by_server.get(view.server_id)
@@ -330,17 +331,24 @@ class PartitionController:
                     )
                 changes.append(ch)
                 inst = ch.after
-            changes.extend(self._observed(inst, view, nodes.get(view.server_id, _GONE), now))
+            looked = (inst, view, nodes.get(view.server_id, _GONE))
+            if quiet.get(view.server_id) != looked:
+                seen = self._observed(*looked, now)
+                if seen:
+                    changes.extend(seen)
+                    continue
+            calm[view.server_id] = looked
+        self._quiet = calm
         listed = {v.server_id for v in servers}
-        for inst in records.values():
-            if inst.server_id and inst.server_id not in listed and inst.state in HAS_SERVER:
+        for sid in by_server.keys() - listed:
+            inst = by_server[sid]
+            if inst.state in HAS_SERVER:
                 young = now - inst.created_at < self.config.list_grace_s
-                if young and inst.state is State.CREATING and inst.server_id not in self._seen:
+                if young and inst.state is State.CREATING and sid not in self._seen:
                     continue  # a create's servers may not be listed yet; a listed one was
                 changes.append(self._vanished(inst, now))
         # Servers seen in a listing, of the records held: their absence is news at once.
-        held = {i.server_id for i in records.values() if i.server_id}
-        self._seen = (self._seen | listed) & (held | listed)
+        self._seen = (self._seen | listed) & (by_server.keys() | listed)
         unanswered = self._unanswered(requested, now)
         changes.extend(unanswered)
         observed = seen_requests & self._open_requests
@@ -762,6 +770,20 @@ class _CycleTally:
     acted: Counter[tuple[str, str]] = field(default_factory=Counter)
     reclaims: Counter[tuple[PoolId, str]] = field(default_factory=Counter)
     replaced: Counter[PoolId] = field(default_factory=Counter)
+
+
+def _drained_and_busy(
+    live: Sequence[Instance], nodes: Mapping[str, NodeView]
+) -> tuple[frozenset[str], frozenset[str]]:
+    """Draining instances whose nodes have left, and instances whose nodes run work."""
+    drained = frozenset(
+        i.id
+        for i in live
+        if i.state is State.DRAINING and i.server_id and nodes.get(i.server_id, _GONE).drained
+    )
+    busy_servers = {sid for sid, v in nodes.items() if v.busy}
+    busy = frozenset(i.id for i in live if busy_servers and i.server_id in busy_servers)
+    return drained, busy
 
 
 def _log_transition(ch: Change) -> None:

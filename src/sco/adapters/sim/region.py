@@ -152,6 +152,10 @@ class SimRegion:
         # without looking at the others'.
         self._by_pool: dict[PoolId, dict[str, _Server]] = {}
         self._by_partition: dict[str, dict[str, _Server]] = {}
+        # What `list` and `nodes` answer, kept as servers change: a cycle's listing
+        # costs a copy, not a view built per server.
+        self._listed: dict[str, dict[str, ServerView]] = {}
+        self._node_views: dict[str, dict[str, NodeView]] = {}
         self._capacity: dict[PoolId, int] = {}
         self._announced: dict[PoolId, list[tuple[float, int]]] = {}
         self._price: dict[PoolId, float] = {}
@@ -276,18 +280,22 @@ class SimRegion:
     def _apply_server(self, kind: _Kind, s: _Server) -> None:
         if kind is _Kind.LISTED:
             s.listed = True
+            self._relist(s)
         elif kind is _Kind.ACTIVE and not s.deleting:
             s.status = ServerStatus.ACTIVE
             s.active_at = self.now
+            self._relist(s)
             self._push(self.now + self.config.join_s, _Kind.JOINED, s.server_id)
         elif kind is _Kind.JOINED and not s.deleting and not s.draining:
             s.joined = True
             s.joined_at = self.now
+            self._renode(s)
             self._set_running(s, True)
         elif kind is _Kind.DRAIN_START and not s.deleting:
             self._set_running(s, False)
         elif kind is _Kind.DRAINED:
             s.drained = True
+            self._renode(s)
         elif kind is _Kind.RECLAIM or kind is _Kind.DELETED:
             self._remove(s)
 
@@ -328,6 +336,7 @@ class SimRegion:
         )
         for s in fresh[:excess]:
             s.notice_deadline = at
+            self._relist(s)
             self._push(at, _Kind.RECLAIM, s.server_id)
             if self.observer:
                 self.observer.reclaimed(
@@ -364,6 +373,8 @@ class SimRegion:
         self._tokens.pop(s.server_id, None)
         del self._by_pool[s.pool.id][s.server_id]
         del self._by_partition[s.partition][s.server_id]
+        self._listed[s.partition].pop(s.server_id, None)
+        del self._node_views[s.partition][s.server_id]
         if self.observer:
             self.observer.held(self.now, s.pool.id, s.partition, -1)
 
@@ -415,6 +426,9 @@ class SimRegion:
         self._servers[sid] = s
         self._by_pool[pool_id][sid] = s
         self._by_partition.setdefault(partition, {})[sid] = s
+        self._listed.setdefault(partition, {})
+        self._node_views.setdefault(partition, {})
+        self._renode(s)
         self._push(self.now + self.config.api_latency_s, _Kind.LISTED, sid)
         self._push(self.now + self.config.cold_start_s, _Kind.ACTIVE, sid)
         if self.observer:
@@ -433,8 +447,12 @@ class SimRegion:
 
     def list(self, partition: str) -> Sequence[ServerView]:
         self._fault("list")
-        return [
-            ServerView(
+        return list(self._listed.get(partition, {}).values())
+
+    def _relist(self, s: _Server) -> None:
+        """The server's listing changed: build its view again (once listed)."""
+        if s.listed:
+            self._listed[s.partition][s.server_id] = ServerView(
                 server_id=s.server_id,
                 partition=s.partition,
                 pool=s.pool.id,
@@ -445,9 +463,11 @@ class SimRegion:
                 notice_deadline=s.notice_deadline,
                 active_at=s.active_at,
             )
-            for s in self._by_partition.get(partition, {}).values()
-            if s.listed
-        ]
+
+    def _renode(self, s: _Server) -> None:
+        self._node_views[s.partition][s.server_id] = NodeView(
+            joined=s.joined, drained=s.drained, joined_at=s.joined_at
+        )
 
     # ------------------------------------------------------------ SchedulerCluster
 
@@ -461,10 +481,7 @@ class SimRegion:
         return self._tokens.get(server_id)
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
-        return {
-            s.server_id: NodeView(joined=s.joined, drained=s.drained, joined_at=s.joined_at)
-            for s in self._by_partition.get(partition, {}).values()
-        }
+        return dict(self._node_views.get(partition, {}))
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
         """The node starts leaving in time to be out by `drain_by`, serving until then."""
@@ -474,6 +491,7 @@ class SimRegion:
         s.draining = True
         if not s.joined:
             s.drained = True
+            self._renode(s)
             return
         start = max(self.now, drain_by - self.config.drain_s)
         self._push(start, _Kind.DRAIN_START, server_id)

@@ -607,17 +607,16 @@ def _record(
     contracts: bool = True,
 ) -> None:
     history: list[dict[str, Any]] = []
+    inserts: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
     for ch in changes:
         row = _instance_row(ch.after)
         row["fence"] = fence(ch.after.partition)
         if ch.before is None:
-            conn.execute(_INSERT_INSTANCE, row)
+            inserts.append(row)
         else:
             row["b_id"], row["b_version"] = ch.before.id, ch.before.version
-            if conn.execute(_UPDATE_INSTANCE, row).rowcount != 1:
-                raise StateConflict(
-                    f"instance {ch.before.id} moved past version {ch.before.version}"
-                )
+            updates.append(row)
         history.append(
             {
                 "instance_id": ch.after.id,
@@ -631,11 +630,32 @@ def _record(
                 "code": ch.code or None,
             }
         )
+    # A record is created before any change of it, and its changes keep their order.
+    if inserts:
+        conn.execute(_INSERT_INSTANCE, inserts)
+    _compare_and_swap(conn, updates)
     if history:
         conn.execute(_INSERT_HISTORY, history)
         conn.execute(_INSERT_OUTBOX, [_outbox_row(event_of(ch)) for ch in changes])
         if contracts:
             record_contracts(conn, changes)
+
+
+def _compare_and_swap(conn: Connection, updates: list[dict[str, Any]]) -> None:
+    """Each row updates only the version it was read at, or the transaction fails. A
+    cycle's updates go as one batch where the driver sums the rows a batch touched."""
+    if not updates:
+        return
+    if len(updates) > 1 and conn.dialect.supports_sane_multi_rowcount:
+        if conn.execute(_UPDATE_INSTANCE, updates).rowcount == len(updates):
+            return
+        raise StateConflict(
+            f"{len(updates)} instance updates: at least one moved past the version read, "
+            f"among {', '.join(sorted({u['b_id'] for u in updates})[:5])}"
+        )
+    for row in updates:
+        if conn.execute(_UPDATE_INSTANCE, row).rowcount != 1:
+            raise StateConflict(f"instance {row['b_id']} moved past version {row['b_version']}")
 
 
 def _outbox_row(e: LifecycleEvent) -> dict[str, Any]:
