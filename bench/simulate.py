@@ -78,10 +78,15 @@ def _spec(args: argparse.Namespace, tmp: Path) -> SimulationSpec:
         traces=bundled("traces", *fleet.trace),
         demand=fleet.write_demand(tmp, args.instances),
         duration_s=args.days * 86400,
+        start_offset_s=WARMUP_S,
+        warmup_s=WARMUP_S,
         cycle_s=args.cycle_s,
         idle_resync_s=args.idle_resync_s,
         sim=fleet.sim_config(notice_s=args.notice_s),
     )
+
+
+WARMUP_S = 900.0  # the fleet fills from nothing first: not counted
 
 
 if __name__ == "__main__":

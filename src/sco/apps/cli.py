@@ -29,7 +29,7 @@ from sco.adapters.sqlstate.store import sqlite_url
 from sco.apps.common import EXIT_BAD_INPUT, BadInput, parse_duration, state_url
 from sco.apps.common import console as make_console
 from sco.apps.control import COMMANDS
-from sco.decide.policies import POLICIES, UnknownPolicy
+from sco.decide.policies import POLICIES, UnknownPolicy, policy_named
 from sco.runtime.accounting import PartitionMetrics
 from sco.runtime.evaluation import (
     Capacity,
@@ -289,10 +289,12 @@ def _print_signals(console: Console, result: SimulationResult) -> None:
 
 
 DEFAULT_POLICIES = "optimal,sco,spothedge,round-robin,even-spread,cheapest,all-guaranteed"
+FLEET_POLICIES = "optimal,sco,spothedge,cheapest,all-guaranteed"
+FLEET_WINDOWS = 2
 
 
 @cli.command()
-@click.option("--suite", "suite_name", default=None, help="A named suite: spothedge.")
+@click.option("--suite", "suite_name", default=None, help="A named suite: spothedge, fleet.")
 @click.option(
     "--trace",
     "traces",
@@ -300,35 +302,90 @@ DEFAULT_POLICIES = "optimal,sco,spothedge,round-robin,even-spread,cheapest,all-g
     multiple=True,
     help="A folder of traces to run in the same setting (repeatable).",
 )
-@click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="Columns.")
+@click.option(
+    "--demand",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="With --trace: run whole simulations at fleet scale with this demand file.",
+)
+@click.option(
+    "--pool-size",
+    type=int,
+    default=None,
+    help="With --demand: instances one trace unit stands for (0/1 and count traces).",
+)
+@click.option(
+    "--guaranteed-quota",
+    type=int,
+    default=None,
+    help="With --demand: guaranteed instances per hall (default: the region file's).",
+)
+@click.option(
+    "--policies",
+    default=None,
+    help=f"Columns [default: {DEFAULT_POLICIES}; at fleet scale {FLEET_POLICIES}].",
+)
 @click.option("--notice-s", type=float, default=0.0, show_default=True, help="Reclaim notice.")
-@click.option("--windows", type=int, default=10, show_default=True, help="24 h windows per trace.")
+@click.option(
+    "--windows",
+    type=int,
+    default=None,
+    help=f"24 h windows per trace [default: 10; at fleet scale {FLEET_WINDOWS}].",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of window offsets.")
 @click.option("--workers", type=int, default=2, show_default=True, help="Processes to use.")
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON line of results.")
 def evaluate(
     suite_name: str | None,
     traces: tuple[Path, ...],
-    policies: str,
+    demand: Path | None,
+    pool_size: int | None,
+    guaranteed_quota: int | None,
+    policies: str | None,
     notice_s: float,
-    windows: int,
+    windows: int | None,
     seed: int,
     workers: int,
     as_json: bool,
 ) -> None:
-    """Policies side by side on the same traces and windows (the SkyServe setting)."""
+    """Policies side by side on the same traces and windows.
 
-    names = [n.strip() for n in policies.split(",") if n.strip()]
+    The spothedge suite and plain --trace runs replay the SkyServe setting (one
+    service of 3 replicas). The fleet suite and --trace with --demand run whole
+    simulations (controllers, fleet state, scorer, watcher) at thousands of
+    instances; there `optimal` is the LP bound of the omniscient schedule."""
+    fleet = suite_name == "fleet" or demand is not None
+    chosen = policies if policies is not None else (FLEET_POLICIES if fleet else DEFAULT_POLICIES)
+    names = [n.strip() for n in chosen.split(",") if n.strip()]
     if not names:
         raise BadInput("--policies: name at least one policy")
     if not suite_name and not traces:
-        raise BadInput("give --suite spothedge or --trace DIR")
+        raise BadInput("give --suite spothedge|fleet or --trace DIR")
     if workers < 1:
         raise BadInput(f"--workers: must be >= 1, got {workers}")
+    if (pool_size is not None or guaranteed_quota is not None) and demand is None:
+        raise BadInput("--pool-size and --guaranteed-quota go with --demand")
+    for flag, v in (("--pool-size", pool_size), ("--guaranteed-quota", guaranteed_quota)):
+        if v is not None and v < 1:
+            raise BadInput(f"{flag}: must be >= 1, got {v}")
+    if fleet:
+        _evaluate_fleet(
+            suite_name,
+            traces,
+            demand,
+            (pool_size, guaranteed_quota),
+            names,
+            notice_s,
+            FLEET_WINDOWS if windows is None else windows,
+            seed,
+            workers,
+            as_json,
+        )
+        return
     with _input_errors():
         for name in names:
             factory(name)
-        cfg = EvalConfig(notice_s=notice_s, windows=windows, seed=seed)
+        cfg = EvalConfig(notice_s=notice_s, windows=10 if windows is None else windows, seed=seed)
         sets = suite(suite_name, bundled("traces", "apache")) if suite_name else []
         sets += [Capacity.of(t.name, load_traces(t)) for t in traces]
         for c in sets:
@@ -339,7 +396,11 @@ def evaluate(
     for c in sets:
         res = evaluate_named(c, cfg, names, workers, _eval_progress)
         results[c.name] = {n: r.as_dict() for n, r in res.items()}
-    _print_evaluation(console, results, cfg, time.perf_counter() - wall0)
+    title = (
+        f"sco evaluate — target {cfg.target}, {cfg.windows} x {cfg.window_s / 3600:.0f} h "
+        f"windows, notice {cfg.notice_s:.0f} s, {time.perf_counter() - wall0:.0f} s"
+    )
+    _print_evaluation(console, results, title)
     if as_json:
         setting = {
             "target": cfg.target,
@@ -354,21 +415,93 @@ def evaluate(
         click.echo(json.dumps({"setting": setting, "traces": results}, sort_keys=True))
 
 
+def _evaluate_fleet(
+    suite_name: str | None,
+    traces: tuple[Path, ...],
+    demand: Path | None,
+    scale: tuple[int | None, int | None],
+    names: list[str],
+    notice_s: float,
+    windows: int,
+    seed: int,
+    workers: int,
+    as_json: bool,
+) -> None:
+    from sco.runtime.fleet_eval import (
+        DAY_S,
+        RESYNC_S,
+        custom_case,
+        evaluate_fleet,
+        fleet_suite,
+        window_offsets,
+    )
+
+    if suite_name not in (None, "fleet"):
+        raise BadInput(f"--suite: {suite_name} does not take --demand")
+    if traces and demand is None:
+        raise BadInput("--suite fleet with --trace needs --demand FILE")
+    if windows < 1:
+        raise BadInput(f"--windows: must be >= 1, got {windows}")
+    if notice_s < 0:
+        raise BadInput(f"--notice-s: must be >= 0, got {notice_s}")
+    folder = Path(tempfile.mkdtemp(prefix="sco-fleet-demand-"))
+    with _input_errors():
+        cases = fleet_suite(folder, bundled("traces")) if suite_name == "fleet" else []
+        if demand is not None:
+            cases += [custom_case(t, demand, *scale) for t in traces]
+        for name in names:
+            if name != "optimal":
+                policy_named(name)
+        for c in cases:
+            Simulation.build(c.spec("sco", 0.0, DAY_S, notice_s))  # inputs checked first
+            window_offsets(c, windows, DAY_S, seed)
+    console = make_console(stderr=as_json)
+    wall0 = time.perf_counter()
+    with _input_errors():
+        results = evaluate_fleet(
+            cases,
+            names,
+            windows=windows,
+            seed=seed,
+            notice_s=notice_s,
+            workers=workers,
+            progress=_eval_progress,
+        )
+    title = (
+        f"sco evaluate — fleet, {windows} x 24 h windows, notice {notice_s:.0f} s, "
+        f"{time.perf_counter() - wall0:.0f} s"
+    )
+    _print_evaluation(console, results, title)
+    if as_json:
+        setting = {
+            "scale": "fleet",
+            "window_s": DAY_S,
+            "windows": windows,
+            "seed": seed,
+            "notice_s": notice_s,
+            "cycle_s": 30.0,
+            "idle_resync_s": RESYNC_S,
+            "scenarios": {
+                c.name: {
+                    "traces": str(c.traces),
+                    "pool_size": c.sim.pool_size,
+                    "guaranteed_quota_per_hall": c.sim.guaranteed_quota_per_hall,
+                }
+                for c in cases
+            },
+        }
+        click.echo(json.dumps({"setting": setting, "traces": results}, sort_keys=True))
+
+
 def _eval_progress(trace: str, done: int, total: int) -> None:
     if done == total or done % max(1, total // 5) == 0:
         click.echo(f"{trace}: {done}/{total} window runs", err=True)
 
 
 def _print_evaluation(
-    console: Console,
-    results: dict[str, dict[str, dict[str, float]]],
-    cfg: EvalConfig,
-    wall_s: float,
+    console: Console, results: dict[str, dict[str, dict[str, float]]], title: str
 ) -> None:
-    table = Table(
-        title=f"sco evaluate — target {cfg.target}, {cfg.windows} x {cfg.window_s / 3600:.0f} h "
-        f"windows, notice {cfg.notice_s:.0f} s, {wall_s:.0f} s"
-    )
+    table = Table(title=title)
     for col in (
         "trace",
         "policy",

@@ -27,6 +27,7 @@ operator can see why the floor is at risk.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from sco.domain.snapshot import PartitionSnapshot, PoolView
 class ArbiterConfig:
     release_after_s: float = 600.0  # spot ready this long before guaranteed goes back
     max_release_per_cycle: int | None = 1  # guaranteed instances given back per cycle; None: all
+    release_fraction: float = 0.0  # ... or this share of those held, when more: a fleet
+    # hands back hundreds in a few cycles, not one at a time
 
     def __post_init__(self) -> None:
         if self.release_after_s < 0:
@@ -48,6 +51,14 @@ class ArbiterConfig:
             raise ValueError(
                 f"max_release_per_cycle must be >= 1 or None, got {self.max_release_per_cycle}"
             )
+        if not 0 <= self.release_fraction <= 1:
+            raise ValueError(f"release_fraction must be in [0, 1], got {self.release_fraction}")
+
+    def release_limit(self, held: int) -> int | None:
+        """Guaranteed instances one cycle may give back of `held`."""
+        if self.max_release_per_cycle is None:
+            return None
+        return max(self.max_release_per_cycle, math.ceil(held * self.release_fraction))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +77,14 @@ def arbitrate(
     cover_units: int | None = None,
     arriving_units: int = 0,
     extra_units: int = 0,
+    at_risk_units: int = 0,
 ) -> GuaranteedPlan:
     """Guaranteed instances per pool so that `cover_units` (default: the floor) hold.
 
     `arriving_units`: spot the caller counts as arriving in time; `extra_units`:
-    guaranteed units wanted beyond the gap (a hedge the caller puts on guaranteed).
+    guaranteed units wanted beyond the gap (a hedge the caller puts on guaranteed);
+    `at_risk_units`: spot that may go at once (the largest pool's), which the floor
+    (not the rest of the cover) must survive losing.
     """
     now = snapshot.now
     demand = snapshot.demand
@@ -90,8 +104,10 @@ def arbitrate(
         elif i.is_live:
             held[i.pool] += 1
             held_units += i.units
+    counted = ready_units + arriving_units
+    floor_gap = demand.floor_units - counted + at_risk_units
     # Work that asks for guaranteed capacity needs it whatever spot holds.
-    gap = max(max(0, cover - ready_units - arriving_units) + extra_units, demand.guaranteed_units)
+    gap = max(max(0, cover - counted, floor_gap) + extra_units, demand.guaranteed_units)
     need = min(gap, budget)
     notes: list[str] = []
     if gap > budget:
@@ -108,8 +124,9 @@ def arbitrate(
         if added:
             notes.append(f"floor: {added} guaranteed for spot that cannot arrive in time")
         return GuaranteedPlan(targets, tuple(notes), need, short + max(0, gap - budget))
-    keep = max(need, min(held_units, budget, max(0, cover - stable_units)))
-    targets = _shrink(snapshot.pools, held, keep, cfg.max_release_per_cycle)
+    still = max(0, cover - stable_units, demand.floor_units - stable_units + at_risk_units)
+    keep = max(need, min(held_units, budget, still))
+    targets = _shrink(snapshot.pools, held, keep, cfg.release_limit(sum(held.values())))
     released = sum(held.values()) - sum(targets.values())
     if released:
         notes.append(

@@ -62,13 +62,23 @@ class HedgeConfig:
     degraded_hazard: float = 5.0  # per hour, added to a pool the watcher marked degraded
     # (it would be excluded, but it is among the last candidates of its flavor)
     spare_threshold: float = 0.05  # a spare per this many expected reclaims in a cold start
-    max_spare: int = 2
+    max_spare: int = 2  # 0: no spares
+    spare_fraction: float = 0.05  # ... or up to this share of the wanted units, when more
+    reclaim_count_cap: int = 10  # a pool's reclaims within the hour count up to this many:
+    # at fleet scale one reclaim takes hundreds of instances at once, and is one event
+    cover_target: bool = True  # guaranteed also covers the target that spot cannot place
+    # (no room), not only the floor; what spot is booting toward counts as arriving
+    pool_loss_floor_units: int = 50  # a floor this large survives losing its largest spot
+    # pools at once (guaranteed covers their share); smaller floors rely on spares
+    pool_loss_pools: int = 2  # ... this many of them: in the AWS traces zones drop one at a
+    # time about 32 times a day, two together about 4, three or more under once
     boot_spare: bool = True  # while spot is short of ready, one spare races the boots
     crowding_per_h: float = 10.0  # the cost of each further replica sharing a pool
     price_weight: float = 1.0  # a pool x% dearer than the cheapest weighs x/100 of hazard
     stickiness_per_h: float = 100.0  # a replica stays unless elsewhere is this much safer
     release_after_s: float = 0.0  # spot ready this long before guaranteed goes back
     max_release_per_cycle: int = 3
+    release_fraction: float = 0.1  # ... or this share of the guaranteed held, when more
     arbiter: ArbiterConfig = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -78,9 +88,24 @@ class HedgeConfig:
             raise ValueError(f"spare_threshold must be > 0, got {self.spare_threshold}")
         if self.cold_start_s < 0:
             raise ValueError(f"cold_start_s must be >= 0, got {self.cold_start_s}")
+        if not 0 <= self.spare_fraction <= 1:
+            raise ValueError(f"spare_fraction must be in [0, 1], got {self.spare_fraction}")
+        if self.pool_loss_pools < 0:
+            raise ValueError(f"pool_loss_pools must be >= 0, got {self.pool_loss_pools}")
+        if self.reclaim_count_cap < 1:
+            raise ValueError(f"reclaim_count_cap must be >= 1, got {self.reclaim_count_cap}")
         object.__setattr__(
-            self, "arbiter", ArbiterConfig(self.release_after_s, self.max_release_per_cycle)
+            self,
+            "arbiter",
+            ArbiterConfig(self.release_after_s, self.max_release_per_cycle, self.release_fraction),
         )
+
+    def spare_cap(self, wanted_units: int) -> int:
+        """Most spares for a partition wanting `wanted_units`: a fleet's reclaims are
+        many instances at once, so its spares grow with it."""
+        if self.max_spare == 0:
+            return 0
+        return max(self.max_spare, math.floor(wanted_units * self.spare_fraction))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +129,9 @@ def hazard_terms(v: PoolView, now: float, cfg: HedgeConfig) -> dict[str, float]:
     terms = {"age": age}
     if v.score is not None and v.score.exposure_h > 0:
         terms = {"age": age / 2, "history": v.score.hazard_per_h / 2}
-    terms["recent_reclaims"] = cfg.recent_reclaim_hazard * v.recent_reclaims
+    terms["recent_reclaims"] = cfg.recent_reclaim_hazard * min(
+        v.recent_reclaims, cfg.reclaim_count_cap
+    )
     terms["full_pool"] = cfg.full_pool_hazard if v.available == 0 else 0.0
     terms["degraded"] = cfg.degraded_hazard if v.degraded else 0.0
     return terms
@@ -159,17 +186,20 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     held = tally.spot_held
     terms = {v.pool.id: hazard_terms(v, now, cfg) for v in spot_views}
     own = {p: sum(t.values()) for p, t in terms.items()}
-    storm = cfg.region_reclaim_hazard * sum(v.recent_reclaims for v in spot_views)
+    storm = cfg.region_reclaim_hazard * sum(
+        min(v.recent_reclaims, cfg.reclaim_count_cap) for v in spot_views
+    )
     hazard = {p: h + storm for p, h in own.items()}
     cold_s, notice = cold_start_s(snapshot, cfg), notice_s(snapshot)
     # What asks for guaranteed capacity goes there (the arbiter); spot takes the rest.
     wanted = max(0, demand.wanted_units - demand.guaranteed_units)
     targets = _place(wanted, spot_views, held, hazard, cfg)
     notes: list[str] = []
-    spare = _spare(targets, hazard, cold_s, notice, cfg)
+    cap = cfg.spare_cap(wanted)
+    spare = _spare(targets, hazard, cold_s, notice, cfg, cap)
     booting = cfg.boot_spare and tally.spot_ready_units < wanted
     if booting:
-        spare = min(cfg.max_spare, max(spare, 1))  # replicas still booting: one more races them
+        spare = min(cap, max(spare, 1))  # replicas still booting: one more races them
     spare = min(spare, max(0, demand.max_units - demand.wanted_units))  # never past max
     spot_spare = hedge_g = 0
     if spare:
@@ -182,14 +212,24 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
             targets = spread
         elif spot_spare:
             targets = _place(wanted + spot_spare, spot_views, held, hazard, cfg)
-        hedge_g = _guaranteed_spare(spare - spot_spare, targets, own, cold_s, notice, cfg, demand)
+        hedge_g = _guaranteed_spare(
+            spare - spot_spare, targets, own, cold_s, notice, cap, cfg, demand
+        )
         if spot_spare or hedge_g:
             notes.append(f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed")
     unit = {v.pool.id: v.pool.units_per_instance for v in spot_views}
     coming = tally.spot_booting_units + sum(
         max(0, n - held[p]) * unit[p] for p, n in targets.items()
     )
-    g = arbitrate(snapshot, cfg.arbiter, arriving_units=coming, extra_units=hedge_g)
+    risk = _pool_loss_units(targets, unit, demand, cfg)
+    g = arbitrate(
+        snapshot,
+        cfg.arbiter,
+        cover_units=demand.wanted_units if cfg.cover_target else None,
+        arriving_units=coming,
+        extra_units=hedge_g,
+        at_risk_units=risk,
+    )
     reasons = _reasons(snapshot, targets, g.targets, tally, terms, storm, cfg)
     plan_terms = {
         "cold_start_s": cold_s,
@@ -201,6 +241,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         "boot_spare": 1.0 if booting else 0.0,
         "ready_spot_units": float(tally.spot_ready_units),
         "arriving_spot_units": float(coming),
+        "pool_loss_units": float(risk),
         "floor_need_units": float(g.need_units),
         "floor_short_units": float(g.short_units),
     }
@@ -234,6 +275,17 @@ def _price_term(v: PoolView, cheapest: float, cfg: HedgeConfig) -> float:
     return cfg.price_weight * (v.price / cheapest - 1)
 
 
+def _pool_loss_units(
+    targets: Mapping[PoolId, int], unit: Mapping[PoolId, int], demand: Demand, cfg: HedgeConfig
+) -> int:
+    """Spot units the floor must survive losing at once: the largest pools' share of
+    the spread, for floors large enough that a pool is many instances."""
+    if demand.floor_units < cfg.pool_loss_floor_units:
+        return 0
+    shares = sorted((n * unit[p] for p, n in targets.items()), reverse=True)
+    return sum(shares[: cfg.pool_loss_pools])
+
+
 def _expected_loss(
     targets: Mapping[PoolId, int], hazard: Mapping[PoolId, float], cold_s: float, notice: float
 ) -> float:
@@ -251,10 +303,11 @@ def _spare(
     cold_s: float,
     notice: float,
     cfg: HedgeConfig,
+    cap: int,
 ) -> int:
     """Spare replicas for the reclaims expected within one cold start."""
     expected = _expected_loss(targets, hazard, cold_s, notice)
-    return min(cfg.max_spare, math.floor(expected / cfg.spare_threshold))
+    return min(cap, math.floor(expected / cfg.spare_threshold))
 
 
 def _guaranteed_spare(
@@ -263,6 +316,7 @@ def _guaranteed_spare(
     own: Mapping[PoolId, float],
     cold_s: float,
     notice: float,
+    cap: int,
     cfg: HedgeConfig,
     demand: Demand,
 ) -> int:
@@ -277,7 +331,7 @@ def _guaranteed_spare(
     expected = _expected_loss(targets, own, cold_s, notice)
     if expected <= demand.wanted_units - demand.floor_units:
         return 0
-    return min(unplaced, cfg.max_spare, math.floor(expected / cfg.spare_threshold))
+    return min(unplaced, cap, math.floor(expected / cfg.spare_threshold))
 
 
 def _reasons(

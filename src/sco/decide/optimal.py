@@ -40,15 +40,19 @@ class Schedule:
 
 def solve(
     caps: Sequence[Sequence[int]],
-    target: int,
+    target: int | Sequence[int],
     cold_ticks: int,
     counted_from: int,
     tick_s: float,
-    spot_price: float,
+    spot_price: float | Sequence[Sequence[float]],
     od_price: float,
     time_limit_s: float = 60.0,
+    integral: bool = True,
 ) -> Schedule:
-    """The cheapest schedule for capacities `caps[zone][tick]` (see the module text)."""
+    """The cheapest schedule for capacities `caps[zone][tick]` (see the module text).
+
+    `target` and `spot_price` may vary by tick (`spot_price[zone][tick]`). With
+    `integral=False` the relaxation is solved: a bound, fast at fleet scale."""
     import highspy  # optional: the `eval` extra
     import numpy as np
 
@@ -56,6 +60,15 @@ def solve(
     ticks = len(caps[0]) if zones else 0
     if any(len(c) != ticks for c in caps):
         raise ValueError("every zone needs a capacity for every tick")
+    targets = [target] * ticks if isinstance(target, int) else list(target)
+    if len(targets) != ticks:
+        raise ValueError("a per-tick target needs a value for every tick")
+    prices = (
+        [[float(spot_price)] * ticks for _ in range(zones)]
+        if isinstance(spot_price, int | float)
+        else spot_price
+    )
+    top = max(targets, default=0)
     # Columns: x[z,k], r[z,k] for each zone, then y[k], s[k].
     n_x = zones * ticks
 
@@ -72,13 +85,13 @@ def solve(
     upper = np.full(n, highspy.kHighsInf)
     for z in range(zones):
         for k in range(ticks):
-            upper[x(z, k)] = min(caps[z][k], target + 1)
+            upper[x(z, k)] = min(caps[z][k], top + 1)
             if k >= counted_from:
-                cost[x(z, k)] = spot_price * hours
+                cost[x(z, k)] = prices[z][k] * hours
             if k < cold_ticks:
                 upper[r(z, k)] = 0
     for k in range(ticks):
-        upper[y0 + k] = target
+        upper[y0 + k] = top
         if k >= counted_from:
             cost[y0 + k] = od_price * hours
         if k < cold_ticks:
@@ -105,7 +118,7 @@ def solve(
                 row([(r(z, k), 1.0), (x(z, j), -1.0)], -inf, 0.0)
             row([(s0 + k, 1.0), (y0 + j, -1.0)], -inf, 0.0)
     for k in range(counted_from, ticks):
-        row([*((r(z, k), 1.0) for z in range(zones)), (s0 + k, 1.0)], float(target), inf)
+        row([*((r(z, k), 1.0) for z in range(zones)), (s0 + k, 1.0)], float(targets[k]), inf)
 
     lp = highspy.HighsLp()
     lp.num_col_ = n
@@ -123,7 +136,8 @@ def solve(
     lp.a_matrix_.value_ = np.array(vals)[order]
     integer = highspy.HighsVarType.kInteger
     continuous = highspy.HighsVarType.kContinuous
-    lp.integrality_ = [integer if c < n_x or y0 <= c < s0 else continuous for c in range(n)]
+    if integral:
+        lp.integrality_ = [integer if c < n_x or y0 <= c < s0 else continuous for c in range(n)]
     with _banner_to_stderr():
         h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
@@ -135,9 +149,10 @@ def solve(
     if len(values) != n:
         raise NoSolution(f"HiGHS: {h.modelStatusToString(h.getModelStatus())}")
     info = h.getInfo()
+    gap = float(info.mip_gap) if integral else 0.0
     spot = tuple(tuple(round(values[x(z, k)]) for k in range(ticks)) for z in range(zones))
     od = tuple(round(values[y0 + k]) for k in range(ticks))
-    return Schedule(spot, od, float(info.objective_function_value), float(info.mip_gap))
+    return Schedule(spot, od, float(info.objective_function_value), gap)
 
 
 @contextmanager

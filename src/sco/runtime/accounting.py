@@ -236,6 +236,14 @@ class Accountant:
             )
         )
 
+    def restart(self, t: float) -> None:
+        """Count from `t` on: what ran before (a warm-up) neither serves nor costs."""
+        self._flush_all(t)
+        for name, p in self._parts.items():
+            fresh = _Part(t, running=p.running, target=p.target, floor=p.floor)
+            self._parts[name] = fresh
+        self.cost_series.clear()
+
     def _flush_all(self, t: float) -> None:
         for pool in self._pools:
             self._flush_pool(pool, t)

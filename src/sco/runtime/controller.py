@@ -160,6 +160,7 @@ class PartitionController:
         self._seen: set[str] = set()  # server ids some listing showed
         self._quiet: dict[str, tuple[Instance, ServerView, NodeView]] = {}
         self._batch: dict[PoolId, int] = {}  # a pool's batch after refusals (default: max)
+        self._refused_at: dict[PoolId, float] = {}  # the last create a pool refused
         self._refusals: Counter[PoolId] = Counter()
         self._acceptances: Counter[PoolId] = Counter()
         self._cycle = _CycleTally()
@@ -195,6 +196,7 @@ class PartitionController:
         drained, busy = _drained_and_busy(self._live(), nodes)
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
         actions = diff(snapshot, plan.targets(), self.config.act, drained, removal, busy)
+        self._note_no_room(plan.targets(), snapshot, now)
         # Replacements are owed only while the plan is short of what is live.
         short = sum(plan.targets().values()) - sum(1 for i in self._live() if i.is_live)
         self._owed = min(self._owed, max(0, short))
@@ -360,11 +362,26 @@ class PartitionController:
         self._adapt_batches()
         return n
 
+    def _note_no_room(
+        self, targets: Mapping[PoolId, int], snapshot: PartitionSnapshot, now: float
+    ) -> None:
+        """A pool the plan wants more in but that has no room refuses as a launch there
+        would: the next snapshot says so (`PoolView.last_refusal_at`), and policies that
+        avoid pools that refused (SpotHedge) learn of it."""
+        short = [p for p, n in targets.items() if n and p in snapshot.pools]
+        if not short:
+            return
+        live = Counter([i.pool for i in snapshot.instances if i.state in LIVE])
+        for p in short:
+            if targets[p] > live[p] and snapshot.pools[p].available == 0:
+                self._refused_at[p] = now
+
     def _adapt_batches(self) -> None:
         """Halve a pool's batch on refusals (its scheduler places all of a batch or none),
         double it back on acceptances, as Cluster Autoscaler backs off and recovers."""
         top = self.config.act.max_batch
         for pool, n in self._refusals.items():
+            self._refused_at[pool] = self.clock.now()
             self._batch[pool] = max(1, min(self._batch.get(pool, top), n) // 2)
             log.info(
                 "partition %s: %d refused in %s (no valid host); batches of %d there now",
@@ -504,6 +521,7 @@ class PartitionController:
                 price_per_h=prices.get(p),
                 recent_reclaims=signals.recent_reclaims(p, now),
                 last_reclaim_at=signals.last_reclaim(p),
+                last_refusal_at=self._refused_at.get(p),
                 up_since=signals.up_since(p),
                 notice_s=pool.notice_s,
                 cold_start_s=self._cold_start(pool, score),
@@ -707,6 +725,7 @@ class PartitionController:
             log.warning("partition %s: create %s unknown: %s", self.partition.name, request_id, e)
             return 0, len(instances)
         except (InsufficientCapacity, QuotaExceeded, PermanentProviderError) as e:
+            self._refused_at[pool.id] = now
             self._refused(instances, request_id, str(e), now)
             return 0, len(instances)
         if result.pending:

@@ -71,6 +71,10 @@ class SimulationSpec:
     # change, a new exclusion or score generation, or its last cycle acted), and at
     # least this often otherwise, as an event-driven controller with a resync would.
     idle_resync_s: float | None = None
+    # The first seconds of the run fill the fleet from nothing: they count neither
+    # availability nor cost (as the evaluation's lead-in), and start at the offset
+    # less this much.
+    warmup_s: float = 0.0
 
     @property
     def policy_name(self) -> str:
@@ -184,7 +188,12 @@ class Simulation:
             raise SimulationInputError(f"--idle-resync-s: must be > 0, got {spec.idle_resync_s}")
         if spec.start_offset_s < 0:
             raise SimulationInputError(f"--start-offset: must be >= 0, got {spec.start_offset_s}")
-        start_s = traces.start_s + spec.start_offset_s
+        if not 0 <= spec.warmup_s <= spec.start_offset_s:
+            raise SimulationInputError(
+                f"warmup_s: must be in [0, the start offset {spec.start_offset_s:.0f}], "
+                f"got {spec.warmup_s}"
+            )
+        start_s = traces.start_s + spec.start_offset_s - spec.warmup_s
         if start_s >= traces.end_s:
             raise SimulationInputError(
                 f"--start-offset: {spec.start_offset_s:.0f}s is past the end of {spec.traces}"
@@ -193,7 +202,7 @@ class Simulation:
         if spec.duration_s is not None:
             if spec.duration_s <= 0:
                 raise SimulationInputError(f"--duration: must be > 0, got {spec.duration_s}")
-            end_s = min(end_s, start_s + spec.duration_s)
+            end_s = min(end_s, start_s + spec.warmup_s + spec.duration_s)
         region_name = traces.region.name or traces.folder.name
         demand = FileDemandSource.load(spec.demand, region_name, start_s)
         return cls(spec, traces, demand, policy, start_s, end_s)
@@ -256,7 +265,12 @@ class Simulation:
                 region,
                 signals,
             )
-            pacer = _Pacer(region, signals, self.spec.idle_resync_s)
+            pacer = _Pacer(
+                region,
+                signals,
+                self.spec.idle_resync_s,
+                [c.partition.name for c in controllers],
+            )
             cycles = self._loop(region, clock, controllers, accountant, progress, loop, pacer)
             exclusions = timeline.episodes
             metrics = accountant.finish(self.end_s)
@@ -269,7 +283,7 @@ class Simulation:
             store.close()
         return SimulationResult(
             spec=self.spec,
-            start_s=self.start_s,
+            start_s=self.start_s + self.spec.warmup_s,
             end_s=self.end_s,
             partitions=metrics,
             accountant=accountant,
@@ -314,11 +328,18 @@ class Simulation:
         span = self.end_s - self.start_s
         next_cycle = self.start_s
         next_demand = self.demand.next_change_after(self.start_s)
+        count_from: float | None = self.start_s + self.spec.warmup_s
+        if count_from == self.start_s:
+            count_from = None
+        # Event-driven controllers react to news of the pools (a reclaim, a notice, new
+        # capacity) when it comes, not at the next tick; the rest waits for the tick.
+        react = self.spec.idle_resync_s is not None
+        pool_news = region.pool_events
         cycles = 0
         while True:
             t = min(
                 x
-                for x in (region.next_event_time(), next_cycle, next_demand, self.end_s)
+                for x in (region.next_event_time(), next_cycle, next_demand, count_from, self.end_s)
                 if x is not None
             )
             if t >= self.end_s:
@@ -327,11 +348,15 @@ class Simulation:
                 break
             region.advance_to(t)
             clock.set(t)
+            if count_from is not None and t >= count_from:
+                accountant.restart(t)
+                count_from = None
             if next_demand is not None and t >= next_demand:
                 accountant.demand_changed(t)
                 next_demand = self.demand.next_change_after(t)
                 pacer.poke()
-            if t >= next_cycle:
+            if t >= next_cycle or (react and region.pool_events != pool_news):
+                pool_news = region.pool_events
                 pacer.signals.refresh(t)  # what the watcher and scorer wrote since
                 acted = False
                 for k, c in enumerate(controllers):
@@ -387,30 +412,41 @@ class _Signals:
 
 
 class _Pacer:
-    """Which controllers cycle at a tick (see `SimulationSpec.idle_resync_s`)."""
+    """Which controllers cycle at a tick (see `SimulationSpec.idle_resync_s`): one
+    whose partition saw nothing happen (its own servers, the pools, the signals, the
+    demand) since its last cycle, and that did nothing then, waits for the resync."""
 
-    def __init__(self, region: SimRegion, signals: FleetSignals, resync_s: float | None) -> None:
+    def __init__(
+        self,
+        region: SimRegion,
+        signals: FleetSignals,
+        resync_s: float | None,
+        partitions: list[str],
+    ) -> None:
         self.region = region
         self.signals = signals
         self.resync_s = resync_s
+        self.partitions = partitions
         self._poked = 0
-        self._seen: dict[int, tuple[int, int, int]] = {}
+        self._seen: dict[int, tuple[int, int, int, int, int]] = {}
         self._last: dict[int, float] = {}
         self._acted: set[int] = set()
 
     def poke(self) -> None:
         self._poked += 1
 
-    def _world(self) -> tuple[int, int, int]:
-        return (self.region.events_applied, self.signals.changes, self._poked)
+    def _world(self, k: int) -> tuple[int, int, int, int, int]:
+        r = self.region
+        own = r.server_events.get(self.partitions[k], 0)
+        return (own, r.pool_events, r.price_events, self.signals.changes, self._poked)
 
     def due(self, k: int, now: float) -> bool:
         if self.resync_s is None or k not in self._seen or k in self._acted:
             return True
-        return self._seen[k] != self._world() or now - self._last[k] >= self.resync_s
+        return self._seen[k] != self._world(k) or now - self._last[k] >= self.resync_s
 
     def ran(self, k: int, now: float, acted: bool) -> None:
-        self._seen[k] = self._world()
+        self._seen[k] = self._world(k)
         self._last[k] = now
         if acted:
             self._acted.add(k)

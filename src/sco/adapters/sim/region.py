@@ -144,6 +144,11 @@ class SimRegion:
         self._rng = random.Random(self.config.seed)
         self._seq = itertools.count()
         self.events_applied = 0  # lets a runner tell whether anything happened
+        # ... to pools (capacity and notices, then prices: every partition sees those),
+        # and to each partition's own servers
+        self.pool_events = 0
+        self.price_events = 0
+        self.server_events: dict[str, int] = {}
         self._ids = itertools.count(1)
         self._events: list[tuple[float, int, int, str]] = []
         self._servers: dict[str, _Server] = {}
@@ -275,7 +280,14 @@ class SimRegion:
         else:
             server = self._servers.get(key)
             if server is not None:
+                events = self.server_events
+                events[server.partition] = events.get(server.partition, 0) + 1
                 self._apply_server(kind, server)
+            return
+        if kind is _Kind.PRICE:
+            self.price_events += 1
+        else:
+            self.pool_events += 1
 
     def _apply_server(self, kind: _Kind, s: _Server) -> None:
         if kind is _Kind.LISTED:

@@ -5,6 +5,8 @@
 - A zone is marked preempted when a replica is reclaimed there or a launch there
   fails; when fewer than two zones remain active, every zone is active again.
 - One spot replica beyond the target is kept (overprovisioning).
+- At fleet scale (not in the paper) a zone has room for some replicas: those that
+  do not fit go to the next active zone, then to any zone with room.
 - Dynamic on-demand fallback: on-demand replicas cover the gap between the target
   and the *ready* spot replicas, and are scaled down as spot becomes ready (the
   shared floor keeper, `sco.decide.arbiter`, covering the target, releasing at once).
@@ -12,12 +14,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.policies.base import Decision, live_by_pool, spot_views
 from sco.domain.pools import PoolId
-from sco.domain.snapshot import PartitionSnapshot
+from sco.domain.snapshot import PartitionSnapshot, PoolView
 
 
 @dataclass
@@ -42,13 +45,31 @@ class SpotHedgePolicy:
         held = live_by_pool(snapshot, spot=True)
         targets = {v.pool.id: held[v.pool.id] for v in views if held[v.pool.id]}
         missing = want + self.extra_spot - sum(held.values())
+        # At fleet scale a zone has room for some: what does not fit goes to the next
+        # active zone, then to any zone with room. A zone with no room at all is still
+        # tried, as published: the launch fails and marks it preempted.
+        room = {
+            v.pool.id: held[v.pool.id] + v.available if v.available > 0 else math.inf for v in views
+        }
         for _ in range(max(0, missing)):
-            v = min(active, key=lambda v: (targets.get(v.pool.id, 0), v.pool.id))
-            targets[v.pool.id] = targets.get(v.pool.id, 0) + 1
+            pick = _fewest(active, targets, room) or _fewest(
+                [v for v in views if v.available > 0], targets, room
+            )
+            if pick is None:
+                pick = min(active, key=lambda v: (targets.get(v.pool.id, 0), v.pool.id))
+            targets[pick.pool.id] = targets.get(pick.pool.id, 0) + 1
         fallback = arbitrate(snapshot, _AT_ONCE, cover_units=want)
         preempted = sorted(self._preempted)
         notes = (f"preempted: {', '.join(preempted)}",) if preempted else ()
         return Decision(targets, fallback.targets, notes + fallback.notes)
+
+
+def _fewest(
+    views: list[PoolView], targets: dict[PoolId, int], room: dict[PoolId, float]
+) -> PoolView | None:
+    """The zone holding the fewest that still has room for one more."""
+    open_ = [v for v in views if targets.get(v.pool.id, 0) < room[v.pool.id]]
+    return min(open_, key=lambda v: (targets.get(v.pool.id, 0), v.pool.id), default=None)
 
 
 # SpotHedge scales on-demand down as soon as spot is ready.
