@@ -269,3 +269,74 @@ def test_simulate_a_fleet_scenario() -> None:
     both = sco("simulate", "--fleet", "v100-16node-x100", "--traces", "x")
     assert both.returncode == 2
     assert "give one of --traces and --fleet" in both.stderr
+
+
+def test_evaluate_at_fleet_scale_with_any_trace_and_demand(tmp_path: Path) -> None:
+    """`--trace DIR --demand FILE --pool-size N`: whole simulations per policy and
+    window, and the LP bound as `optimal`, in the paper suite's JSON shape."""
+    demand = write_yaml(
+        tmp_path / "demand.yaml",
+        {
+            "partitions": [
+                {
+                    "name": "batch",
+                    "kind": "slurm",
+                    "target_units": {"daily": {"00:00": 10, "07:00": 20, "19:00": 10}},
+                    "floor_units": 5,
+                    "max_units": 24,
+                    "guaranteed_budget_units": 20,
+                },
+                {
+                    "name": "web",
+                    "kind": "kubernetes",
+                    "target_units": 20,
+                    "floor_units": 12,
+                    "max_units": 24,
+                    "guaranteed_budget_units": 20,
+                },
+            ]
+        },
+    )
+    out = sco(
+        "evaluate", "--trace", V100_4NODE, "--demand", demand, "--pool-size", "10",
+        "--guaranteed-quota", "50", "--policies", "optimal,sco,spothedge,all-guaranteed",
+        "--windows", "1", "--workers", "1", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stdout.strip().splitlines()
+    last = json.loads(line)
+    assert last["setting"]["scale"] == "fleet"
+    assert last["setting"]["scenarios"]["v100-4node"]["pool_size"] == 10
+    runs = last["traces"]["v100-4node"]
+    assert set(runs) == {"optimal", "sco", "spothedge", "all-guaranteed"}
+    for m in runs.values():
+        assert set(m) >= {"served_fraction", "floor_availability", "availability"}
+        assert 0.0 < m["cost_vs_guaranteed"] <= 1.05
+    assert runs["optimal"]["served_fraction"] == 1.0
+    # The bound serves everything at no more than all-guaranteed, which serves it too.
+    assert runs["all-guaranteed"]["served_fraction"] > 0.99
+    assert runs["optimal"]["cost_vs_guaranteed"] < runs["all-guaranteed"]["cost_vs_guaranteed"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pool-size", "10"], "--pool-size and --guaranteed-quota go with --demand"),
+        (["--demand", "DEMAND", "--pool-size", "0"], "--pool-size: must be >= 1"),
+        (["--demand", "DEMAND", "--policies", "sco,psychic"], "unknown policy 'psychic'"),
+        (["--demand", "NOFILE"], "not found"),
+    ],
+)
+def test_evaluate_fleet_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
+    demand = write_yaml(
+        tmp_path / "d.yaml",
+        {"partitions": [{"name": "p", "kind": "kubernetes", "target_units": 2, "max_units": 4}]},
+    )
+    args = [
+        str(demand) if a == "DEMAND" else str(tmp_path / "no.yaml") if a == "NOFILE" else a
+        for a in args
+    ]
+    out = sco("evaluate", "--trace", V100_4NODE, *args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

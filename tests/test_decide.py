@@ -437,3 +437,77 @@ def test_the_floor_keeper_stays_within_budget_and_room(sit, budget, arriving) ->
     ready = sum(i.units for i in insts if i.is_spot and i.state is State.READY)
     if sum(g.targets.values()) < held_units:  # releasing: the floor still holds
         assert sum(g.targets.values()) + ready + arriving >= min(want.floor_units, budget)
+
+
+# ---------------------------------------------------------------- at fleet scale
+
+
+def _fleet(n: int, pool: object, state: State = State.READY) -> list[Instance]:
+    return [instance(pool, state) for _ in range(n)]  # type: ignore[arg-type]
+
+
+def test_a_large_floor_survives_losing_its_two_largest_pools() -> None:
+    """Floor 100 over spot of 60/50/40 ready in three pools: losing the two largest
+    leaves 40, so guaranteed covers the other 60; a small floor relies on spares."""
+    views = [PoolView(A, headroom=0), PoolView(B, headroom=0), PoolView(C, headroom=0)]
+    insts = _fleet(60, A) + _fleet(50, B) + _fleet(40, C)
+    big = plan(
+        snapshot([*views, PoolView(G1, headroom=500)], insts, want=demand(150, 100, 200)),
+        NO_SPARE,
+    )
+    assert big.spot == {A.id: 60, B.id: 50, C.id: 40}
+    assert big.terms["pool_loss_units"] == 110
+    assert sum(big.guaranteed.values()) == 100 - (150 - 110)
+    small = plan(
+        snapshot([*views, PoolView(G1, headroom=500)], insts, want=demand(150, 40, 200)),
+        NO_SPARE,
+    )
+    assert small.terms["pool_loss_units"] == 0
+    assert sum(small.guaranteed.values()) == 0
+
+
+def test_guaranteed_covers_the_target_that_spot_cannot_place() -> None:
+    """No spot room for 30 of a target of 100 above a floor of 10: guaranteed takes
+    the 30 (cover_target); what spot is booting toward counts as arriving."""
+    views = [PoolView(A, headroom=40), PoolView(B, headroom=30)]
+    p = plan(
+        snapshot([*views, PoolView(G1, headroom=500)], [], want=demand(100, 10, 200)), NO_SPARE
+    )
+    assert sum(p.spot.values()) == 70
+    assert sum(p.guaranteed.values()) == 30
+    only_floor = HedgeConfig(max_spare=0, cover_target=False)
+    q = plan(
+        snapshot([*views, PoolView(G1, headroom=500)], [], want=demand(100, 10, 200)), only_floor
+    )
+    assert sum(q.guaranteed.values()) == 0  # booting spot covers the floor of 10
+
+
+def test_spares_and_releases_grow_with_the_fleet() -> None:
+    cfg = HedgeConfig()
+    assert cfg.spare_cap(3) == cfg.max_spare  # the 3-replica setting keeps its cap
+    assert cfg.spare_cap(1000) == 50
+    assert HedgeConfig(max_spare=0).spare_cap(1000) == 0  # 0 still turns spares off
+    arb = ArbiterConfig(max_release_per_cycle=3, release_fraction=0.1)
+    assert arb.release_limit(5) == 3
+    assert arb.release_limit(600) == 60
+    assert ArbiterConfig(max_release_per_cycle=None).release_limit(600) is None
+
+
+def test_a_fleet_releases_guaranteed_in_proportion() -> None:
+    """600 guaranteed held against 1,000 ready spot and a floor of 100: a tenth goes back
+    in one cycle, not three."""
+    views = [PoolView(v, headroom=0) for v in (A, B, C)]
+    insts = _fleet(340, A) + _fleet(330, B) + _fleet(330, C) + _fleet(600, G1)
+    snap = snapshot([*views, PoolView(G1, headroom=0)], insts, want=demand(1000, 100, 1200))
+    g = arbitrate(snap, HedgeConfig().arbiter)
+    assert g.released == 60
+
+
+def test_reclaims_count_up_to_a_cap_in_the_hazard() -> None:
+    """A zone that lost 500 instances at once is one bad event, not 500."""
+    cfg = HedgeConfig()
+    many = PoolView(A, headroom=5, recent_reclaims=500)
+    few = PoolView(A, headroom=5, recent_reclaims=cfg.reclaim_count_cap)
+    from sco.decide.hedge import hazard_per_h
+
+    assert hazard_per_h(many, 0.0, cfg) == hazard_per_h(few, 0.0, cfg)

@@ -233,3 +233,18 @@ def test_optimal_replays_at_full_availability_and_least_cost() -> None:
     assert res["optimal"].mean("cost") < res["all-guaranteed"].mean("cost")
     with pytest.raises(KeyError):
         factory("clairvoyant")
+
+
+def test_the_lp_bound_by_hand_with_a_target_that_varies() -> None:
+    """Relaxed (integral=False): one zone of capacity 2 then 0, target 1 then 3 by tick,
+    cold start 1 tick, counted from tick 1, spot 1 and on-demand 10 per hour."""
+    # tick:      0  1  2  3
+    # capacity:  2  2  0  0 ; target: 1 1 3 3
+    # Ticks 2-3 need 3 on-demand serving, so held from tick 1 on: 3 x 3 ticks x 10 = 90.
+    # Held at tick 0 too (the lead-in is free), they serve tick 1 as well, so spot at
+    # tick 1 would only add cost: the bound is 90.
+    s = solve([[2, 2, 0, 0]], [1, 1, 3, 3], 1, 1, 3600.0, 1.0, 10.0, integral=False)
+    assert s.cost == pytest.approx(90.0)
+    assert s.gap == 0.0
+    with pytest.raises(ValueError, match="every tick"):
+        solve([[2, 2, 0, 0]], [1, 1], 1, 1, 3600.0, 1.0, 10.0, integral=False)

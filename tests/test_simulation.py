@@ -193,3 +193,79 @@ def test_every_transition_is_recorded_and_legal(tmp_path: Path) -> None:
             assert EDGES[(State(r.from_state), Trigger(r.trigger))] is State(r.to_state)
         last[r.instance_id] = r.to_state
     store.close()
+
+
+def test_a_warm_up_counts_neither_availability_nor_cost(tmp_path: Path) -> None:
+    """The fleet fills during the first 600 s (ready at 120 s); counting starts at 600 s,
+    so the window is fully available and costs its 1,800 s alone."""
+    traces = _region(tmp_path / "t", [2, 2, 2, 2])
+    spec = SimulationSpec(
+        traces=traces,
+        demand=_demand(tmp_path / "d.yaml", 2, 2),
+        policy=EXACT,
+        start_offset_s=600.0,
+        warmup_s=600.0,
+    )
+    result = Simulation.build(spec).run(sqlite_url(tmp_path / "state.db"))
+    m = result.partitions["p"]
+    assert result.start_s == pytest.approx(result.end_s - 1800.0)
+    assert (m.availability, m.floor_availability) == (1.0, 1.0)
+    assert m.cost == pytest.approx(2 * 1800 / 3600)
+    with pytest.raises(ValueError, match="warmup_s"):
+        Simulation.build(SimulationSpec(traces=traces, demand=spec.demand, warmup_s=60.0))
+
+
+def test_event_driven_cycles_react_to_a_notice_when_it_comes(tmp_path: Path) -> None:
+    """With a 120 s notice and a 120 s cold start, an event-driven controller starts the
+    replacement at the notice itself (not at the next 30 s tick): with a cycle of 600 s
+    the fixed grid would leave the partition short, the events do not."""
+    traces = _region(tmp_path / "t", [2, 2, 1, 1], quota=2)
+    demand = _demand(tmp_path / "d.yaml", 2, 2)
+
+    def run(resync: float | None, folder: str) -> float:
+        (tmp_path / folder).mkdir()
+        spec = SimulationSpec(
+            traces=traces,
+            demand=demand,
+            policy=EXACT,
+            cycle_s=600.0,
+            sim=SimConfig(notice_s=150.0, drain_s=0.0),
+            idle_resync_s=resync,
+        )
+        r = Simulation.build(spec).run(sqlite_url(tmp_path / folder / "state.db"))
+        return r.partitions["p"].below_floor_unit_h
+
+    # Both start empty: 2 units short for the first boot's 120 s. The grid ticks at 0,
+    # 600, 1200: the notice at 1050 waits until 1200, and the replacement is ready at
+    # 1320, 1 unit short for 120 s after the reclaim at 1200.
+    first_boot = 2 * 120.0
+    assert run(None, "grid") * 3600 == pytest.approx(first_boot + 120.0)
+    assert run(3600.0, "events") * 3600 == pytest.approx(first_boot)
+
+
+def test_spothedge_learns_of_a_zone_without_room(tmp_path: Path) -> None:
+    """Regression: the controller never filled `PoolView.last_refusal_at`, so SpotHedge
+    kept a target in a zone without room for ever (at fleet scale it held most of its
+    demand on on-demand). A pool the plan wants more in and that has no room now
+    refuses as a launch there would, and SpotHedge moves on."""
+    folder = tmp_path / "t"
+    for name, values in (("a", [2] * 4), ("b", [2] * 4), ("c", [0] * 4)):
+        write_json_trace(folder, name, values, gap_s=600)
+    write_yaml(
+        folder / "region.yaml", {"flavor": "gpu", "halls": 1, "guaranteed_quota_per_hall": 4}
+    )
+    spec = SimulationSpec(
+        traces=folder, demand=_demand(tmp_path / "d.yaml", 2, 0), policy="spothedge"
+    )
+    url = sqlite_url(tmp_path / "state.db")
+    result = Simulation.build(spec).run(url)
+    store = SqlFleetStore(url)
+    try:
+        plan = store.latest_plan("p")
+    finally:
+        store.close()
+    assert plan is not None
+    assert not [p for p in plan.spot if p.endswith("/c")], plan.spot
+    assert sum(plan.spot.values()) == 3  # the target and SpotHedge's one extra, in a and b
+    assert any("preempted" in n and n.endswith("/c") for n in plan.notes), plan.notes
+    assert result.partitions["p"].served_fraction > 0.9
