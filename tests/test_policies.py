@@ -145,6 +145,42 @@ def test_sco_hedges_without_notice_and_not_with_it() -> None:
     assert sum(booting.spot.values()) == 4
 
 
+def test_spothedge_does_not_send_launches_back_to_zones_just_refused() -> None:
+    """Regression (AWS1 cost 34 % above optimal): two empty zones refused the last
+    launches; the reset of preempted zones made them active again and the next
+    launches went there again, while the zone with room held one replica. Zones
+    refused since the last decision stay out of the reset."""
+    from sco.decide.policies import SpotHedgePolicy
+
+    a, b, c = SPOT[:3]
+    policy = SpotHedgePolicy()
+    held = [instance(c, State.READY)]
+    first = snapshot(
+        [PoolView(a, headroom=0), PoolView(b, headroom=0), PoolView(c, headroom=9),
+         PoolView(G, headroom=9)],
+        held, want=demand(3, 3), now=100.0,
+    )  # fmt: skip
+    policy.decide(first)
+    refused = snapshot(
+        [PoolView(a, headroom=0, last_refusal_at=100.0),
+         PoolView(b, headroom=0, last_refusal_at=100.0),
+         PoolView(c, headroom=9), PoolView(G, headroom=9)],
+        held, want=demand(3, 3), now=130.0,
+    )  # fmt: skip
+    d = policy.decide(refused)
+    assert d.spot == {c.id: 4}  # the target and its one extra, where there is room
+
+
+def test_spothedge_at_scale_spills_what_a_zone_cannot_hold() -> None:
+    from sco.decide.policies import SpotHedgePolicy
+
+    a, b, c = SPOT[:3]
+    views = [PoolView(a, headroom=100), PoolView(b, headroom=10), PoolView(c, headroom=500)]
+    want = demand(300, 0, max_units=400)
+    d = SpotHedgePolicy().decide(snapshot([*views, PoolView(G, headroom=9)], want=want))
+    assert d.spot == {a.id: 100, b.id: 10, c.id: 191}
+
+
 # ---------------------------------------------------------------- evaluation
 
 
