@@ -446,24 +446,44 @@ def _fleet(n: int, pool: object, state: State = State.READY) -> list[Instance]:
     return [instance(pool, state) for _ in range(n)]  # type: ignore[arg-type]
 
 
-def test_a_large_floor_survives_losing_its_two_largest_pools() -> None:
-    """Floor 100 over spot of 60/50/40 ready in three pools: losing the two largest
-    leaves 40, so guaranteed covers the other 60; a small floor relies on spares."""
+def test_a_large_floor_survives_losing_its_largest_pools() -> None:
+    """Floor 100 over spot of 60/50/40 ready in three pools: losing the largest leaves
+    90, so guaranteed covers 10; losing the two largest (`pool_loss_pools=2`) leaves
+    40, so it covers 60. A small floor relies on spares."""
     views = [PoolView(A, headroom=0), PoolView(B, headroom=0), PoolView(C, headroom=0)]
     insts = _fleet(60, A) + _fleet(50, B) + _fleet(40, C)
-    big = plan(
-        snapshot([*views, PoolView(G1, headroom=500)], insts, want=demand(150, 100, 200)),
-        NO_SPARE,
-    )
-    assert big.spot == {A.id: 60, B.id: 50, C.id: 40}
-    assert big.terms["pool_loss_units"] == 110
-    assert sum(big.guaranteed.values()) == 100 - (150 - 110)
-    small = plan(
-        snapshot([*views, PoolView(G1, headroom=500)], insts, want=demand(150, 40, 200)),
-        NO_SPARE,
-    )
+
+    def planned(floor: int, cfg: HedgeConfig) -> HedgePlan:
+        want = demand(150, floor, 200)
+        return plan(snapshot([*views, PoolView(G1, headroom=500)], insts, want=want), cfg)
+
+    one = planned(100, NO_SPARE)
+    assert one.spot == {A.id: 60, B.id: 50, C.id: 40}
+    assert one.terms["pool_loss_units"] == 60
+    assert sum(one.guaranteed.values()) == 10
+    two = planned(100, HedgeConfig(max_spare=0, pool_loss_pools=2))
+    assert two.terms["pool_loss_units"] == 110
+    assert sum(two.guaranteed.values()) == 60
+    small = planned(40, NO_SPARE)
     assert small.terms["pool_loss_units"] == 0
     assert sum(small.guaranteed.values()) == 0
+
+
+def test_a_fleet_spreads_by_hazard_not_evenly() -> None:
+    """Regression: a fixed cost per replica sharing a pool spread 1,000 replicas evenly
+    over every pool whatever its hazard, so each pool that came back (fresh: the most
+    likely to go again) got its even share. Crowding per even share lets the calm
+    pools hold more; with a few replicas it is the paper setting's cost."""
+    calm = [PoolView(v, headroom=1000, up_since=0.0) for v in (A, B)]
+    fresh = PoolView(C, headroom=1000, up_since=9_990.0)
+    p = plan(
+        snapshot([*calm, fresh, PoolView(G1, headroom=9)], want=demand(900, 0, 1000)), NO_SPARE
+    )
+    assert p.spot[C.id] < p.spot[A.id] - 15  # evenly it would be 300 each
+    assert p.terms["crowding_per_h"] == pytest.approx(10.0 / 300)
+    few = plan(snapshot([*calm, fresh, PoolView(G1, headroom=9)], want=demand(3, 0)), NO_SPARE)
+    assert few.spot == {A.id: 1, B.id: 1, C.id: 1}
+    assert few.terms["crowding_per_h"] == 10.0
 
 
 def test_guaranteed_covers_the_target_that_spot_cannot_place() -> None:

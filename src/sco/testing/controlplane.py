@@ -86,6 +86,15 @@ class ControlPlaneRun:
         names = order or list(self.procs)
         return {n: self.stop(n) for n in names if n in self.procs}
 
+    def dead(self) -> str:
+        """The processes that exited, each with its status and log tail ("" if none):
+        a test's failure message that says which died and why."""
+        return "\n".join(
+            f"--- {n} exited {code}:\n{self.tail(n)}"
+            for n, code in self.alive().items()
+            if code is not None
+        )
+
     def tail(self, name: str, lines: int = 40) -> str:
         return "\n".join(self.procs[name].log.read_text(errors="replace").splitlines()[-lines:])
 
