@@ -1,0 +1,185 @@
+"""The Kubernetes intake on the API's JSON: requests, who counts, and nodes to add."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+
+from sco.adapters.kubernetes.pods import (
+    NodeShape,
+    Taint,
+    intake,
+    is_unschedulable,
+    node_room,
+    placement_refusal,
+    request_of,
+)
+from sco.decide.binpack import Size
+
+ALLOCATABLE = {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}
+NODE = {"status": {"allocatable": ALLOCATABLE | {"ephemeral-storage": "100Gi"}}}
+LABELS = {"sco.io/partition": "gpu", "sco.io/class": "spot", "topology.kubernetes.io/zone": "h1"}
+SHAPE = NodeShape(node_room(NODE), LABELS, (Taint("sco.io/spot", "true", "NoSchedule"),))
+TOLERATE = [{"key": "sco.io/spot", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def pending(name: str, cpu: str, mem: str, gpus: int = 0, **spec: Any) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "resources": {"requests": {"cpu": cpu, "memory": mem}, "limits": limits},
+                }
+            ],
+            "tolerations": TOLERATE,
+            **spec,
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+
+
+def test_a_pods_request_is_what_the_scheduler_reserves() -> None:
+    pod = pending("a", "500m", "1Gi", gpus=1)
+    pod["spec"]["containers"].append(
+        {"name": "side", "resources": {"limits": {"cpu": "250m", "memory": "256Mi"}}}
+    )  # a limit alone is the request
+    pod["spec"]["initContainers"] = [
+        {"name": "init", "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}
+    ]  # the largest init container, when more than the containers' sum
+    pod["spec"]["overhead"] = {"cpu": "100m", "memory": "10Mi"}
+    got = request_of(pod)
+    assert got.cpus == pytest.approx(2.1)
+    assert got.memory_mb == pytest.approx(1024 + 256 + 10)
+    assert got.gres == {"nvidia.com/gpu": 1, "pods": 1}
+    assert node_room(NODE) == Size(8.0, 32 * 1024.0, {"pods": 110, "nvidia.com/gpu": 2})
+
+
+def test_only_pods_the_scheduler_gave_up_on_count() -> None:
+    assert is_unschedulable(pending("a", "1", "1Gi"))
+    running = pending("b", "1", "1Gi")
+    running["status"] = {"phase": "Running"}
+    bound = pending("c", "1", "1Gi", nodeName="n1")
+    waiting = pending("d", "1", "1Gi")
+    waiting["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]
+    assert not any(is_unschedulable(p) for p in (running, bound, waiting))
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ({}, ""),
+        ({"nodeSelector": {"sco.io/partition": "gpu"}}, ""),
+        ({"nodeSelector": {"sco.io/partition": "cpu"}}, "node selector sco.io/partition=cpu"),
+        ({"tolerations": []}, "taint sco.io/spot=true:NoSchedule"),
+        ({"tolerations": [{"key": "sco.io/spot", "value": "true"}]}, ""),
+        ({"tolerations": [{"key": "sco.io/spot", "value": "no"}]}, "taint"),
+        ({"tolerations": [{"operator": "Exists"}]}, ""),
+        (
+            {"tolerations": [{"key": "sco.io/spot", "operator": "Exists", "effect": "NoExecute"}]},
+            "taint",
+        ),
+    ],
+)
+def test_selectors_and_tolerations(spec: dict[str, Any], why: str) -> None:
+    got = placement_refusal(pending("a", "1", "1Gi", **spec), SHAPE)
+    assert got.startswith(why) if why else got == ""
+
+
+def _affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+                }
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("terms", "ok"),
+    [
+        ([[{"key": "sco.io/class", "operator": "In", "values": ["spot"]}]], True),
+        ([[{"key": "sco.io/class", "operator": "In", "values": ["guaranteed"]}]], False),
+        ([[{"key": "sco.io/class", "operator": "NotIn", "values": ["guaranteed"]}]], True),
+        ([[{"key": "gpu-type", "operator": "Exists"}]], False),
+        ([[{"key": "gpu-type", "operator": "DoesNotExist"}]], True),
+        # Terms are ORed, expressions within a term ANDed.
+        (
+            [
+                [{"key": "gpu-type", "operator": "Exists"}],
+                [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["h1"]}],
+            ],
+            True,
+        ),
+        (
+            [
+                [
+                    {"key": "sco.io/class", "operator": "In", "values": ["spot"]},
+                    {"key": "gpu-type", "operator": "Exists"},
+                ]
+            ],
+            False,
+        ),
+    ],
+)
+def test_required_node_affinity(terms: list[list[dict[str, Any]]], ok: bool) -> None:
+    got = placement_refusal(pending("a", "1", "1Gi", **_affinity(*terms)), SHAPE)
+    assert (got == "") is ok
+
+
+def test_fifty_pods_of_mixed_shapes_against_an_independent_packing() -> None:
+    """50 pending pods of four shapes, two of them never able to run on the
+    partition's nodes (too big, another pool's selector): the count of nodes equals
+    an independent first fit by hand over the same requests."""
+    rng = random.Random(7)
+    shapes = [("500m", "1Gi", 0), ("2", "4Gi", 0), ("3", "8Gi", 1), ("1", "20Gi", 0)]
+    pods = [pending(f"p{i}", *rng.choice(shapes)) for i in range(48)]
+    pods.append(pending("huge", "16", "1Gi"))
+    pods.append(pending("other", "1", "1Gi", nodeSelector={"sco.io/partition": "cpu"}))
+    free = [Size(1.0, 2048.0, {"pods": 10, "nvidia.com/gpu": 0})]
+    got = intake(pods, SHAPE, free)
+    assert got.counted == 48
+    assert dict(got.unfit) == {
+        "ns/huge": "requests more than a node of the partition offers",
+        "ns/other": "node selector sco.io/partition=cpu",
+    }
+    # By hand: sort by CPU then memory, each into the first node with room.
+    sizes = sorted(((float(_cpu(p)), _mem_mb(p), _gpus(p)) for p in pods[:48]), reverse=True)
+    nodes: list[list[float]] = [[1.0, 2048.0, 0.0, 10.0]]
+    for cpu, mem, gpu in sizes:
+        for n in nodes:
+            if n[0] >= cpu - 1e-9 and n[1] >= mem and n[2] >= gpu and n[3] >= 1:
+                n[0] -= cpu
+                n[1] -= mem
+                n[2] -= gpu
+                n[3] -= 1
+                break
+        else:
+            nodes.append([8.0 - cpu, 32768.0 - mem, 2.0 - gpu, 109.0])
+    assert got.new_nodes == len(nodes) - 1
+    cpu_sum = sum(s[0] for s in sizes)
+    assert got.new_nodes >= math.ceil((cpu_sum - 1.0) / 8.0)  # no fewer than the CPU needs
+
+
+def _cpu(p: dict[str, Any]) -> float:
+    v = p["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    return float(v[:-1]) / 1000 if v.endswith("m") else float(v)
+
+
+def _mem_mb(p: dict[str, Any]) -> float:
+    return float(p["spec"]["containers"][0]["resources"]["requests"]["memory"][:-2]) * 1024
+
+
+def _gpus(p: dict[str, Any]) -> float:
+    return float(p["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu", 0))
