@@ -153,9 +153,9 @@ def test_leases_kubernetes_in_sco_yaml_reach_an_api_server(tmp_path: Path) -> No
     from sco.apps.settings import load
     from sco.apps.wiring import open_leases
     from sco.testing.builders import write_yaml
-    from sco.testing.kube_api import LeaseApi
+    from sco.testing.kube_api import KubeApi
 
-    api = LeaseApi().start()
+    api = KubeApi().start()
     try:
         config = write_yaml(
             tmp_path / "sco.yaml",
@@ -177,7 +177,7 @@ def test_leases_kubernetes_in_sco_yaml_reach_an_api_server(tmp_path: Path) -> No
         a.heartbeat("ra", 5.0, 100.0)
         b.heartbeat("rb", 5.0, 100.0)
         assert sorted(b.live_replicas(101.0)) == ["ra", "rb"]
-        assert ("sco-system", "sco-p1") in api.leases
+        assert ("sco-system", "sco-p1") in api.objects["leases"]
         assert api.requests > 5
         store.close()
     finally:
