@@ -183,3 +183,52 @@ def _mem_mb(p: dict[str, Any]) -> float:
 
 def _gpus(p: dict[str, Any]) -> float:
     return float(p["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu", 0))
+
+
+# ---------------------------------------------------------------- a partition's need
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": LABELS | labels},
+        "status": {"allocatable": ALLOCATABLE},
+    }
+
+
+def running(name: str, on: str, cpu: str, mem: str, daemon: bool = False) -> dict[str, Any]:
+    p = pending(name, cpu, mem, nodeName=on)
+    p["status"] = {"phase": "Running"}
+    if daemon:
+        p["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "ds"}]
+    return p
+
+
+def test_a_partitions_need_counts_busy_nodes_the_room_pending_pods_take_and_new_ones() -> None:
+    from sco.adapters.kubernetes.demand import KubePartition, need
+
+    part = KubePartition(
+        labels={"sco.io/partition": "gpu"},
+        allocatable=ALLOCATABLE,
+        taints=SHAPE.taints,
+        daemonset_overhead={"cpu": "500m", "memory": "512Mi"},
+    )
+    nodes = [node("n1"), node("n2"), node("n3"), node("x", **{"sco.io/partition": "cpu"})]
+    pods = [
+        running("web", "n1", "6", "8Gi"),  # n1 busy, 2 CPUs left
+        running("ds1", "n1", "0", "0"),
+        running("ds2", "n2", "500m", "512Mi", daemon=True),  # n2 runs only a DaemonSet
+        running("elsewhere", "x", "8", "8Gi"),  # not ours
+        pending("small", "1500m", "1Gi"),
+        pending("mid", "7", "8Gi"),
+        pending("big", "7500m", "16Gi"),
+        pending("huge", "8", "1Gi"),  # never: a new node has 7.5 CPUs after its DaemonSets
+    ]
+    got = need(pods, nodes, part)
+    assert got.busy == 1
+    assert dict(got.pending.unfit) == {
+        "ns/huge": "requests more than a node of the partition offers"
+    }
+    # Largest first, each into the first node with room: big into n2 (7.5 CPUs left
+    # by its DaemonSet), mid into n3 (8, nothing runs there), small into n1 (2 left).
+    assert got.pending.new_nodes == 0
+    assert got.nodes == 3

@@ -1,0 +1,91 @@
+"""A Kubernetes partition's need in nodes, from the pods and nodes its informers hold.
+
+The partition's nodes are those carrying all of its labels. A node is needed when
+pods other than DaemonSets' run there, or when pending pods will go into its free
+room (the room left by what runs there: requests, as the scheduler counts); beyond
+those, pending pods need the new nodes `sco.adapters.kubernetes.pods.intake`
+packs them into, on a node shape of the partition's allocatable less what its
+DaemonSets request on every node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from sco.adapters.kubernetes.pods import (
+    Intake,
+    Json,
+    NodeShape,
+    Taint,
+    intake,
+    node_room,
+    quantity,
+    request_of,
+)
+from sco.decide.binpack import Size
+
+_DONE = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class KubePartition:
+    labels: Mapping[str, str]  # every node of the partition carries these
+    allocatable: Mapping[str, str]  # a node's allocatable, as its kubelet reports it
+    taints: tuple[Taint, ...] = ()
+    daemonset_overhead: Mapping[str, str] = field(default_factory=dict)  # per node
+
+    def shape(self) -> NodeShape:
+        room = node_room({"status": {"allocatable": dict(self.allocatable)}})
+        overhead = {n: quantity(v) for n, v in self.daemonset_overhead.items()}
+        taken = Size(
+            overhead.get("cpu", 0.0),
+            overhead.get("memory", 0.0) / (1024 * 1024),
+            {n: int(v) for n, v in overhead.items() if "/" in n},
+        )
+        return NodeShape(_clip(room.less(taken)), self.labels, self.taints)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    nodes: int  # nodes the partition needs: busy, taking pending pods, or new
+    busy: int  # of its nodes, those running pods other than DaemonSets'
+    pending: Intake
+
+
+def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Need:
+    pods = list(pods)
+    ours = [n for n in nodes if _carries(n, part.labels)]
+    names = [n["metadata"]["name"] for n in ours]
+    running: dict[str, list[Json]] = {name: [] for name in names}
+    for p in pods:
+        on = (p.get("spec") or {}).get("nodeName")
+        if on in running and (p.get("status") or {}).get("phase") not in _DONE:
+            running[on].append(p)
+    free = []
+    busy: set[int] = set()
+    for k, (name, node) in enumerate(zip(names, ours, strict=True)):
+        room = node_room(node)
+        for p in running[name]:
+            room = room.less(request_of(p))
+        free.append(_clip(room))
+        if any(not _daemon(p) for p in running[name]):
+            busy.add(k)
+    got = intake(pods, part.shape(), free)
+    taking = busy | set(got.packing.used_free)
+    return Need(len(taking) + got.new_nodes, len(busy), got)
+
+
+def _carries(node: Json, labels: Mapping[str, str]) -> bool:
+    have = (node.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in labels.items())
+
+
+def _daemon(pod: Json) -> bool:
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return any(o.get("kind") == "DaemonSet" for o in owners)
+
+
+def _clip(s: Size) -> Size:
+    """Room never below zero (a node overcommitted by what was bound before)."""
+    return Size(max(0.0, s.cpus), max(0.0, s.memory_mb), {g: max(0, n) for g, n in s.gres.items()})
