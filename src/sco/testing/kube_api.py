@@ -20,8 +20,13 @@ the official client, a kubeconfig and HTTP, and keeps these rules of the real on
 
 It lacks: authentication and authorization (any token passes), admission and
 defaulting, server-side apply, strategic merge patch, field managers, finalizers,
-graceful deletion, generateName, and every other resource. Evictions and
-PodDisruptionBudget arithmetic come with the drain (issue 15, later).
+graceful deletion, generateName, PDB status (budgets are computed on each
+eviction), label selectors other than `matchLabels` in budgets, and every other
+resource.
+
+- The Eviction subresource deletes a pod unless a PodDisruptionBudget of its
+  namespace selecting it (`matchLabels`) would fall below `minAvailable` (or past
+  `maxUnavailable`) of Running and Ready pods: then 429 TooManyRequests.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?:coordination\.k8s\.io|policy)/v1)"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>leases|pods|nodes|poddisruptionbudgets)"
-    r"(?:/(?P<name>[^/?]+))?$"
+    r"(?:/(?P<name>[^/?]+))?(?:/(?P<sub>eviction))?$"
 )
 
 
@@ -59,6 +64,7 @@ class KubeApi:
         self.objects: dict[str, dict[tuple[str, str], Obj]] = {k: {} for k in _KINDS}
         self.version = 0
         self.requests = 0
+        self.evictions = 0
         self.bookmark_s = bookmark_s
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
         self._oldest = 0  # watches from before this version have expired
@@ -101,6 +107,9 @@ class KubeApi:
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 kind, ns, name = m.group("kind"), m.group("ns") or "", m.group("name")
                 body = self._body() if method in ("POST", "PUT", "PATCH") else {}
+                if m.group("sub") == "eviction" and method == "POST" and name:
+                    self._send(*api.evict(ns, name))
+                    return
                 if (
                     method == "GET"
                     and name is None
@@ -224,6 +233,50 @@ class KubeApi:
                 return 200, gone
             return 405, _status(405, "MethodNotAllowed", method)
 
+    def evict(self, namespace: str, name: str) -> tuple[int, Obj]:
+        """The Eviction API: the pod is deleted unless a PodDisruptionBudget selecting
+        it would be broken (429, as the real server answers; the caller retries)."""
+        with self._changed:
+            self.requests += 1
+            pod = self.objects["pods"].get((namespace, name))
+            if pod is None:
+                return 404, _status(404, "NotFound", name)
+            for pdb in self.objects["poddisruptionbudgets"].values():
+                if pdb["metadata"].get("namespace") == namespace and not self._may_disrupt(
+                    pdb, pod
+                ):
+                    return 429, _status(
+                        429,
+                        "TooManyRequests",
+                        f"Cannot evict pod as it would violate the pod's disruption budget "
+                        f"{pdb['metadata']['name']}",
+                    )
+            self.evictions += 1
+            gone = self.objects["pods"].pop((namespace, name))
+            self._record("pods", "DELETED", gone)
+            return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+    def _may_disrupt(self, pdb: Obj, pod: Obj) -> bool:
+        spec = pdb.get("spec") or {}
+        wanted = (spec.get("selector") or {}).get("matchLabels") or {}
+        labels = pod["metadata"].get("labels") or {}
+        if not wanted or any(labels.get(k) != v for k, v in wanted.items()):
+            return True  # not this budget's pod
+        ns = pdb["metadata"].get("namespace")
+        selected = [
+            p
+            for (pns, _), p in self.objects["pods"].items()
+            if pns == ns
+            and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())
+        ]
+        healthy = sum(1 for p in selected if _healthy(p))
+        if "minAvailable" in spec:
+            return healthy - (1 if _healthy(pod) else 0) >= int(spec["minAvailable"])
+        if "maxUnavailable" in spec:
+            unavailable = len(selected) - healthy + (1 if _healthy(pod) else 0)
+            return unavailable <= int(spec["maxUnavailable"])
+        return True
+
     def put(self, kind: str, obj: Obj) -> Obj:
         """Create or replace an object directly (what a kubelet or scheduler would
         write), as a change watchers see."""
@@ -315,6 +368,16 @@ class KubeApi:
                         "metadata": {"resourceVersion": str(since)},
                     },
                 }
+
+
+def _healthy(pod: Obj) -> bool:
+    """Running and Ready: what a disruption budget counts."""
+    status = pod.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    return status.get("phase") == "Running" and ready
 
 
 def _merge(current: Obj, patch: Obj) -> Obj:

@@ -1,0 +1,200 @@
+"""Kubernetes nodes as sco's node plane (`sco.ports.SchedulerCluster`, extra `kubernetes`).
+
+- A server is a node once a Node whose `providerID` ends in its server id (the
+  OpenStack cloud provider's `openstack:///<id>`) is Ready; it joined when it
+  became Ready.
+- A drain cordons the node, then every cycle evicts its pods through the Eviction
+  API, which a PodDisruptionBudget may refuse (429): such a pod is tried again
+  next cycle. From `drain_by` less `grace_s` on, what remains is deleted: a
+  reclaim's deadline is hard. DaemonSet pods are left to go with the node.
+- Pods annotated `sco.io/do-not-disrupt: "true"` are left alone by sco's own
+  moves (a drain for any reason but a reclaim), never by a reclaim.
+- A node is drained when it is cordoned and runs nothing but DaemonSet pods. A
+  voluntary drain that only protected pods hold is not drained; its note says
+  which pods hold it. (The acquirer still ends a drain at its deadline: keeping
+  such nodes out of voluntary moves altogether is to come.)
+
+Pods and nodes come from informers (`sco.adapters.kubernetes.informer`); calls
+that change them go through the official client's `CoreV1Api`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sco.adapters.kubernetes.informer import Informer
+from sco.ports import Clock, NodeView
+
+log = logging.getLogger(__name__)
+
+DO_NOT_DISRUPT = "sco.io/do-not-disrupt"
+RECLAIM = "reclaim_notice"  # the reason code of a drain for a reclaim (acquirer's Reason)
+_DONE = frozenset({"Succeeded", "Failed"})
+_GONE = NodeView(joined=False, drained=False)
+
+
+@dataclass
+class _Drain:
+    node: str
+    drain_by: float
+    reclaim: bool
+    deleted: list[str]
+    kept: list[str]
+
+
+class KubernetesNodes:
+    def __init__(
+        self,
+        core: Any,
+        nodes: Informer,
+        pods: Informer,
+        clock: Clock,
+        grace_s: float = 30.0,
+    ) -> None:
+        """`core`: a `kubernetes.client.CoreV1Api`."""
+        self.core = core
+        self._nodes = nodes
+        self._pods = pods
+        self.clock = clock
+        self.grace_s = grace_s
+        self._drains: dict[str, _Drain] = {}  # server id -> its drain
+
+    # ------------------------------------------------------------ SchedulerCluster
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:  # noqa: ARG002
+        """Every node that is one of our servers, by server id (the partition's
+        servers are the controller's to pick out)."""
+        by_server = self._by_server()
+        running = self._running()
+        self._advance(by_server, running)
+        out: dict[str, NodeView] = {}
+        for sid, node in by_server.items():
+            name = node["metadata"]["name"]
+            ready_at = _ready_since(node)
+            work = [p for p in running.get(name, []) if not _daemon(p)]
+            drain = self._drains.get(sid)
+            cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+            out[sid] = NodeView(
+                joined=ready_at is not None,
+                drained=cordoned and drain is not None and not work,
+                joined_at=ready_at,
+                busy=bool(work),
+                note=_note(drain),
+            )
+        self._drains = {s: d for s, d in self._drains.items() if s in by_server}
+        return out
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
+        node = self._by_server().get(server_id)
+        if node is None:
+            return  # never a node: nothing to drain
+        name = node["metadata"]["name"]
+        self.core.patch_node(name, {"spec": {"unschedulable": True}})
+        self._drains[server_id] = _Drain(name, drain_by, reason == RECLAIM, [], [])
+        log.info("node %s cordoned: %s, leave by %.0f", name, reason or "leaving", drain_by)
+
+    # ------------------------------------------------------------ draining
+
+    def _advance(self, by_server: Mapping[str, Any], running: Mapping[str, list[Any]]) -> None:
+        now = self.clock.now()
+        for sid, d in self._drains.items():
+            if sid not in by_server:
+                continue
+            hard = now >= d.drain_by - self.grace_s
+            for pod in running.get(d.node, []):
+                if _daemon(pod):
+                    continue
+                key = _key(pod)
+                if not d.reclaim and _protected(pod):
+                    if key not in d.kept:
+                        d.kept.append(key)
+                    continue
+                if hard:
+                    self._delete(pod, d)
+                else:
+                    self._evict(pod)
+
+    def _evict(self, pod: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        meta = pod["metadata"]
+        body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+        try:
+            self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body)
+        except ApiException as e:
+            if e.status == 429:
+                log.info(
+                    "eviction of %s refused by a disruption budget; again next cycle", _key(pod)
+                )
+            elif e.status != 404:
+                raise
+
+    def _delete(self, pod: Any, d: _Drain) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        meta = pod["metadata"]
+        try:
+            self.core.delete_namespaced_pod(meta["name"], meta["namespace"])
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        if _key(pod) not in d.deleted:
+            d.deleted.append(_key(pod))
+            log.warning("pod %s deleted at node %s's deadline", _key(pod), d.node)
+
+    # ------------------------------------------------------------ reading
+
+    def _by_server(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for node in self._nodes.items():
+            pid = (node.get("spec") or {}).get("providerID") or ""
+            server = pid.rsplit("/", 1)[-1]
+            if server:
+                out[server] = node
+        return out
+
+    def _running(self) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {}
+        for pod in self._pods.items():
+            on = (pod.get("spec") or {}).get("nodeName")
+            if on and (pod.get("status") or {}).get("phase") not in _DONE:
+                out.setdefault(on, []).append(pod)
+        return out
+
+
+def _ready_since(node: Any) -> float | None:
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            at = c.get("lastTransitionTime")
+            return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp() if at else 0.0
+    return None
+
+
+def _daemon(pod: Any) -> bool:
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return any(o.get("kind") == "DaemonSet" for o in owners)
+
+
+def _protected(pod: Any) -> bool:
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    return str(notes.get(DO_NOT_DISRUPT, "")).lower() == "true"
+
+
+def _key(pod: Any) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _note(d: _Drain | None) -> str:
+    if d is None:
+        return ""
+    parts = []
+    if d.deleted:
+        parts.append(f"pods deleted at the deadline: {', '.join(d.deleted)}")
+    if d.kept:
+        parts.append(f"left alone ({DO_NOT_DISRUPT}): {', '.join(d.kept)}")
+    return "; ".join(parts)

@@ -1,0 +1,153 @@
+"""The Kubernetes node plane against the test API server, through the official client:
+a node joins by providerID, a drain cordons and evicts, a disruption budget holds an
+eviction until a replacement is ready, the deadline deletes what remains, and a pod
+sco may not disrupt survives sco's own moves but not a reclaim."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sco.adapters.kubernetes.informer import Informer
+from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, RECLAIM, KubernetesNodes
+from sco.runtime.clock import ManualClock
+from sco.testing.kube_api import KubeApi
+
+pytest.importorskip("kubernetes")
+
+READY = [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T00:00:10Z"}]
+
+
+@pytest.fixture
+def api() -> Iterator[KubeApi]:
+    server = KubeApi(bookmark_s=0.2).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def plane(api: KubeApi, tmp_path: Path) -> Iterator[tuple[KubernetesNodes, ManualClock]]:
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(str(api.kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg)
+    core = client.CoreV1Api(client.ApiClient(cfg))
+    nodes = Informer(core.list_node, watch_timeout_s=5).start()
+    pods = Informer(core.list_pod_for_all_namespaces, watch_timeout_s=5).start()
+    assert nodes.wait_synced(10)
+    assert pods.wait_synced(10)
+    clock = ManualClock(1_000.0)
+    yield KubernetesNodes(core, nodes, pods, clock, grace_s=30.0), clock
+    nodes.stop()
+    pods.stop()
+
+
+def node(name: str, server: str, ready: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"sco.io/partition": "web"}},
+        "spec": {"providerID": f"openstack:///{server}"},
+        "status": {"conditions": READY if ready else []},
+    }
+
+
+def pod(name: str, on: str, app: str = "web", **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "prod",
+            "labels": {"app": app},
+            "annotations": annotations,
+        },
+        "spec": {"nodeName": on, "containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def budget(min_available: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "web", "namespace": "prod"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "web"}}},
+    }
+
+
+def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_node_joins_by_provider_id_when_ready(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    nodes, _ = plane
+    api.put("nodes", node("n-booting", "srv-1", ready=False))
+    api.put("nodes", node("n-ready", "srv-2"))
+    api.put("nodes", node("not-ours", ""))
+    until(lambda: len(nodes.nodes("web")) == 2, "two nodes with provider ids")
+    got = nodes.nodes("web")
+    assert not got["srv-1"].joined
+    assert got["srv-2"].joined
+    assert got["srv-2"].joined_at == datetime(2026, 12, 1, 0, 0, 10, tzinfo=UTC).timestamp()
+
+
+def test_a_budget_holds_the_eviction_until_a_replacement_is_ready(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    nodes, clock = plane
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("pods", pod("web-1", "n1"))
+    api.put("pods", pod("web-2", "n2"))
+    api.put("poddisruptionbudgets", budget(2))
+    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    nodes.drain("web", "srv-1", drain_by=2_000.0, reason="over_target")
+    until(lambda: api.objects["nodes"][("", "n1")]["spec"].get("unschedulable") is True, "cordon")
+    for _ in range(3):  # refused while only two web pods are ready
+        assert not nodes.nodes("web")["srv-1"].drained
+    assert ("prod", "web-1") in api.objects["pods"]
+    api.put("pods", pod("web-3", "n3"))  # the replacement is ready
+    until(lambda: not nodes.nodes("web")["srv-1"].busy, "web-1 evicted", timeout_s=5)
+    assert nodes.nodes("web")["srv-1"].drained
+    assert api.evictions == 1
+    assert clock.now() < 2_000.0 - 30.0  # well before the deadline
+
+
+def test_at_the_deadline_what_remains_is_deleted(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    nodes, clock = plane
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("pods", pod("web-1", "n1"))
+    api.put("poddisruptionbudgets", budget(1))
+    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    nodes.drain("web", "srv-1", drain_by=1_100.0, reason=RECLAIM)
+    nodes.nodes("web")
+    assert ("prod", "web-1") in api.objects["pods"]  # the budget refuses
+    clock.set(1_100.0 - 30.0)  # the grace before the deadline
+    until(lambda: nodes.nodes("web")["srv-1"].drained, "drained at the deadline")
+    assert "pods deleted at the deadline: prod/web-1" in nodes.nodes("web")["srv-1"].note
+    assert api.evictions == 0
+
+
+def test_do_not_disrupt_holds_against_sco_but_not_against_a_reclaim(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    nodes, _ = plane
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("nodes", node("n2", "srv-2"))
+    api.put("pods", pod("train-1", "n1", app="train", **{DO_NOT_DISRUPT: "true"}))
+    api.put("pods", pod("train-2", "n2", app="train", **{DO_NOT_DISRUPT: "true"}))
+    until(lambda: len(nodes.nodes("web")) == 2, "both nodes")
+    nodes.drain("web", "srv-1", drain_by=9_000.0, reason="over_target")
+    nodes.drain("web", "srv-2", drain_by=9_000.0, reason=RECLAIM)
+    until(lambda: nodes.nodes("web")["srv-2"].drained, "the reclaimed node drained")
+    moved = nodes.nodes("web")["srv-1"]
+    assert not moved.drained
+    assert f"left alone ({DO_NOT_DISRUPT}): prod/train-1" in moved.note
+    assert ("prod", "train-1") in api.objects["pods"]
