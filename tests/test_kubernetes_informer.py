@@ -4,7 +4,6 @@ lists again without missing a pod, and a broken server is retried."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,13 @@ from typing import Any
 import pytest
 
 from sco.adapters.kubernetes.informer import Informer
+from sco.testing.controlplane import wait_for
 from sco.testing.kube_api import KubeApi
+
+
+def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    wait_for(check, timeout_s, what, every_s=0.02)
+
 
 pytest.importorskip("kubernetes")
 
@@ -38,14 +43,6 @@ def pod(name: str, ns: str = "work", **labels: str) -> dict[str, Any]:
         "spec": {"containers": [{"name": "c", "image": "x"}]},
         "status": {"phase": "Pending"},
     }
-
-
-def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def names(inf: Informer) -> set[str]:

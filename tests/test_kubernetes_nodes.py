@@ -5,7 +5,6 @@ sco may not disrupt survives sco's own moves but not a reclaim."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +15,13 @@ import pytest
 from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, RECLAIM, KubernetesNodes
 from sco.runtime.clock import ManualClock
+from sco.testing.controlplane import wait_for
 from sco.testing.kube_api import KubeApi
+
+
+def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    wait_for(check, timeout_s, what, every_s=0.02)
+
 
 pytest.importorskip("kubernetes")
 
@@ -73,14 +78,6 @@ def budget(min_available: int) -> dict[str, Any]:
         "metadata": {"name": "web", "namespace": "prod"},
         "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "web"}}},
     }
-
-
-def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_a_node_joins_by_provider_id_when_ready(

@@ -19,6 +19,7 @@ from sco.adapters.kubernetes.pods import (
     NodeShape,
     Taint,
     intake,
+    is_daemon,
     node_room,
     quantity,
     request_of,
@@ -69,7 +70,7 @@ def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Ne
         for p in running[name]:
             room = room.less(request_of(p))
         free.append(_clip(room))
-        if any(not _daemon(p) for p in running[name]):
+        if any(not is_daemon(p) for p in running[name]):
             busy.add(k)
     got = intake(pods, part.shape(), free)
     taking = busy | set(got.packing.used_free)
@@ -79,11 +80,6 @@ def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Ne
 def _carries(node: Json, labels: Mapping[str, str]) -> bool:
     have = (node.get("metadata") or {}).get("labels") or {}
     return all(have.get(k) == v for k, v in labels.items())
-
-
-def _daemon(pod: Json) -> bool:
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
-    return any(o.get("kind") == "DaemonSet" for o in owners)
 
 
 def _clip(s: Size) -> Size:

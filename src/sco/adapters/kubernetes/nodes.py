@@ -14,12 +14,16 @@
   which pods hold it. (The acquirer still ends a drain at its deadline: keeping
   such nodes out of voluntary moves altogether is to come.)
 
-Pods and nodes come from informers (`sco.adapters.kubernetes.informer`); calls
-that change them go through the official client's `CoreV1Api`.
+Pods and nodes come from informers (`sco.adapters.kubernetes.informer`), except
+the pods of a draining node, which are listed from the server each cycle (one
+field-selected list per draining node) so that a pod the cache has not seen yet
+cannot let its node pass as drained. Calls go through the official client's
+`CoreV1Api`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from sco.adapters.kubernetes.informer import Informer
+from sco.adapters.kubernetes.pods import is_daemon
 from sco.ports import Clock, NodeView
 
 log = logging.getLogger(__name__)
@@ -70,12 +75,18 @@ class KubernetesNodes:
         servers are the controller's to pick out)."""
         by_server = self._by_server()
         running = self._running()
+        for d in self._drains.values():
+            # What runs on a draining node is read from the server, not the cache: a
+            # pod the cache has not seen yet must not let its node pass as drained.
+            running[d.node] = self._pods_on(d.node)
         self._advance(by_server, running)
+        for d in self._drains.values():
+            running[d.node] = self._pods_on(d.node)
         out: dict[str, NodeView] = {}
         for sid, node in by_server.items():
             name = node["metadata"]["name"]
             ready_at = _ready_since(node)
-            work = [p for p in running.get(name, []) if not _daemon(p)]
+            work = [p for p in running.get(name, []) if not is_daemon(p)]
             drain = self._drains.get(sid)
             cordoned = bool((node.get("spec") or {}).get("unschedulable"))
             out[sid] = NodeView(
@@ -106,7 +117,7 @@ class KubernetesNodes:
                 continue
             hard = now >= d.drain_by - self.grace_s
             for pod in running.get(d.node, []):
-                if _daemon(pod):
+                if is_daemon(pod):
                     continue
                 key = _key(pod)
                 if not d.reclaim and _protected(pod):
@@ -157,6 +168,13 @@ class KubernetesNodes:
                 out[server] = node
         return out
 
+    def _pods_on(self, node: str) -> list[Any]:
+        response = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _preload_content=False
+        )
+        pods = json.loads(response.data).get("items") or []
+        return [p for p in pods if (p.get("status") or {}).get("phase") not in _DONE]
+
     def _running(self) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {}
         for pod in self._pods.items():
@@ -172,11 +190,6 @@ def _ready_since(node: Any) -> float | None:
             at = c.get("lastTransitionTime")
             return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp() if at else 0.0
     return None
-
-
-def _daemon(pod: Any) -> bool:
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
-    return any(o.get("kind") == "DaemonSet" for o in owners)
 
 
 def _protected(pod: Any) -> bool:

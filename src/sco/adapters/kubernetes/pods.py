@@ -192,6 +192,12 @@ def intake(pods: Iterable[Json], shape: NodeShape, free: Sequence[Size] = ()) ->
     return Intake(packing.new_nodes, len(slices), tuple(unfit), packing)
 
 
+def is_daemon(pod: Json) -> bool:
+    """Run by a DaemonSet: it goes with its node, and does not make a node busy."""
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return any(o.get("kind") == "DaemonSet" for o in owners)
+
+
 def _name(pod: Json) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
