@@ -122,3 +122,21 @@ def test_an_unreachable_server_is_retried_with_backoff(api: KubeApi, tmp_path: P
         assert inf.last_error
     finally:
         inf.stop()
+
+
+def test_the_test_server_refuses_what_the_schema_refuses(api: KubeApi, tmp_path: Path) -> None:
+    """Objects are checked against the Kubernetes OpenAPI schema (strict), through the
+    client (422 Invalid) and when a test writes one directly."""
+    from kubernetes.client.exceptions import ApiException
+
+    v1 = core(api, tmp_path)
+    with pytest.raises(ApiException) as refused:
+        v1.patch_node("n1", {"spec": {"unschedulable": "yes"}})
+    assert refused.value.status == 404  # no such node yet
+    api.put("nodes", {"metadata": {"name": "n1"}, "spec": {}})
+    with pytest.raises(ApiException) as invalid:
+        v1.patch_node("n1", {"spec": {"unschedulable": "yes"}})
+    assert invalid.value.status == 422
+    assert "not of type 'boolean'" in invalid.value.body
+    with pytest.raises(ValueError, match="containers"):
+        api.put("pods", {"metadata": {"name": "p", "namespace": "ns"}, "spec": {}})

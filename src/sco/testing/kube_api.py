@@ -18,6 +18,10 @@ the official client, a kubeconfig and HTTP, and keeps these rules of the real on
   answers a compacted version;
 - merge-patch (`application/merge-patch+json`) of nodes and pods (cordon).
 
+Every object written is checked against the Kubernetes OpenAPI schema of
+`SCHEMA_VERSION` (`kubernetes-validate`, strict); an invalid one is refused with
+422 Invalid, as the real server's validation would.
+
 It lacks: authentication and authorization (any token passes), admission and
 defaulting, server-side apply, strategic merge patch, field managers, finalizers,
 graceful deletion, generateName, PDB status (budgets are computed on each
@@ -45,6 +49,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 Obj = dict[str, Any]
+SCHEMA_VERSION = "1.30"  # the Kubernetes release whose OpenAPI schemas objects must meet
 # (group path, kind plural) -> (apiVersion, Kind, namespaced)
 _KINDS: dict[str, tuple[str, str, bool]] = {
     "leases": ("coordination.k8s.io/v1", "Lease", True),
@@ -60,7 +65,12 @@ _PATH = re.compile(
 
 
 class KubeApi:
-    def __init__(self, bookmark_s: float = 1.0, history: int = 10_000) -> None:
+    def __init__(
+        self, bookmark_s: float = 1.0, history: int = 10_000, validate: bool = True
+    ) -> None:
+        """`validate`: check every object written against the Kubernetes OpenAPI
+        schema (the `kubernetes-validate` package, strict: unknown fields too)."""
+        self.validate = validate
         self.objects: dict[str, dict[tuple[str, str], Obj]] = {k: {} for k in _KINDS}
         self.version = 0
         self.requests = 0
@@ -216,10 +226,16 @@ class KubeApi:
                 key = (namespace, body.get("metadata", {}).get("name", ""))
                 if key in store:
                     return 409, _status(409, "AlreadyExists", key[1])
+                if invalid := self._invalid(kind, body):
+                    return 422, _status(422, "Invalid", invalid)
                 return 201, self._store(kind, key, body, "ADDED")
             if key not in store:
                 return 404, _status(404, "NotFound", name or "")
             current = store[key]
+            if method in ("PUT", "PATCH"):
+                proposed = _merge(current, body) if method == "PATCH" else body
+                if invalid := self._invalid(kind, proposed):
+                    return 422, _status(422, "Invalid", invalid)
             if method == "PUT":
                 sent = body.get("metadata", {}).get("resourceVersion")
                 if sent != current["metadata"]["resourceVersion"]:
@@ -282,6 +298,9 @@ class KubeApi:
         write), as a change watchers see."""
         meta = obj.get("metadata", {})
         key = (meta.get("namespace", "") if _KINDS[kind][2] else "", meta["name"])
+        invalid = self._invalid(kind, obj)
+        if invalid:
+            raise ValueError(f"not a valid {_KINDS[kind][1]}: {invalid}")
         with self._changed:
             change = "MODIFIED" if key in self.objects[kind] else "ADDED"
             return self._store(kind, key, obj, change)
@@ -291,6 +310,20 @@ class KubeApi:
             gone = self.objects[kind].pop((namespace, name), None)
             if gone is not None:
                 self._record(kind, "DELETED", gone)
+
+    def _invalid(self, kind: str, obj: Obj) -> str:
+        """What the schema says is wrong with `obj` ("" when it is valid)."""
+        if not self.validate:
+            return ""
+        import kubernetes_validate  # the `dev` extra
+
+        api_version, kind_name, _ = _KINDS[kind]
+        doc = dict(obj, apiVersion=api_version, kind=kind_name)
+        try:
+            kubernetes_validate.validate(doc, SCHEMA_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            return str(e).splitlines()[0]
+        return ""
 
     def expire(self) -> None:
         """Forget the history up to now and end the open watches, as a restarted
