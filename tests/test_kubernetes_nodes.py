@@ -148,3 +148,22 @@ def test_do_not_disrupt_holds_against_sco_but_not_against_a_reclaim(
     assert not moved.drained
     assert f"left alone ({DO_NOT_DISRUPT}): prod/train-1" in moved.note
     assert ("prod", "train-1") in api.objects["pods"]
+
+
+def test_an_unreachable_api_server_is_unavailable_not_a_crash(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    """The controller degrades a partition on SchedulerUnavailable and deletes
+    nothing; any other exception would end its cycle."""
+    from sco.ports import SchedulerUnavailable
+
+    nodes, _ = plane
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("pods", pod("web-1", "n1"))
+    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    nodes.drain("web", "srv-1", drain_by=9_000.0, reason="over_target")
+    api.stop()
+    with pytest.raises(SchedulerUnavailable, match="kubernetes"):
+        nodes.nodes("web")
+    with pytest.raises(SchedulerUnavailable):
+        nodes.drain("web", "srv-1", drain_by=9_000.0)

@@ -35,8 +35,10 @@ resource.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import threading
 import time
 from collections import deque
@@ -83,6 +85,7 @@ class KubeApi:
         self._flowing = threading.Event()  # cleared: open watches deliver nothing
         self._flowing.set()
         self._server: ThreadingHTTPServer | None = None
+        self._connections: set[socket.socket] = set()
 
     # ------------------------------------------------------------ serving
 
@@ -94,6 +97,14 @@ class KubeApi:
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet."""
+
+            def setup(self) -> None:
+                super().setup()
+                api._connections.add(self.connection)
+
+            def finish(self) -> None:
+                api._connections.discard(self.connection)
+                super().finish()
 
             def _send(self, status: int, body: Obj) -> None:
                 data = json.dumps(body).encode()
@@ -170,9 +181,17 @@ class KubeApi:
         return f"http://127.0.0.1:{self._server.server_port}"
 
     def stop(self) -> None:
+        """Stop listening and cut every open connection (kept-alive ones too): the
+        server is gone for its clients."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        with self._changed:
+            self._epoch += 1  # open watches end
+            self._changed.notify_all()
+        for conn in list(self._connections):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
     def kubeconfig(self, path: Path) -> Path:
         path.write_text(

@@ -16,7 +16,7 @@
 
 Pods and nodes come from informers (`sco.adapters.kubernetes.informer`), except
 the pods of a draining node, which are listed from the server each cycle (one
-field-selected list per draining node) so that a pod the cache has not seen yet
+list by `spec.nodeName` per draining node) so that a pod the cache has not seen yet
 cannot let its node pass as drained. Calls go through the official client's
 `CoreV1Api`.
 """
@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.pods import is_daemon
-from sco.ports import Clock, NodeView
+from sco.ports import Clock, NodeView, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +73,18 @@ class KubernetesNodes:
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:  # noqa: ARG002
         """Every node that is one of our servers, by server id (the partition's
-        servers are the controller's to pick out)."""
+        servers are the controller's to pick out). Raises SchedulerUnavailable when
+        the API server cannot be reached or refuses."""
+        with _unavailable():
+            return self._nodes_now()
+
+    def _nodes_now(self) -> Mapping[str, NodeView]:
         by_server = self._by_server()
         running = self._running()
         for d in self._drains.values():
             # What runs on a draining node is read from the server, not the cache: a
             # pod the cache has not seen yet must not let its node pass as drained.
-            running[d.node] = self._pods_on(d.node)
-        self._advance(by_server, running)
-        for d in self._drains.values():
-            running[d.node] = self._pods_on(d.node)
+            running[d.node] = self._advance(d, self._pods_on(d.node))
         out: dict[str, NodeView] = {}
         for sid, node in by_server.items():
             name = node["metadata"]["name"]
@@ -104,32 +107,34 @@ class KubernetesNodes:
         if node is None:
             return  # never a node: nothing to drain
         name = node["metadata"]["name"]
-        self.core.patch_node(name, {"spec": {"unschedulable": True}})
+        with _unavailable():
+            self.core.patch_node(name, {"spec": {"unschedulable": True}})
         self._drains[server_id] = _Drain(name, drain_by, reason == RECLAIM, [], [])
         log.info("node %s cordoned: %s, leave by %.0f", name, reason or "leaving", drain_by)
 
     # ------------------------------------------------------------ draining
 
-    def _advance(self, by_server: Mapping[str, Any], running: Mapping[str, list[Any]]) -> None:
-        now = self.clock.now()
-        for sid, d in self._drains.items():
-            if sid not in by_server:
+    def _advance(self, d: _Drain, pods: list[Any]) -> list[Any]:
+        """One cycle of a drain over the pods on its node; returns those still there."""
+        hard = self.clock.now() >= d.drain_by - self.grace_s
+        left = []
+        for pod in pods:
+            if is_daemon(pod):
+                left.append(pod)
                 continue
-            hard = now >= d.drain_by - self.grace_s
-            for pod in running.get(d.node, []):
-                if is_daemon(pod):
-                    continue
-                key = _key(pod)
-                if not d.reclaim and _protected(pod):
-                    if key not in d.kept:
-                        d.kept.append(key)
-                    continue
-                if hard:
-                    self._delete(pod, d)
-                else:
-                    self._evict(pod)
+            key = _key(pod)
+            if not d.reclaim and _protected(pod):
+                if key not in d.kept:
+                    d.kept.append(key)
+                left.append(pod)
+            elif hard:
+                self._delete(pod, d)
+            elif not self._evict(pod):
+                left.append(pod)
+        return left
 
-    def _evict(self, pod: Any) -> None:
+    def _evict(self, pod: Any) -> bool:
+        """Ask the Eviction API; False while a disruption budget refuses."""
         from kubernetes.client.exceptions import ApiException
 
         meta = pod["metadata"]
@@ -138,11 +143,11 @@ class KubernetesNodes:
             self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body)
         except ApiException as e:
             if e.status == 429:
-                log.info(
-                    "eviction of %s refused by a disruption budget; again next cycle", _key(pod)
-                )
-            elif e.status != 404:
+                log.info("eviction of %s refused by a disruption budget", _key(pod))
+                return False
+            if e.status != 404:
                 raise
+        return True
 
     def _delete(self, pod: Any, d: _Drain) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -182,6 +187,19 @@ class KubernetesNodes:
             if on and (pod.get("status") or {}).get("phase") not in _DONE:
                 out.setdefault(on, []).append(pod)
         return out
+
+
+@contextmanager
+def _unavailable() -> Iterator[None]:
+    """The API server's refusals and silences as the port's SchedulerUnavailable: the
+    controller then degrades the partition and deletes nothing."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        yield
+    except (ApiException, HTTPError, OSError) as e:
+        raise SchedulerUnavailable(f"kubernetes: {type(e).__name__}: {e}") from None
 
 
 def _ready_since(node: Any) -> float | None:
