@@ -188,10 +188,14 @@ def _gpus(p: dict[str, Any]) -> float:
 # ---------------------------------------------------------------- a partition's need
 
 
-def node(name: str, **labels: str) -> dict[str, Any]:
+def node(name: str, cordoned: bool = False, **labels: str) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "labels": LABELS | labels},
-        "status": {"allocatable": ALLOCATABLE},
+        "spec": {"unschedulable": cordoned},
+        "status": {
+            "allocatable": ALLOCATABLE,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
 
 
@@ -212,12 +216,19 @@ def test_a_partitions_need_counts_busy_nodes_the_room_pending_pods_take_and_new_
         taints=SHAPE.taints,
         daemonset_overhead={"cpu": "500m", "memory": "512Mi"},
     )
-    nodes = [node("n1"), node("n2"), node("n3"), node("x", **{"sco.io/partition": "cpu"})]
+    nodes = [
+        node("n1"),
+        node("n2"),
+        node("n3"),
+        node("leaving", cordoned=True),  # takes nothing, counts for nothing
+        node("x", **{"sco.io/partition": "cpu"}),
+    ]
     pods = [
         running("web", "n1", "6", "8Gi"),  # n1 busy, 2 CPUs left
         running("ds1", "n1", "0", "0"),
         running("ds2", "n2", "500m", "512Mi", daemon=True),  # n2 runs only a DaemonSet
         running("elsewhere", "x", "8", "8Gi"),  # not ours
+        running("going", "leaving", "1", "1Gi"),
         pending("small", "1500m", "1Gi"),
         pending("mid", "7", "8Gi"),
         pending("big", "7500m", "16Gi"),

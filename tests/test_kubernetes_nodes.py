@@ -167,3 +167,47 @@ def test_an_unreachable_api_server_is_unavailable_not_a_crash(
         nodes.nodes("web")
     with pytest.raises(SchedulerUnavailable):
         nodes.drain("web", "srv-1", drain_by=9_000.0)
+
+
+def test_demand_follows_pending_pods_through_the_informers(api: KubeApi, tmp_path: Path) -> None:
+    """The demand source reads its informers: unavailable until they have listed,
+    then the nodes the partition needs, within its max; pods no node of it can run
+    are reported, not counted."""
+    from kubernetes import client, config
+    from sco.adapters.kubernetes import demand as kd
+    from sco.domain.demand import Partition, SchedulerKind
+    from sco.ports import SchedulerUnavailable
+
+    cfg = client.Configuration()
+    config.load_kube_config(str(api.kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg)
+    core = client.CoreV1Api(client.ApiClient(cfg))
+    pods = Informer(core.list_pod_for_all_namespaces, watch_timeout_s=5)
+    nodes = Informer(core.list_node, watch_timeout_s=5)
+    kube = kd.KubePartition(
+        labels={"sco.io/partition": "web"},
+        allocatable={"cpu": "4", "memory": "16Gi", "pods": "110"},
+    )
+    spec = kd.KubeDemandSpec(Partition("web", "r1", SchedulerKind.KUBERNETES), kube, 1, 6, 6)
+    source = kd.KubernetesDemandSource(pods, nodes, [spec])
+    with pytest.raises(SchedulerUnavailable):
+        source.demand("web", 0.0)
+    pods.start()
+    nodes.start()
+    try:
+        assert pods.wait_synced(10)
+        assert nodes.wait_synced(10)
+        assert source.demand("web", 0.0).target_units == 0
+        unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        for i, cpu in enumerate(["3"] * 7 + ["8"]):  # one per node; the last fits none
+            p = pod(f"web-{i}", on="")
+            del p["spec"]["nodeName"]
+            p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "1Gi"}}
+            p["status"] = {"phase": "Pending", "conditions": [unschedulable]}
+            api.put("pods", p)
+        until(lambda: len(pods.items()) == 8, "eight pending pods")
+        got = source.demand("web", 0.0)
+        assert got.target_units == 6  # seven nodes wanted (not the 8-CPU pod's), max 6
+        assert got.floor_units == 1
+    finally:
+        pods.stop()
+        nodes.stop()

@@ -1,6 +1,7 @@
 """A Kubernetes partition's need in nodes, from the pods and nodes its informers hold.
 
-The partition's nodes are those carrying all of its labels. A node is needed when
+The partition's nodes are those carrying all of its labels, Ready and not cordoned
+(a cordoned node is leaving). A node is needed when
 pods other than DaemonSets' run there, or when pending pods will go into its free
 room (the room left by what runs there: requests, as the scheduler counts); beyond
 those, pending pods need the new nodes `sco.adapters.kubernetes.pods.intake`
@@ -10,9 +11,11 @@ DaemonSets request on every node.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.pods import (
     Intake,
     Json,
@@ -25,7 +28,10 @@ from sco.adapters.kubernetes.pods import (
     request_of,
 )
 from sco.decide.binpack import Size
+from sco.domain.demand import Demand, Partition
+from sco.ports import SchedulerUnavailable
 
+log = logging.getLogger(__name__)
 _DONE = frozenset({"Succeeded", "Failed"})
 
 
@@ -56,7 +62,8 @@ class Need:
 
 def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Need:
     pods = list(pods)
-    ours = [n for n in nodes if _carries(n, part.labels)]
+    # A cordoned node is leaving and a node not Ready takes nothing: neither counts.
+    ours = [n for n in nodes if _carries(n, part.labels) and _schedulable(n)]
     names = [n["metadata"]["name"] for n in ours]
     running: dict[str, list[Json]] = {name: [] for name in names}
     for p in pods:
@@ -77,6 +84,15 @@ def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Ne
     return Need(len(taking) + got.new_nodes, len(busy), got)
 
 
+def _schedulable(node: Json) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or ()
+    )
+
+
 def _carries(node: Json, labels: Mapping[str, str]) -> bool:
     have = (node.get("metadata") or {}).get("labels") or {}
     return all(have.get(k) == v for k, v in labels.items())
@@ -85,3 +101,52 @@ def _carries(node: Json, labels: Mapping[str, str]) -> bool:
 def _clip(s: Size) -> Size:
     """Room never below zero (a node overcommitted by what was bound before)."""
     return Size(max(0.0, s.cpus), max(0.0, s.memory_mb), {g: max(0, n) for g, n in s.gres.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class KubeDemandSpec:
+    partition: Partition
+    kube: KubePartition
+    floor_units: int
+    max_units: int
+    guaranteed_budget_units: int
+    units_per_node: int = 1  # units one node of the partition's flavor provides
+
+
+class KubernetesDemandSource:
+    """`sco.ports.DemandSource` for the partitions of one cluster, from its pod and
+    node informers: the target is the nodes a partition needs, within its max."""
+
+    def __init__(self, pods: Informer, nodes: Informer, specs: Sequence[KubeDemandSpec]) -> None:
+        self._pods = pods
+        self._nodes = nodes
+        self.specs = {s.partition.name: s for s in specs}
+        self._reported: set[str] = set()
+
+    def partitions(self) -> Sequence[Partition]:
+        return [s.partition for s in self.specs.values()]
+
+    def demand(self, partition: str, now: float) -> Demand:  # noqa: ARG002
+        """Raises SchedulerUnavailable until the informers have listed once."""
+        if not (self._pods.synced and self._nodes.synced):
+            raise SchedulerUnavailable(
+                f"kubernetes: pods and nodes not listed yet ({self._pods.last_error or 'waiting'})"
+            )
+        spec = self.specs[partition]
+        n = need(self._pods.items(), self._nodes.items(), spec.kube)
+        fresh = [f"{name} ({why})" for name, why in n.pending.unfit if name not in self._reported]
+        if fresh:
+            self._reported.update(name for name, _ in n.pending.unfit)
+            log.warning("partition %s: pods no node of it can run, not counted: %s", partition,
+                        ", ".join(fresh))  # fmt: skip
+        target = min(spec.max_units, n.nodes * spec.units_per_node)
+        return Demand(
+            target_units=target,
+            floor_units=min(spec.floor_units, spec.max_units),
+            max_units=spec.max_units,
+            guaranteed_budget_units=spec.guaranteed_budget_units,
+        )
+
+    def next_change_after(self, now: float) -> float | None:  # noqa: ARG002
+        """Unknown: demand changes as pods come."""
+        return None
