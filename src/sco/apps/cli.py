@@ -29,7 +29,7 @@ from sco.adapters.sqlstate.store import sqlite_url
 from sco.apps.common import EXIT_BAD_INPUT, BadInput, parse_duration, state_url
 from sco.apps.common import console as make_console
 from sco.apps.control import COMMANDS
-from sco.decide.policies import POLICIES, UnknownPolicy, policy_named
+from sco.decide.policies import POLICIES, UnknownPolicy
 from sco.runtime.accounting import PartitionMetrics
 from sco.runtime.evaluation import (
     Capacity,
@@ -427,14 +427,7 @@ def _evaluate_fleet(
     workers: int,
     as_json: bool,
 ) -> None:
-    from sco.runtime.fleet_eval import (
-        DAY_S,
-        RESYNC_S,
-        custom_case,
-        evaluate_fleet,
-        fleet_suite,
-        window_offsets,
-    )
+    from sco.runtime.fleet_eval import DAY_S, RESYNC_S, custom_case, evaluate_fleet, fleet_suite
 
     if suite_name not in (None, "fleet"):
         raise BadInput(f"--suite: {suite_name} does not take --demand")
@@ -444,20 +437,14 @@ def _evaluate_fleet(
         raise BadInput(f"--windows: must be >= 1, got {windows}")
     if notice_s < 0:
         raise BadInput(f"--notice-s: must be >= 0, got {notice_s}")
-    folder = Path(tempfile.mkdtemp(prefix="sco-fleet-demand-"))
-    with _input_errors():
-        cases = fleet_suite(folder, bundled("traces")) if suite_name == "fleet" else []
-        if demand is not None:
-            cases += [custom_case(t, demand, *scale) for t in traces]
-        for name in names:
-            if name != "optimal":
-                policy_named(name)
-        for c in cases:
-            Simulation.build(c.spec("sco", 0.0, DAY_S, notice_s))  # inputs checked first
-            window_offsets(c, windows, DAY_S, seed)
     console = make_console(stderr=as_json)
     wall0 = time.perf_counter()
-    with _input_errors():
+    # The suite's demand files live as long as its runs; every input is checked
+    # before the first run.
+    with _input_errors(), tempfile.TemporaryDirectory(prefix="sco-fleet-demand-") as tmp:
+        cases = fleet_suite(Path(tmp), bundled("traces")) if suite_name == "fleet" else []
+        if demand is not None:
+            cases += [custom_case(t, demand, *scale) for t in traces]
         results = evaluate_fleet(
             cases,
             names,

@@ -185,10 +185,14 @@ def evaluate_fleet(
     workers: int = 1,
     progress: Progress | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Per scenario and policy, the window means of `KEYS`."""
+    """Per scenario and policy, the window means of `KEYS`. Every input is checked
+    (policy names, each scenario's traces and demand, windows that fit) before any
+    run; raises UnknownPolicy, TraceError, DemandFileError or SimulationInputError."""
     for name in policies:
         if name != "optimal":
-            policy_named(name)  # unknown names fail before any work
+            policy_named(name)
+    for case in cases:
+        Simulation.build(case.spec("sco", 0.0, window_s, notice_s))
     jobs = [
         (case, name, offset, window_s, notice_s)
         for case in cases
