@@ -24,7 +24,9 @@ from sco.adapters.kubernetes.pods import (
     intake,
     is_daemon,
     node_room,
+    pods_by_node,
     quantity,
+    ready_since,
     request_of,
 )
 from sco.decide.binpack import Size
@@ -32,7 +34,6 @@ from sco.domain.demand import Demand, Partition
 from sco.ports import SchedulerUnavailable
 
 log = logging.getLogger(__name__)
-_DONE = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +65,16 @@ def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Ne
     pods = list(pods)
     # A cordoned node is leaving and a node not Ready takes nothing: neither counts.
     ours = [n for n in nodes if _carries(n, part.labels) and _schedulable(n)]
-    names = [n["metadata"]["name"] for n in ours]
-    running: dict[str, list[Json]] = {name: [] for name in names}
-    for p in pods:
-        on = (p.get("spec") or {}).get("nodeName")
-        if on in running and (p.get("status") or {}).get("phase") not in _DONE:
-            running[on].append(p)
+    running = pods_by_node(pods)
     free = []
     busy: set[int] = set()
-    for k, (name, node) in enumerate(zip(names, ours, strict=True)):
+    for k, node in enumerate(ours):
+        there = running.get(node["metadata"]["name"], [])
         room = node_room(node)
-        for p in running[name]:
+        for p in there:
             room = room.less(request_of(p))
         free.append(_clip(room))
-        if any(not is_daemon(p) for p in running[name]):
+        if any(not is_daemon(p) for p in there):
             busy.add(k)
     got = intake(pods, part.shape(), free)
     taking = busy | set(got.packing.used_free)
@@ -85,12 +82,8 @@ def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Ne
 
 
 def _schedulable(node: Json) -> bool:
-    if (node.get("spec") or {}).get("unschedulable"):
-        return False
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions") or ()
-    )
+    cordoned = (node.get("spec") or {}).get("unschedulable")
+    return not cordoned and ready_since(node) is not None
 
 
 def _carries(node: Json, labels: Mapping[str, str]) -> bool:

@@ -28,18 +28,16 @@ import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sco.adapters.kubernetes.informer import Informer
-from sco.adapters.kubernetes.pods import is_daemon
+from sco.adapters.kubernetes.pods import is_daemon, is_over, pod_name, pods_by_node, ready_since
 from sco.ports import Clock, NodeView, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
 
 DO_NOT_DISRUPT = "sco.io/do-not-disrupt"
 RECLAIM = "reclaim_notice"  # the reason code of a drain for a reclaim (acquirer's Reason)
-_DONE = frozenset({"Succeeded", "Failed"})
 _GONE = NodeView(joined=False, drained=False)
 
 
@@ -80,7 +78,7 @@ class KubernetesNodes:
 
     def _nodes_now(self) -> Mapping[str, NodeView]:
         by_server = self._by_server()
-        running = self._running()
+        running = pods_by_node(self._pods.items())
         for d in self._drains.values():
             # What runs on a draining node is read from the server, not the cache: a
             # pod the cache has not seen yet must not let its node pass as drained.
@@ -88,7 +86,7 @@ class KubernetesNodes:
         out: dict[str, NodeView] = {}
         for sid, node in by_server.items():
             name = node["metadata"]["name"]
-            ready_at = _ready_since(node)
+            ready_at = ready_since(node)
             work = [p for p in running.get(name, []) if not is_daemon(p)]
             drain = self._drains.get(sid)
             cordoned = bool((node.get("spec") or {}).get("unschedulable"))
@@ -122,7 +120,7 @@ class KubernetesNodes:
             if is_daemon(pod):
                 left.append(pod)
                 continue
-            key = _key(pod)
+            key = pod_name(pod)
             if not d.reclaim and _protected(pod):
                 if key not in d.kept:
                     d.kept.append(key)
@@ -143,7 +141,7 @@ class KubernetesNodes:
             self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body)
         except ApiException as e:
             if e.status == 429:
-                log.info("eviction of %s refused by a disruption budget", _key(pod))
+                log.info("eviction of %s refused by a disruption budget", pod_name(pod))
                 return False
             if e.status != 404:
                 raise
@@ -158,9 +156,9 @@ class KubernetesNodes:
         except ApiException as e:
             if e.status != 404:
                 raise
-        if _key(pod) not in d.deleted:
-            d.deleted.append(_key(pod))
-            log.warning("pod %s deleted at node %s's deadline", _key(pod), d.node)
+        if pod_name(pod) not in d.deleted:
+            d.deleted.append(pod_name(pod))
+            log.warning("pod %s deleted at node %s's deadline", pod_name(pod), d.node)
 
     # ------------------------------------------------------------ reading
 
@@ -178,15 +176,7 @@ class KubernetesNodes:
             field_selector=f"spec.nodeName={node}", _preload_content=False
         )
         pods = json.loads(response.data).get("items") or []
-        return [p for p in pods if (p.get("status") or {}).get("phase") not in _DONE]
-
-    def _running(self) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {}
-        for pod in self._pods.items():
-            on = (pod.get("spec") or {}).get("nodeName")
-            if on and (pod.get("status") or {}).get("phase") not in _DONE:
-                out.setdefault(on, []).append(pod)
-        return out
+        return [p for p in pods if not is_over(p)]
 
 
 @contextmanager
@@ -202,22 +192,9 @@ def _unavailable() -> Iterator[None]:
         raise SchedulerUnavailable(f"kubernetes: {type(e).__name__}: {e}") from None
 
 
-def _ready_since(node: Any) -> float | None:
-    for c in (node.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "Ready" and c.get("status") == "True":
-            at = c.get("lastTransitionTime")
-            return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp() if at else 0.0
-    return None
-
-
 def _protected(pod: Any) -> bool:
     notes = (pod.get("metadata") or {}).get("annotations") or {}
     return str(notes.get(DO_NOT_DISRUPT, "")).lower() == "true"
-
-
-def _key(pod: Any) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _note(d: _Drain | None) -> str:

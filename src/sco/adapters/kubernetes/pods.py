@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sco.decide.binpack import Packing, Size, pack
@@ -185,7 +186,7 @@ def intake(pods: Iterable[Json], shape: NodeShape, free: Sequence[Size] = ()) ->
         if not why and not size.fits(shape.room):
             why = "requests more than a node of the partition offers"
         if why:
-            unfit.append((_name(pod), why))
+            unfit.append((pod_name(pod), why))
             continue
         slices.append(size)
     packing = pack(slices, shape.room, free)
@@ -198,6 +199,31 @@ def is_daemon(pod: Json) -> bool:
     return any(o.get("kind") == "DaemonSet" for o in owners)
 
 
-def _name(pod: Json) -> str:
+def pod_name(pod: Json) -> str:
+    """namespace/name, as operators and logs name a pod."""
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def is_over(pod: Json) -> bool:
+    """Succeeded or Failed: it holds no room on its node any more."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pods_by_node(pods: Iterable[Json]) -> dict[str, list[Json]]:
+    """The pods still running or to run on each node, by node name."""
+    out: dict[str, list[Json]] = {}
+    for pod in pods:
+        on = (pod.get("spec") or {}).get("nodeName")
+        if on and not is_over(pod):
+            out.setdefault(on, []).append(pod)
+    return out
+
+
+def ready_since(node: Json) -> float | None:
+    """When the node last became Ready (0 when it does not say); None if it is not."""
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            at = c.get("lastTransitionTime")
+            return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp() if at else 0.0
+    return None
