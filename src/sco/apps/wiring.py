@@ -31,6 +31,7 @@ from sco.ports import (
     TokenCourier,
     TokenLedger,
 )
+from sco.runtime.outbox import relay
 from sco.runtime.tokens import TokenIssuer
 
 Relay = Callable[[], int]
@@ -85,7 +86,7 @@ def open_events(settings: Settings, store: SqlFleetStore) -> Events:
             )
         except (ValueError, Exception) as e:
             raise StartError(f"events.kafka: {type(e).__name__}: {e}") from None
-        return Events(kafka, lambda: store.relay_outbox(kafka.append, 1000), kafka.close, "kafka")
+        return Events(kafka, lambda: relay(store, kafka), kafka.close, "kafka")
     if cfg.url is None:
         shared = SqlEventLog(store.engine)
         return Events(shared, shared.absorb_outbox, lambda: None, "embedded")
@@ -93,7 +94,7 @@ def open_events(settings: Settings, store: SqlFleetStore) -> Events:
         own = SqlEventLog.open(cfg.url)
     except OperationalError as e:
         raise StartError(f"events.url: cannot reach the database: {_first_line(e)}") from None
-    return Events(own, lambda: store.relay_outbox(own.append, 1000), own.close, "embedded")
+    return Events(own, lambda: relay(store, own), own.close, "embedded")
 
 
 def _regions(settings: Settings, store: SqlFleetStore) -> list[str] | None:

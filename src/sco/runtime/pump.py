@@ -33,7 +33,7 @@ from sco.runtime.signals_jobs import sample_headroom
 
 log = logging.getLogger(__name__)
 
-Relay = Callable[[], int]  # move what the outbox holds into the event log; returns how many
+Relay = Callable[[], int]  # move all the outbox holds into the event log; returns how many
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +113,9 @@ class SignalPump:
 
     def _relay_all(self) -> None:
         assert self.relay is not None
-        while True:
-            n = self.relay()
-            if n:
-                self.relayed.inc(n)
-            if n < 1000:
-                break
+        n = self.relay()
+        if n:
+            self.relayed.inc(n)
         self.backlog.set(self.store.outbox_size())
 
     def _check_stamp(self) -> None:
