@@ -286,6 +286,24 @@ def test_acquirer_removes_cheapest_to_lose_first() -> None:
     assert [d.instance_id for d in acts.drains] == [ready_new.id]
 
 
+def test_pinned_nodes_are_kept_from_sco_s_own_moves_but_not_from_a_reclaim() -> None:
+    # Two ready where the plan wants one: the pinned one is never the one taken away.
+    pinned, free = instance(A, created_at=9_002.0), instance(A, created_at=9_001.0)
+    snap = snapshot([PoolView(A, 0)], [pinned, free], want=demand(target=1))
+    acts = diff(snap, {A.id: 1}, ActConfig(), pinned=frozenset({pinned.id}))
+    assert [d.instance_id for d in acts.drains] == [free.id]
+    # Both pinned: nothing goes, and nothing is created in their place either.
+    both = frozenset({pinned.id, free.id})
+    acts = diff(snap, {A.id: 1}, ActConfig(), pinned=both)
+    assert acts.empty
+    # A drain sco began waits past its deadline; one a reclaim began does not.
+    own = instance(A, State.DRAINING, drain_by=20_000.0)
+    reclaimed = instance(A, State.DRAINING, drain_by=20_000.0, notice_deadline=20_000.0)
+    late = snapshot([PoolView(A, 0)], [own, reclaimed], now=20_000.0)
+    acts = diff(late, {}, ActConfig(), pinned=frozenset({own.id, reclaimed.id}))
+    assert [d.instance_id for d in acts.deletes] == [reclaimed.id]
+
+
 def test_spot_moves_make_before_break() -> None:
     # The plan moves one instance from A to B: B's is created, A's stays until B's is ready.
     a1, a2 = instance(A, created_at=9_000.0), instance(A, created_at=9_001.0)

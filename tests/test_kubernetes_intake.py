@@ -21,9 +21,9 @@ from sco.decide.binpack import Size
 
 ALLOCATABLE = {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}
 NODE = {"status": {"allocatable": ALLOCATABLE | {"ephemeral-storage": "100Gi"}}}
-LABELS = {"sco.io/partition": "gpu", "sco.io/class": "spot", "topology.kubernetes.io/zone": "h1"}
-SHAPE = NodeShape(node_room(NODE), LABELS, (Taint("sco.io/spot", "true", "NoSchedule"),))
-TOLERATE = [{"key": "sco.io/spot", "operator": "Exists", "effect": "NoSchedule"}]
+LABELS = {"sco.io/partition": "gpu", "sco.io/capacity-class": "spot", "topology.kubernetes.io/zone": "h1"}
+SHAPE = NodeShape(node_room(NODE), LABELS, (Taint("sco.io/capacity-class", "spot", "NoSchedule"),))
+TOLERATE = [{"key": "sco.io/capacity-class", "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def pending(name: str, cpu: str, mem: str, gpus: int = 0, **spec: Any) -> dict[str, Any]:
@@ -79,12 +79,12 @@ def test_only_pods_the_scheduler_gave_up_on_count() -> None:
         ({}, ""),
         ({"nodeSelector": {"sco.io/partition": "gpu"}}, ""),
         ({"nodeSelector": {"sco.io/partition": "cpu"}}, "node selector sco.io/partition=cpu"),
-        ({"tolerations": []}, "taint sco.io/spot=true:NoSchedule"),
-        ({"tolerations": [{"key": "sco.io/spot", "value": "true"}]}, ""),
-        ({"tolerations": [{"key": "sco.io/spot", "value": "no"}]}, "taint"),
+        ({"tolerations": []}, "taint sco.io/capacity-class=spot:NoSchedule"),
+        ({"tolerations": [{"key": "sco.io/capacity-class", "value": "spot"}]}, ""),
+        ({"tolerations": [{"key": "sco.io/capacity-class", "value": "no"}]}, "taint"),
         ({"tolerations": [{"operator": "Exists"}]}, ""),
         (
-            {"tolerations": [{"key": "sco.io/spot", "operator": "Exists", "effect": "NoExecute"}]},
+            {"tolerations": [{"key": "sco.io/capacity-class", "operator": "Exists", "effect": "NoExecute"}]},
             "taint",
         ),
     ],
@@ -109,9 +109,9 @@ def _affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("terms", "ok"),
     [
-        ([[{"key": "sco.io/class", "operator": "In", "values": ["spot"]}]], True),
-        ([[{"key": "sco.io/class", "operator": "In", "values": ["guaranteed"]}]], False),
-        ([[{"key": "sco.io/class", "operator": "NotIn", "values": ["guaranteed"]}]], True),
+        ([[{"key": "sco.io/capacity-class", "operator": "In", "values": ["spot"]}]], True),
+        ([[{"key": "sco.io/capacity-class", "operator": "In", "values": ["guaranteed"]}]], False),
+        ([[{"key": "sco.io/capacity-class", "operator": "NotIn", "values": ["guaranteed"]}]], True),
         ([[{"key": "gpu-type", "operator": "Exists"}]], False),
         ([[{"key": "gpu-type", "operator": "DoesNotExist"}]], True),
         # Terms are ORed, expressions within a term ANDed.
@@ -125,7 +125,7 @@ def _affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
         (
             [
                 [
-                    {"key": "sco.io/class", "operator": "In", "values": ["spot"]},
+                    {"key": "sco.io/capacity-class", "operator": "In", "values": ["spot"]},
                     {"key": "gpu-type", "operator": "Exists"},
                 ]
             ],
@@ -213,7 +213,7 @@ def test_a_partitions_need_counts_busy_nodes_the_room_pending_pods_take_and_new_
     part = KubePartition(
         labels={"sco.io/partition": "gpu"},
         allocatable=ALLOCATABLE,
-        taints=SHAPE.taints,
+        spot_taint=True,
         daemonset_overhead={"cpu": "500m", "memory": "512Mi"},
     )
     nodes = [
@@ -236,10 +236,39 @@ def test_a_partitions_need_counts_busy_nodes_the_room_pending_pods_take_and_new_
     ]
     got = need(pods, nodes, part)
     assert got.busy == 1
-    assert dict(got.pending.unfit) == {
-        "ns/huge": "requests more than a node of the partition offers"
-    }
+    assert dict(got.unfit) == {"ns/huge": "requests more than a node of the partition offers"}
     # Largest first, each into the first node with room: big into n2 (7.5 CPUs left
     # by its DaemonSet), mid into n3 (8, nothing runs there), small into n1 (2 left).
-    assert got.pending.new_nodes == 0
+    assert got.new_nodes == 0
     assert got.nodes == 3
+    assert got.guaranteed == 0
+
+
+def test_pods_only_guaranteed_nodes_may_run_need_guaranteed_nodes() -> None:
+    """With the spot taint, a pod that does not tolerate it (or selects the guaranteed
+    class) goes to guaranteed nodes: into their room first, then new ones, and those
+    are the partition's guaranteed need; tolerating pods take what room is left."""
+    from sco.adapters.kubernetes.demand import KubePartition, need
+
+    part = KubePartition({"sco.io/partition": "gpu"}, ALLOCATABLE, spot_taint=True)
+    g = {"sco.io/capacity-class": "guaranteed"}
+    nodes = [node("g1", **g), node("s1")]
+    db = running("db", "g1", "2", "4Gi")
+    db["spec"]["tolerations"] = []  # a spot node would refuse it: g1 is held for it
+    pods = [
+        db,
+        pending("strict-1", "5", "8Gi", tolerations=[]),  # only guaranteed: into g1's 6 CPUs
+        pending("strict-2", "5", "8Gi", nodeSelector=g),  # selects guaranteed: a new one
+        pending("easy", "1", "1Gi"),  # tolerates spot: the room left on g1
+        pending("spot-big", "8", "8Gi"),  # tolerates spot: s1 holds it
+    ]
+    got = need(pods, nodes, part)
+    assert got.unfit == ()
+    assert got.busy == 1
+    assert got.new_nodes == 1
+    assert got.nodes == 3  # g1, s1 and one new guaranteed node
+    assert got.guaranteed == 2  # g1 (runs db, takes strict-1) and the new one
+    # Without the taint only the selector keeps a pod off spot nodes: strict-2 takes
+    # g1's room, and strict-1 a new node of either class.
+    loose = need(pods, nodes, KubePartition({"sco.io/partition": "gpu"}, ALLOCATABLE))
+    assert (loose.nodes, loose.guaranteed, loose.new_nodes) == (3, 1, 1)

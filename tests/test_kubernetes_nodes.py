@@ -188,7 +188,7 @@ def test_demand_follows_pending_pods_through_the_informers(api: KubeApi, tmp_pat
         allocatable={"cpu": "4", "memory": "16Gi", "pods": "110"},
     )
     spec = kd.KubeDemandSpec(Partition("web", "r1", SchedulerKind.KUBERNETES), kube, 1, 6, 6)
-    source = kd.KubernetesDemandSource(pods, nodes, [spec])
+    source = kd.KubernetesDemandSource(pods, nodes, [spec], core)
     with pytest.raises(SchedulerUnavailable):
         source.demand("web", 0.0)
     pods.start()
@@ -208,6 +208,79 @@ def test_demand_follows_pending_pods_through_the_informers(api: KubeApi, tmp_pat
         got = source.demand("web", 0.0)
         assert got.target_units == 6  # seven nodes wanted (not the 8-CPU pod's), max 6
         assert got.floor_units == 1
+        assert got.unfit_work == 1
+        # The pod that fits no node is told so, once, on the pod itself.
+        source.demand("web", 1.0)
+        events = list(api.objects["events"].values())
+        assert [e["involvedObject"]["name"] for e in events] == ["web-7"]
+        assert events[0]["type"] == "Warning"
+        assert "requests more than a node" in events[0]["message"]
     finally:
         pods.stop()
         nodes.stop()
+
+
+def test_a_node_is_labelled_as_its_server_and_goes_when_its_server_does(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    """Given the provider's listing, a node that joins gets its partition, class, pool
+    and zone labels (and the spot taint where asked); a labelled node whose server
+    is no longer listed is deleted; others' nodes are left alone."""
+    from sco.adapters.kubernetes.demand import KubePartition
+    from sco.domain.pools import CapacityClass, Pool
+    from sco.ports import ServerStatus, ServerView
+
+    base, _ = plane
+    spot = Pool("lab", "hall-a", "m1", CapacityClass.SPOT, 1, 0.1)
+    steady = Pool("lab", "hall-b", "m1", CapacityClass.GUARANTEED, 1, 1.0)
+    listed = [
+        ServerView("srv-1", "web", spot.id, "r1", 1, ServerStatus.ACTIVE, 0.0),
+        ServerView("srv-2", "web", steady.id, "r1", 1, ServerStatus.ACTIVE, 0.0),
+    ]
+    kube = KubePartition({"sco.io/partition": "web"}, {"cpu": "4"}, spot_taint=True)
+    nodes = KubernetesNodes(
+        base.core, base._nodes, base._pods, base.clock,
+        partitions={"web": kube}, listing=lambda _: list(listed), pools=[spot, steady],
+    )  # fmt: skip
+    bare = node("n1", "srv-1")
+    bare["metadata"]["labels"] = {}  # as a kubelet without sco's flags registers
+    api.put("nodes", bare)
+    api.put("nodes", node("n2", "srv-2"))
+    api.put("nodes", node("theirs", "srv-9"))  # a server of no partition of ours
+    until(lambda: len(base._nodes.items()) == 3, "three nodes")
+    assert set(nodes.nodes("web")) == {"srv-1", "srv-2"}
+    n1 = api.objects["nodes"][("", "n1")]
+    assert n1["metadata"]["labels"] == {
+        "sco.io/partition": "web",
+        "sco.io/capacity-class": "spot",
+        "sco.io/pool": "lab.hall-a.m1",
+        "topology.kubernetes.io/zone": "hall-a",
+    }
+    assert n1["spec"]["taints"] == [
+        {"key": "sco.io/capacity-class", "value": "spot", "effect": "NoSchedule"}
+    ]
+    n2 = api.objects["nodes"][("", "n2")]
+    assert n2["metadata"]["labels"]["sco.io/capacity-class"] == "guaranteed"
+    assert not n2["spec"].get("taints")  # guaranteed: never tainted
+    version = n1["metadata"]["resourceVersion"]
+    until(lambda: base._nodes.get("", "n1") == n1, "the informer saw the labels")
+    nodes.nodes("web")
+    assert api.objects["nodes"][("", "n1")]["metadata"]["resourceVersion"] == version  # no rewrite
+    listed.pop(0)  # srv-1 is gone
+    until(lambda: set(nodes.nodes("web")) == {"srv-2"}, "srv-1 left")
+    until(lambda: ("", "n1") not in api.objects["nodes"], "n1's Node deleted")
+    assert ("", "theirs") in api.objects["nodes"]
+
+
+def test_a_pod_sco_may_not_disrupt_pins_its_node(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    nodes, _ = plane
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("nodes", node("n2", "srv-2"))
+    api.put("pods", pod("train-1", "n1", app="train", **{DO_NOT_DISRUPT: "true"}))
+    api.put("pods", pod("web-1", "n2"))
+    until(lambda: len(nodes._pods.items()) == 2 and len(nodes.nodes("web")) == 2, "both")
+    got = nodes.nodes("web")
+    assert got["srv-1"].pinned
+    assert not got["srv-2"].pinned and got["srv-2"].busy

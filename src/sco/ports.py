@@ -149,6 +149,7 @@ class NodeView:
     drained: bool
     joined_at: float | None = None  # when it joined, by the scheduler's (or provider's) clock
     busy: bool = False  # work runs there: the last to go when the partition shrinks
+    pinned: bool = False  # runs work sco's own moves must not disrupt: only a reclaim takes it
     note: str = ""  # what the scheduler says its leaving cuts short: goes into the event
 
 

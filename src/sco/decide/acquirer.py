@@ -123,12 +123,16 @@ def diff(
     drained: Set[str] = frozenset(),
     removal: Reason = Reason.OVER_TARGET,
     busy: Set[str] = frozenset(),
+    pinned: Set[str] = frozenset(),
 ) -> Actions:
     """What to create, drain, delete, expire and close so instances move toward `targets`.
 
     `drained` holds the ids of draining instances whose nodes have left; `removal` is
     the reason given for taking away what is over target; `busy` the instances whose
-    nodes run work, the last to be taken away.
+    nodes run work, the last to be taken away; `pinned` those whose nodes run work
+    that only a reclaim may disrupt: never taken away to meet a target, and a drain
+    sco began for its own reasons waits for that work rather than ending at its
+    deadline.
     """
     now = snapshot.now
     acts = _Acc()
@@ -141,8 +145,8 @@ def diff(
             handled.add(inst.id)
     for inst in moving:
         if inst.id not in handled:
-            _leaving(inst, now, drained, acts)
-    _toward_targets(snapshot, targets, cfg, handled, acts, removal, busy)
+            _leaving(inst, now, drained, pinned, acts)
+    _toward_targets(snapshot, targets, cfg, handled, acts, removal, busy, pinned)
     return acts.freeze()
 
 
@@ -178,7 +182,7 @@ def _timed_out(inst: Instance, now: float, timeouts: Timeouts, acts: _Acc) -> bo
     return True
 
 
-def _leaving(inst: Instance, now: float, drained: Set[str], acts: _Acc) -> None:
+def _leaving(inst: Instance, now: float, drained: Set[str], pinned: Set[str], acts: _Acc) -> None:
     """Instances on their way out: noticed, draining, failed."""
     if inst.state is State.NOTICED:
         drain_by = inst.notice_deadline if inst.notice_deadline is not None else now
@@ -187,6 +191,8 @@ def _leaving(inst: Instance, now: float, drained: Set[str], acts: _Acc) -> None:
         if inst.id in drained:
             acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, Reason.NODE_DRAINED))
         elif inst.drain_by is not None and now >= inst.drain_by:
+            if inst.id in pinned and inst.notice_deadline is None:
+                return  # sco's own move: the pinned work holds it (a reclaim never waits)
             acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, Reason.DRAIN_DEADLINE))
     elif inst.state is State.FAILED:
         if inst.server_id is None:
@@ -210,6 +216,7 @@ def _toward_targets(
     acts: _Acc,
     why: Reason,
     busy: Set[str] = frozenset(),
+    pinned: Set[str] = frozenset(),
 ) -> None:
     live: dict[PoolId, list[Instance]] = defaultdict(list)
     ready_units = 0
@@ -232,7 +239,7 @@ def _toward_targets(
         elif len(have) > want:
             surplus = len(have) - want
             victims = sorted(
-                (i for i in have if i.state in _REMOVAL_ORDER),
+                (i for i in have if i.state in _REMOVAL_ORDER and i.id not in pinned),
                 key=lambda i: (i.id in busy, _REMOVAL_ORDER[i.state], -i.created_at, i.id),
             )
             for inst in victims[:surplus]:

@@ -42,7 +42,9 @@ class Demand:
     target: wanted now; floor: must be running on any class; max: never more;
     guaranteed_budget: the most units that may run on guaranteed capacity;
     guaranteed: of the target, units only guaranteed capacity may serve (work that
-    asks for it, as a Slurm job's `--constraint=guaranteed`).
+    asks for it, as a Slurm job's `--constraint=guaranteed`); unfit_work: pieces of
+    work (jobs, pods) no node of the partition could ever run, reported and not
+    counted.
     """
 
     target_units: int
@@ -50,6 +52,7 @@ class Demand:
     max_units: int
     guaranteed_budget_units: int
     guaranteed_units: int = 0
+    unfit_work: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -58,6 +61,7 @@ class Demand:
             "max_units",
             "guaranteed_budget_units",
             "guaranteed_units",
+            "unfit_work",
         ):
             if getattr(self, name) < 0:
                 raise DemandError(name, f"must be >= 0, got {getattr(self, name)}")

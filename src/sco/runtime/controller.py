@@ -82,6 +82,7 @@ class CycleReport:
     excluded: tuple[PoolId, ...] = ()  # pools this cycle planned as excluded or degraded
     handback: bool = False  # the partition is being handed back
     held: int = 0  # live instances after the cycle
+    unfit_work: int = 0  # jobs or pods no node of the partition could run (not counted)
     took_s: float = 0.0  # how long the cycle took (wall time, for metrics)
 
 
@@ -193,9 +194,11 @@ class PartitionController:
         else:
             decision = self.policy.decide(snapshot)
         plan = self._publish_plan(decision, now)
-        drained, busy = _drained_and_busy(self._live(), nodes)
+        drained, busy, pinned = _node_sets(self._live(), nodes)
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
-        actions = diff(snapshot, plan.targets(), self.config.act, drained, removal, busy)
+        if handback:
+            pinned = frozenset()  # the operator's order outranks what the pods asked
+        actions = diff(snapshot, plan.targets(), self.config.act, drained, removal, busy, pinned)
         self._note_no_room(plan.targets(), snapshot, now)
         # Replacements are owed only while the plan is short of what is live.
         short = sum(plan.targets().values()) - sum(1 for i in self._live() if i.is_live)
@@ -216,6 +219,7 @@ class PartitionController:
             excluded=tuple(p for p, v in snapshot.pools.items() if v.excluded or v.degraded),
             handback=handback,
             held=len(live),
+            unfit_work=demand.unfit_work,
         )
 
     def _report(
@@ -791,10 +795,11 @@ class _CycleTally:
     replaced: Counter[PoolId] = field(default_factory=Counter)
 
 
-def _drained_and_busy(
+def _node_sets(
     live: Sequence[Instance], nodes: Mapping[str, NodeView]
-) -> tuple[frozenset[str], frozenset[str]]:
-    """Draining instances whose nodes have left, and instances whose nodes run work."""
+) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """Draining instances whose nodes have left, instances whose nodes run work, and
+    those whose nodes run work only a reclaim may disrupt."""
     drained = frozenset(
         i.id
         for i in live
@@ -802,7 +807,9 @@ def _drained_and_busy(
     )
     busy_servers = {sid for sid, v in nodes.items() if v.busy}
     busy = frozenset(i.id for i in live if busy_servers and i.server_id in busy_servers)
-    return drained, busy
+    pinned_servers = {sid for sid, v in nodes.items() if v.pinned}
+    pinned = frozenset(i.id for i in live if pinned_servers and i.server_id in pinned_servers)
+    return drained, busy, pinned
 
 
 def _log_transition(ch: Change) -> None:

@@ -18,7 +18,10 @@ Acting, each labelled by its reason code (`sco.decide.acquirer.Reason`):
   excluded or degraded (the watcher's word, acted on);
 - `sco_cycle_seconds{partition}`: how long a cycle took;
 - `sco_partition_instances{partition}`: live instances held;
-- `sco_partition_handback{partition}`: 1 while the partition is being handed back.
+- `sco_partition_handback{partition}`: 1 while the partition is being handed back;
+- `sco_unfit_work{partition}`: jobs or pods waiting that no node of the partition
+  could ever run (too big, or asking for labels or tolerations it lacks): not
+  counted in the target, and the scheduler's own events say why.
 """
 
 from __future__ import annotations
@@ -99,6 +102,12 @@ class PlacementMetrics:
             ["partition"],
             registry=r,
         )
+        self.unfit = Gauge(
+            "sco_unfit_work",
+            "Waiting jobs or pods no node of the partition could ever run.",
+            ["partition"],
+            registry=r,
+        )
         self._excluded: dict[str, set[str]] = {}
 
     def observe(self, report: CycleReport) -> None:
@@ -112,6 +121,7 @@ class PlacementMetrics:
         self.state.labels(p, "mismatch").set(report.placement.mismatch)
         self.held.labels(p).set(report.held)
         self.handback.labels(p).set(1 if report.handback else 0)
+        self.unfit.labels(p).set(report.unfit_work)
         for delay in report.ready_delays_s:
             self.delay.labels(p).observe(delay)
         for (action, reason), n in report.acted.items():

@@ -1,5 +1,5 @@
-"""A Kubernetes API server for tests, over real HTTP: Leases, Pods, Nodes and
-PodDisruptionBudgets, with the semantics sco's adapters depend on.
+"""A Kubernetes API server for tests, over real HTTP: Leases, Pods, Nodes,
+PodDisruptionBudgets and Events, with the semantics sco's adapters depend on.
 
 No API server installs from this machine's registries. This one is driven through
 the official client, a kubeconfig and HTTP, and keeps these rules of the real one:
@@ -58,10 +58,11 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "pods": ("v1", "Pod", True),
     "nodes": ("v1", "Node", False),
     "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget", True),
+    "events": ("v1", "Event", True),
 }
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?:coordination\.k8s\.io|policy)/v1)"
-    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>leases|pods|nodes|poddisruptionbudgets)"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>leases|pods|nodes|poddisruptionbudgets|events)"
     r"(?:/(?P<name>[^/?]+))?(?:/(?P<sub>eviction))?$"
 )
 

@@ -1,12 +1,22 @@
 """A Kubernetes partition's need in nodes, from the pods and nodes its informers hold.
 
 The partition's nodes are those carrying all of its labels, Ready and not cordoned
-(a cordoned node is leaving). A node is needed when
-pods other than DaemonSets' run there, or when pending pods will go into its free
-room (the room left by what runs there: requests, as the scheduler counts); beyond
-those, pending pods need the new nodes `sco.adapters.kubernetes.pods.intake`
-packs them into, on a node shape of the partition's allocatable less what its
-DaemonSets request on every node.
+(a cordoned node is leaving). A node is needed when pods other than DaemonSets'
+run there, or when pending pods will go into its free room (the room left by what
+runs there: requests, as the scheduler counts); beyond those, pending pods need
+the new nodes `sco.adapters.kubernetes.pods.intake` packs them into, on a node
+shape of the partition's allocatable less what its DaemonSets request on every
+node.
+
+There are two shapes, one per capacity class: the partition's labels with
+`sco.io/capacity-class` set to `spot` or `guaranteed`, and on spot nodes the
+spot taint when the partition has `spot_taint`. A pod that only a guaranteed node
+can run (it does not tolerate the taint, or it selects the guaranteed class)
+needs guaranteed capacity: it is packed first, into the guaranteed nodes' room and
+new guaranteed nodes, and those nodes are the demand's `guaranteed_units`. Every
+other pod goes into the room left on guaranteed nodes, then spot nodes, then new
+nodes of either class (the planner picks). A pod neither shape can run is
+reported, never counted.
 """
 
 from __future__ import annotations
@@ -14,23 +24,31 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.pods import (
+    CLASS_LABEL,
+    SPOT_TAINT,
     Intake,
     Json,
     NodeShape,
-    Taint,
     intake,
     is_daemon,
+    is_unschedulable,
     node_room,
+    placement_refusal,
+    pod_name,
     pods_by_node,
     quantity,
     ready_since,
+    refusal,
     request_of,
 )
 from sco.decide.binpack import Size
 from sco.domain.demand import Demand, Partition
+from sco.domain.pools import CapacityClass
 from sco.ports import SchedulerUnavailable
 
 log = logging.getLogger(__name__)
@@ -40,10 +58,10 @@ log = logging.getLogger(__name__)
 class KubePartition:
     labels: Mapping[str, str]  # every node of the partition carries these
     allocatable: Mapping[str, str]  # a node's allocatable, as its kubelet reports it
-    taints: tuple[Taint, ...] = ()
+    spot_taint: bool = False  # spot nodes carry SPOT_TAINT
     daemonset_overhead: Mapping[str, str] = field(default_factory=dict)  # per node
 
-    def shape(self) -> NodeShape:
+    def shape(self, capacity_class: CapacityClass = CapacityClass.SPOT) -> NodeShape:
         room = node_room({"status": {"allocatable": dict(self.allocatable)}})
         overhead = {n: quantity(v) for n, v in self.daemonset_overhead.items()}
         taken = Size(
@@ -51,34 +69,92 @@ class KubePartition:
             overhead.get("memory", 0.0) / (1024 * 1024),
             {n: int(v) for n, v in overhead.items() if "/" in n},
         )
-        return NodeShape(_clip(room.less(taken)), self.labels, self.taints)
+        spot = capacity_class is CapacityClass.SPOT
+        return NodeShape(
+            _clip(room.less(taken)),
+            {**self.labels, CLASS_LABEL: capacity_class.value},
+            (SPOT_TAINT,) if spot and self.spot_taint else (),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Need:
     nodes: int  # nodes the partition needs: busy, taking pending pods, or new
     busy: int  # of its nodes, those running pods other than DaemonSets'
-    pending: Intake
+    guaranteed: int  # of `nodes`, those only guaranteed capacity may be
+    counted: int  # pending pods a node of the partition could run
+    unfit: tuple[tuple[str, str], ...]  # (namespace/name, why) of pods none could
+    new_nodes: int  # of `nodes`, those to add
 
 
 def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Need:
     pods = list(pods)
+    spot, guaranteed = part.shape(CapacityClass.SPOT), part.shape(CapacityClass.GUARANTEED)
     # A cordoned node is leaving and a node not Ready takes nothing: neither counts.
     ours = [n for n in nodes if _carries(n, part.labels) and _schedulable(n)]
+    g_nodes = [n for n in ours if _class_of(n) is CapacityClass.GUARANTEED]
+    s_nodes = [n for n in ours if _class_of(n) is CapacityClass.SPOT]
     running = pods_by_node(pods)
-    free = []
+    g_free, g_busy, g_held = _rooms(g_nodes, running, spot)
+    s_free, s_busy, _ = _rooms(s_nodes, running, spot)
+    g_only: list[Json] = []
+    rest: list[Json] = []
+    unfit: list[tuple[str, str]] = []
+    for pod in pods:
+        if not is_unschedulable(pod):
+            continue
+        size = request_of(pod)
+        if not refusal(pod, spot, size):
+            rest.append(pod)
+        elif not (why := refusal(pod, guaranteed, size)):
+            g_only.append(pod)
+        else:
+            unfit.append((pod_name(pod), why))
+    # Guaranteed-only pods first, where only they can go; the rest after, in what is left.
+    g_got = intake(g_only, guaranteed, g_free)
+    r_got: Intake = intake(rest, spot, [*g_got.packing.free_after, *s_free])
+    k = len(g_free)
+    g_taking = g_busy | set(g_got.packing.used_free) | {i for i in r_got.packing.used_free if i < k}
+    s_taking = s_busy | {i - k for i in r_got.packing.used_free if i >= k}
+    new = g_got.new_nodes + r_got.new_nodes
+    return Need(
+        nodes=len(g_taking) + len(s_taking) + new,
+        busy=len(g_busy) + len(s_busy),
+        guaranteed=len(g_held | set(g_got.packing.used_free)) + g_got.new_nodes,
+        counted=g_got.counted + r_got.counted,
+        unfit=tuple(unfit),
+        new_nodes=new,
+    )
+
+
+def _rooms(
+    nodes: Sequence[Json], running: Mapping[str, list[Json]], spot: NodeShape
+) -> tuple[list[Size], set[int], set[int]]:
+    """Each node's free room; which run pods other than DaemonSets'; and which run pods
+    a spot node could not (only guaranteed capacity may take their place)."""
+    free: list[Size] = []
     busy: set[int] = set()
-    for k, node in enumerate(ours):
+    held: set[int] = set()
+    for k, node in enumerate(nodes):
         there = running.get(node["metadata"]["name"], [])
         room = node_room(node)
         for p in there:
             room = room.less(request_of(p))
         free.append(_clip(room))
-        if any(not is_daemon(p) for p in there):
+        work = [p for p in there if not is_daemon(p)]
+        if work:
             busy.add(k)
-    got = intake(pods, part.shape(), free)
-    taking = busy | set(got.packing.used_free)
-    return Need(len(taking) + got.new_nodes, len(busy), got)
+        if any(placement_refusal(p, spot) for p in work):
+            held.add(k)
+    return free, busy, held
+
+
+def _class_of(node: Json) -> CapacityClass:
+    """A node sco has not labelled yet (or one of the cluster's own) counts as
+    guaranteed: nothing about it says it can be taken back."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    spot = labels.get(CLASS_LABEL) == CapacityClass.SPOT.value
+    return CapacityClass.SPOT if spot else CapacityClass.GUARANTEED
 
 
 def _schedulable(node: Json) -> bool:
@@ -110,16 +186,26 @@ class KubernetesDemandSource:
     """`sco.ports.DemandSource` for the partitions of one cluster, from its pod and
     node informers: the target is the nodes a partition needs, within its max."""
 
-    def __init__(self, pods: Informer, nodes: Informer, specs: Sequence[KubeDemandSpec]) -> None:
+    def __init__(
+        self,
+        pods: Informer,
+        nodes: Informer,
+        specs: Sequence[KubeDemandSpec],
+        core: Any = None,
+    ) -> None:
+        """`core` (a `CoreV1Api`), when given, gets a Warning Event on each pod no
+        node of the partition can run, as Cluster Autoscaler tells why it did not
+        scale up."""
         self._pods = pods
         self._nodes = nodes
         self.specs = {s.partition.name: s for s in specs}
+        self.core = core
         self._reported: set[str] = set()
 
     def partitions(self) -> Sequence[Partition]:
         return [s.partition for s in self.specs.values()]
 
-    def demand(self, partition: str, now: float) -> Demand:  # noqa: ARG002
+    def demand(self, partition: str, now: float) -> Demand:
         """Raises SchedulerUnavailable until the informers have listed once."""
         if not (self._pods.synced and self._nodes.synced):
             raise SchedulerUnavailable(
@@ -127,19 +213,48 @@ class KubernetesDemandSource:
             )
         spec = self.specs[partition]
         n = need(self._pods.items(), self._nodes.items(), spec.kube)
-        fresh = [f"{name} ({why})" for name, why in n.pending.unfit if name not in self._reported]
+        fresh = [(name, why) for name, why in n.unfit if name not in self._reported]
         if fresh:
-            self._reported.update(name for name, _ in n.pending.unfit)
+            self._reported.update(name for name, _ in fresh)
             log.warning("partition %s: pods no node of it can run, not counted: %s", partition,
-                        ", ".join(fresh))  # fmt: skip
+                        ", ".join(f"{name} ({why})" for name, why in fresh))  # fmt: skip
+            for name, why in fresh:
+                self._event(partition, name, why, now)
         target = min(spec.max_units, n.nodes * spec.units_per_node)
         return Demand(
             target_units=target,
             floor_units=min(spec.floor_units, spec.max_units),
             max_units=spec.max_units,
             guaranteed_budget_units=spec.guaranteed_budget_units,
+            guaranteed_units=min(
+                n.guaranteed * spec.units_per_node, target, spec.guaranteed_budget_units
+            ),
+            unfit_work=len(n.unfit),
         )
 
     def next_change_after(self, now: float) -> float | None:  # noqa: ARG002
         """Unknown: demand changes as pods come."""
         return None
+
+    def _event(self, partition: str, pod: str, why: str, now: float) -> None:
+        """A Warning Event on the pod; best effort (the log line and the metric stay)."""
+        if self.core is None:
+            return
+        namespace, name = pod.split("/", 1)
+        at = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"name": f"{name}.sco-unfit", "namespace": namespace},
+            "involvedObject": {"kind": "Pod", "namespace": namespace, "name": name},
+            "reason": "NoNodeOfPartitionFits",
+            "message": f"sco partition {partition}: no node it adds could run this pod: {why}",
+            "type": "Warning",
+            "source": {"component": "sco"},
+            "reportingComponent": "sco",
+            "firstTimestamp": at,
+            "lastTimestamp": at,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(namespace, body)
+        except Exception as e:  # the pod may be gone, or the event there already
+            log.info("event on pod %s not written: %s", pod, str(e).splitlines()[0])

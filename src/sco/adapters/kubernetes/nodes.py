@@ -11,8 +11,18 @@
   moves (a drain for any reason but a reclaim), never by a reclaim.
 - A node is drained when it is cordoned and runs nothing but DaemonSet pods. A
   voluntary drain that only protected pods hold is not drained; its note says
-  which pods hold it. (The acquirer still ends a drain at its deadline: keeping
-  such nodes out of voluntary moves altogether is to come.)
+  which pods hold it. A node running protected pods is `pinned`: the acquirer
+  never picks it for a voluntary move, and a voluntary drain of it waits for
+  those pods past its deadline.
+- Given the provider's listing (`listing`) and the partitions' node labels
+  (`partitions`), a node that joins is labelled as its server: the partition's
+  labels (`sco.io/partition=<name>` unless they say otherwise), its capacity
+  class (`sco.io/capacity-class`), its pool (`sco.io/pool`) and its hall
+  (`topology.kubernetes.io/zone`), and a spot node of a partition with
+  `spot_taint` gets the `sco.io/capacity-class=spot:NoSchedule` taint. The
+  kubelet should register with them already (user data), so that no pod lands
+  before they are there; sco puts back what is missing. A Node sco labelled
+  whose server is no longer listed is deleted.
 
 Pods and nodes come from informers (`sco.adapters.kubernetes.informer`), except
 the pods of a draining node, which are listed from the server each cycle (one
@@ -25,20 +35,36 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from sco.adapters.kubernetes.demand import KubePartition
 from sco.adapters.kubernetes.informer import Informer
-from sco.adapters.kubernetes.pods import is_daemon, is_over, pod_name, pods_by_node, ready_since
-from sco.ports import Clock, NodeView, SchedulerUnavailable
+from sco.adapters.kubernetes.pods import (
+    CLASS_LABEL,
+    PARTITION_LABEL,
+    POOL_LABEL,
+    SPOT_TAINT,
+    ZONE_LABEL,
+    Json,
+    is_daemon,
+    is_over,
+    pod_name,
+    pods_by_node,
+    ready_since,
+)
+from sco.domain.pools import CapacityClass, Pool
+from sco.ports import Clock, NodeView, SchedulerUnavailable, ServerView
 
 log = logging.getLogger(__name__)
 
 DO_NOT_DISRUPT = "sco.io/do-not-disrupt"
 RECLAIM = "reclaim_notice"  # the reason code of a drain for a reclaim (acquirer's Reason)
 _GONE = NodeView(joined=False, drained=False)
+_LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 @dataclass
@@ -58,31 +84,45 @@ class KubernetesNodes:
         pods: Informer,
         clock: Clock,
         grace_s: float = 30.0,
+        partitions: Mapping[str, KubePartition] | None = None,
+        listing: Callable[[str], Sequence[ServerView]] | None = None,
+        pools: Sequence[Pool] = (),
     ) -> None:
-        """`core`: a `kubernetes.client.CoreV1Api`."""
+        """`core`: a `kubernetes.client.CoreV1Api`. Without `listing`, every node
+        that is a server counts for every partition, and none is labelled or
+        deleted."""
         self.core = core
         self._nodes = nodes
         self._pods = pods
         self.clock = clock
         self.grace_s = grace_s
+        self.partitions = dict(partitions or {})
+        self._listing = listing
+        self._pools = {p.id: p for p in pools}
         self._drains: dict[str, _Drain] = {}  # server id -> its drain
 
     # ------------------------------------------------------------ SchedulerCluster
 
-    def nodes(self, partition: str) -> Mapping[str, NodeView]:  # noqa: ARG002
-        """Every node that is one of our servers, by server id (the partition's
-        servers are the controller's to pick out). Raises SchedulerUnavailable when
-        the API server cannot be reached or refuses."""
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        """The partition's servers that are nodes, by server id. Raises
+        SchedulerUnavailable when the API server cannot be reached or refuses."""
         with _unavailable():
-            return self._nodes_now()
+            return self._nodes_now(partition)
 
-    def _nodes_now(self) -> Mapping[str, NodeView]:
+    def _nodes_now(self, partition: str) -> Mapping[str, NodeView]:
         by_server = self._by_server()
+        if self._listing is not None:
+            listed = {v.server_id: v for v in self._listing(partition)}
+            self._forget_gone(partition, listed, by_server)
+            by_server = {sid: n for sid, n in by_server.items() if sid in listed}
+            for sid, node in by_server.items():
+                self._label(partition, listed[sid], node)
         running = pods_by_node(self._pods.items())
-        for d in self._drains.values():
-            # What runs on a draining node is read from the server, not the cache: a
-            # pod the cache has not seen yet must not let its node pass as drained.
-            running[d.node] = self._advance(d, self._pods_on(d.node))
+        for sid, d in self._drains.items():
+            if sid in by_server:
+                # What runs on a draining node is read from the server, not the cache:
+                # a pod the cache has not seen yet must not let its node pass as drained.
+                running[d.node] = self._advance(d, self._pods_on(d.node))
         out: dict[str, NodeView] = {}
         for sid, node in by_server.items():
             name = node["metadata"]["name"]
@@ -95,10 +135,80 @@ class KubernetesNodes:
                 drained=cordoned and drain is not None and not work,
                 joined_at=ready_at,
                 busy=bool(work),
+                pinned=any(_protected(p) for p in work),
                 note=_note(drain),
             )
-        self._drains = {s: d for s, d in self._drains.items() if s in by_server}
+        every = self._by_server()
+        self._drains = {s: d for s, d in self._drains.items() if s in every}
         return out
+
+    # ------------------------------------------------------------ labels and leaving
+
+    def _label(self, partition: str, server: ServerView, node: Json) -> None:
+        """Put back the labels and taint the node should carry, if any is missing."""
+        labels, taint = self._wanted(partition, server)
+        meta = node.get("metadata") or {}
+        have = meta.get("labels") or {}
+        missing = {k: v for k, v in labels.items() if have.get(k) != v}
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        untainted = taint is not None and not any(
+            t.get("key") == taint["key"] and t.get("effect") == taint["effect"] for t in taints
+        )
+        if not missing and not untainted:
+            return
+        patch: dict[str, Any] = {"metadata": {"labels": missing}} if missing else {}
+        if untainted:
+            patch["spec"] = {"taints": [*taints, taint]}
+        self.core.patch_node(meta["name"], patch)
+        log.info("node %s (server %s) labelled: %s%s", meta["name"], server.server_id,
+                 ", ".join(f"{k}={v}" for k, v in missing.items()) or "-",
+                 " and tainted" if untainted else "")  # fmt: skip
+
+    def _wanted(self, partition: str, server: ServerView) -> tuple[dict[str, str], Json | None]:
+        part = self.partitions.get(partition)
+        labels = self._identity(partition)
+        pool = self._pools.get(server.pool)
+        hall = server.pool.split("/")[1] if server.pool.count("/") >= 2 else ""
+        labels[POOL_LABEL] = label_value(server.pool.replace("/", "."))
+        if hall:
+            labels[ZONE_LABEL] = label_value(hall)
+        taint = None
+        if pool is not None:
+            labels[CLASS_LABEL] = pool.capacity_class.value
+            if pool.capacity_class is CapacityClass.SPOT and part is not None and part.spot_taint:
+                taint = {"key": SPOT_TAINT.key, "value": SPOT_TAINT.value,
+                         "effect": SPOT_TAINT.effect}  # fmt: skip
+        return labels, taint
+
+    def _identity(self, partition: str) -> dict[str, str]:
+        """The labels that make a node the partition's (its configured labels, by
+        default `sco.io/partition=<name>`)."""
+        part = self.partitions.get(partition)
+        if part is not None and part.labels:
+            return dict(part.labels)
+        return {PARTITION_LABEL: label_value(partition)}
+
+    def _forget_gone(
+        self, partition: str, listed: Mapping[str, ServerView], by_server: Mapping[str, Json]
+    ) -> None:
+        """Delete the Nodes sco labelled for this partition (its labels and a pool's)
+        whose servers are gone: no cloud controller does it for servers it does not
+        know. A node sco never labelled is never deleted."""
+        from kubernetes.client.exceptions import ApiException
+
+        mine = self._identity(partition)
+        for sid, node in by_server.items():
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            ours = POOL_LABEL in labels and all(labels.get(k) == v for k, v in mine.items())
+            if sid in listed or not ours:
+                continue
+            name = node["metadata"]["name"]
+            try:
+                self.core.delete_node(name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+            log.info("partition %s: node %s deleted: its server %s is gone", partition, name, sid)
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
         node = self._by_server().get(server_id)
@@ -190,6 +300,12 @@ def _unavailable() -> Iterator[None]:
         yield
     except (ApiException, HTTPError, OSError) as e:
         raise SchedulerUnavailable(f"kubernetes: {type(e).__name__}: {e}") from None
+
+
+def label_value(text: str) -> str:
+    """A label value: at most 63 of letters, digits, '-', '_' and '.', alphanumeric at
+    both ends."""
+    return _LABEL_UNSAFE.sub("-", text)[:63].strip("-_.")
 
 
 def _protected(pod: Any) -> bool:

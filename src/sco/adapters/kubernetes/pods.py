@@ -35,11 +35,23 @@ PODS = "pods"  # the node's pod slots, one per pod
 _MB = 1024 * 1024
 
 
+# What sco writes on its nodes: the partition (unless the partition's own labels say
+# otherwise), the capacity class, the pool, and the standard zone (= the pool's hall).
+PARTITION_LABEL = "sco.io/partition"
+CLASS_LABEL = "sco.io/capacity-class"
+POOL_LABEL = "sco.io/pool"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
 @dataclass(frozen=True, slots=True)
 class Taint:
     key: str
     value: str = ""
     effect: str = "NoSchedule"
+
+
+# On spot nodes of a partition with `spot_taint`: only pods that tolerate it go there.
+SPOT_TAINT = Taint(CLASS_LABEL, "spot", "NoSchedule")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +185,15 @@ def _tolerates(t: Json, taint: Taint) -> bool:
     return t.get("key") == taint.key and (t.get("value") or "") == taint.value
 
 
+def refusal(pod: Json, shape: NodeShape, size: Size | None = None) -> str:
+    """Why a node of `shape` could never run `pod` ("" if it could); `size` is the
+    pod's request, when known."""
+    why = placement_refusal(pod, shape)
+    if not why and not (size or request_of(pod)).fits(shape.room):
+        why = "requests more than a node of the partition offers"
+    return why
+
+
 def intake(pods: Iterable[Json], shape: NodeShape, free: Sequence[Size] = ()) -> Intake:
     """The nodes of `shape` the unschedulable pods among `pods` need, after `free`
     (the room left on the partition's nodes already there)."""
@@ -181,10 +202,8 @@ def intake(pods: Iterable[Json], shape: NodeShape, free: Sequence[Size] = ()) ->
     for pod in pods:
         if not is_unschedulable(pod):
             continue
-        why = placement_refusal(pod, shape)
         size = request_of(pod)
-        if not why and not size.fits(shape.room):
-            why = "requests more than a node of the partition offers"
+        why = refusal(pod, shape, size)
         if why:
             unfit.append((pod_name(pod), why))
             continue

@@ -164,6 +164,7 @@ class SlurmDemandSource:
             max_units=spec.max_units,
             guaranteed_budget_units=spec.guaranteed_budget_units,
             guaranteed_units=min(n.guaranteed, target, spec.guaranteed_budget_units),
+            unfit_work=len(n.unfit_jobs),
         )
 
     def next_change_after(self, now: float) -> float | None:  # noqa: ARG002
