@@ -128,6 +128,22 @@ def test_arbiter_releases_only_after_spot_is_stable_and_one_at_a_time() -> None:
     assert arbitrate(snap, cfg).targets == {G1.id: 2}
 
 
+def test_arbiter_releases_where_a_node_is_idle_before_where_work_runs() -> None:
+    """Regression: two equal guaranteed pools, one node busy and one idle; the release
+    went by pool id and drained the busy one (its pod evicted, the idle node kept)."""
+    import dataclasses
+
+    now = 10_000.0
+    stable = [instance(A, ready_at=now - 601) for _ in range(2)]
+    busy, idle = instance(G2), instance(G1)
+    snap = snapshot([PoolView(A, 0), PoolView(G1, 0), PoolView(G2, 0)], [*stable, busy, idle],
+                    want=demand(target=2, floor=1), now=now)  # fmt: skip
+    cfg = ArbiterConfig(release_after_s=600, max_release_per_cycle=1)
+    assert arbitrate(snap, cfg).targets == {G1.id: 1}  # by pool id, knowing nothing
+    snap = dataclasses.replace(snap, busy=frozenset({busy.id}))
+    assert arbitrate(snap, cfg).targets == {G2.id: 1}
+
+
 def test_arbiter_counts_units_not_instances() -> None:
     # Guaranteed instances of 4 units: a floor of 10 with 3 ready spot units needs
     # 7 units, two whole instances, spread over two halls.

@@ -21,7 +21,11 @@ from sco.decide.binpack import Size
 
 ALLOCATABLE = {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}
 NODE = {"status": {"allocatable": ALLOCATABLE | {"ephemeral-storage": "100Gi"}}}
-LABELS = {"sco.io/partition": "gpu", "sco.io/capacity-class": "spot", "topology.kubernetes.io/zone": "h1"}
+LABELS = {
+    "sco.io/partition": "gpu",
+    "sco.io/capacity-class": "spot",
+    "topology.kubernetes.io/zone": "h1",
+}
 SHAPE = NodeShape(node_room(NODE), LABELS, (Taint("sco.io/capacity-class", "spot", "NoSchedule"),))
 TOLERATE = [{"key": "sco.io/capacity-class", "operator": "Exists", "effect": "NoSchedule"}]
 
@@ -84,7 +88,11 @@ def test_only_pods_the_scheduler_gave_up_on_count() -> None:
         ({"tolerations": [{"key": "sco.io/capacity-class", "value": "no"}]}, "taint"),
         ({"tolerations": [{"operator": "Exists"}]}, ""),
         (
-            {"tolerations": [{"key": "sco.io/capacity-class", "operator": "Exists", "effect": "NoExecute"}]},
+            {
+                "tolerations": [
+                    {"key": "sco.io/capacity-class", "operator": "Exists", "effect": "NoExecute"}
+                ]
+            },
             "taint",
         ),
     ],
@@ -272,3 +280,25 @@ def test_pods_only_guaranteed_nodes_may_run_need_guaranteed_nodes() -> None:
     # g1's room, and strict-1 a new node of either class.
     loose = need(pods, nodes, KubePartition({"sco.io/partition": "gpu"}, ALLOCATABLE))
     assert (loose.nodes, loose.guaranteed, loose.new_nodes) == (3, 1, 1)
+    # Tolerant pods that filled the guaranteed node first keep it, and the strict pod
+    # still needs a guaranteed node of its own.
+    filled = [running("a", "g1", "1", "1Gi"), running("b", "g1", "7", "8Gi"),
+              pending("strict", "1", "1Gi", tolerations=[])]  # fmt: skip
+    got = need(filled, nodes, part)
+    assert (got.nodes, got.guaranteed, got.new_nodes) == (2, 2, 1)
+
+
+def test_a_listed_server_s_node_counts_before_sco_s_labels_reach_it() -> None:
+    """Regression: a guaranteed node that had just joined, not yet labelled in the
+    informer's cache, did not count, and the planner released the node its pod ran on."""
+    from sco.adapters.kubernetes.demand import KubePartition, need
+    from sco.domain.pools import CapacityClass
+
+    part = KubePartition({"sco.io/partition": "gpu"}, ALLOCATABLE, spot_taint=True)
+    fresh = node("fresh")
+    fresh["metadata"]["labels"] = {}
+    fresh["spec"]["providerID"] = "openstack:///srv-9"
+    pods = [running("db", "fresh", "1", "1Gi")]
+    assert need(pods, [fresh], part).nodes == 0  # not known as ours
+    got = need(pods, [fresh], part, {"srv-9": CapacityClass.GUARANTEED})
+    assert (got.nodes, got.guaranteed) == (1, 1)

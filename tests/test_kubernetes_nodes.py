@@ -283,4 +283,22 @@ def test_a_pod_sco_may_not_disrupt_pins_its_node(
     until(lambda: len(nodes._pods.items()) == 2 and len(nodes.nodes("web")) == 2, "both")
     got = nodes.nodes("web")
     assert got["srv-1"].pinned
-    assert not got["srv-2"].pinned and got["srv-2"].busy
+    assert not got["srv-2"].pinned
+    assert got["srv-2"].busy
+
+
+def test_a_drain_shorter_than_the_grace_evicts_before_it_deletes(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    """Regression: with a 20 s drain and a 30 s grace every pod was deleted at once;
+    now half the drain's time goes to evictions (which a budget may hold)."""
+    nodes, clock = plane
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("pods", pod("web-1", "n1"))
+    api.put("poddisruptionbudgets", budget(1))
+    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    nodes.drain("web", "srv-1", drain_by=clock.now() + 20.0, reason="over_target")
+    nodes.nodes("web")
+    assert ("prod", "web-1") in api.objects["pods"]  # held by the budget, not deleted
+    clock.advance(10.0)
+    until(lambda: nodes.nodes("web")["srv-1"].drained, "deleted half way to the deadline")

@@ -200,7 +200,7 @@ def test_demand_caps_and_reports(caplog: pytest.LogCaptureFixture) -> None:
     )
     source = SlurmDemandSource(View(), [spec])  # type: ignore[arg-type]
     d = source.demand("hpc", 1000.0)
-    assert d == Demand(8, 2, 8, 4, 0)
+    assert d == Demand(8, 2, 8, 4, 0, unfit_work=1)  # job 99: bigger than a node
     assert "jobs [99] ask more of a node than its shape has" in caplog.text
 
 

@@ -88,15 +88,19 @@ def run_controllers(
     assert cloud is not None
     provider = start_openstack(region_file, cloud, settings.provider.clouds_file)
     clock = SystemClock()
+    region, pools = provider.region.region, list(provider.pools())
     if dry_run:
         plane = scheduler_plane(
-            settings, provider.region.region, clock.now(), provider.last_listing, clock
+            settings, region, clock.now(), provider.last_listing, clock, pools=pools
         )
-        return _dry_run(settings, provider, plane, policy)
+        try:
+            return _dry_run(settings, provider, plane, policy)
+        finally:
+            plane.close()
     store = open_store(settings)
     plane = scheduler_plane(
-        settings, provider.region.region, clock.now(), provider.last_listing, clock,
-        acks=store.contracts,
+        settings, region, clock.now(), provider.last_listing, clock,
+        acks=store.contracts, pools=pools,
     )  # fmt: skip
     events = open_events(settings, store)
     leases = open_leases(settings, store)
@@ -159,6 +163,7 @@ def run_controllers(
                 runner.shutdown()
     finally:
         provider.stop()
+        plane.close()
         events.close()
         store.close()
     return len(done)

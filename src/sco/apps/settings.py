@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -271,13 +279,71 @@ class SlurmPartitionSettings(_Section):
     )
 
 
+class KubernetesClusterSettings(_Section):
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="A kubeconfig file; null: the in-cluster service account, else "
+        "KUBECONFIG or ~/.kube/config.",
+    )
+    context: str | None = Field(default=None, description="A context of the kubeconfig.")
+    in_cluster: bool = Field(
+        default=False, description="Use the pod's service account (sco runs in the cluster)."
+    )
+    timeout_s: float = Field(default=10.0, gt=0, description="Each API call's time limit.")
+    watch_timeout_s: int = Field(
+        default=300, ge=1, description="A watch is renewed after this long (server side)."
+    )
+    grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Pods still on a leaving node are deleted this long before its deadline.",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> KubernetesClusterSettings:
+        if self.in_cluster and self.kubeconfig is not None:
+            raise ValueError("give kubeconfig or in_cluster, not both")
+        return self
+
+
+class KubernetesPartitionSettings(_Section):
+    cluster: str = Field(default="default", description="A cluster of the `kubernetes` section.")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels that make a node the partition's, put on its nodes "
+        "(default: sco.io/partition=<name>).",
+    )
+    allocatable: dict[str, str] = Field(
+        description="A node's allocatable, as its kubelet reports it: {cpu: '4', memory: "
+        "15Gi, pods: '110', nvidia.com/gpu: '1'}.",
+    )
+    daemonset_overhead: dict[str, str] = Field(
+        default_factory=dict, description="What the DaemonSets request on every node."
+    )
+    spot_taint: bool = Field(
+        default=False,
+        description="Spot nodes carry sco.io/capacity-class=spot:NoSchedule; pods that do "
+        "not tolerate it need guaranteed nodes.",
+    )
+
+    @field_validator("allocatable")
+    @classmethod
+    def _cpu_and_memory(cls, v: dict[str, str]) -> dict[str, str]:
+        missing = [k for k in ("cpu", "memory") if k not in v]
+        if missing:
+            raise ValueError(f"needs {' and '.join(missing)}")
+        return v
+
+
 class PartitionSettings(PartitionSpec):
     """A partition as `sco.yaml` gives it: a demand-file entry, and where its demand comes
-    from (`static`: the numbers here; `slurm`: the pending jobs of Slurm partitions)."""
+    from (`static`: the numbers here; `slurm`: the pending jobs of Slurm partitions;
+    `kubernetes`: the unschedulable pods of a Kubernetes cluster)."""
 
     target_units: Value = 0
-    demand: Literal["static", "slurm"] = "static"
+    demand: Literal["static", "slurm", "kubernetes"] = "static"
     slurm: SlurmPartitionSettings | None = None
+    kubernetes: KubernetesPartitionSettings | None = None
     agents: bool = Field(
         default=False,
         description="Its nodes run `sco agent`: sco hands each server a node token, and a "
@@ -285,15 +351,19 @@ class PartitionSettings(PartitionSpec):
     )
 
     @model_validator(mode="after")
-    def _slurm_section(self) -> PartitionSettings:
-        if self.demand == "slurm" and self.slurm is None:
-            raise ValueError("demand slurm needs a slurm section (partitions, cpus, memory_mb)")
-        if self.slurm is not None and self.demand != "slurm":
-            raise ValueError("a slurm section needs demand: slurm")
-        if self.demand == "slurm":
+    def _scheduler_section(self) -> PartitionSettings:
+        needs = {"slurm": "partitions, cpus, memory_mb", "kubernetes": "allocatable"}
+        for kind, what in needs.items():
+            if self.demand == kind and getattr(self, kind) is None:
+                raise ValueError(f"demand {kind} needs a {kind} section ({what})")
+            if getattr(self, kind) is not None and self.demand != kind:
+                raise ValueError(f"a {kind} section needs demand: {kind}")
+        if self.demand in needs:
             for name in ("target_units", "floor_units"):
                 if not isinstance(getattr(self, name), int):
-                    raise ValueError(f"{name}: a number for demand slurm (Slurm gives the rest)")
+                    raise ValueError(
+                        f"{name}: a number for demand {self.demand} (the scheduler gives the rest)"
+                    )
         return self
 
 
@@ -316,6 +386,10 @@ class Settings(BaseSettings):
     slurm: dict[str, SlurmClusterSettings] = Field(
         default_factory=dict, description="Slurm clusters by name, for `demand: slurm`."
     )
+    kubernetes: dict[str, KubernetesClusterSettings] = Field(
+        default_factory=dict,
+        description="Kubernetes clusters by name, for `demand: kubernetes`.",
+    )
     demand_file: Path | None = Field(
         default=None, description="Partitions from a demand file instead of `partitions`."
     )
@@ -334,7 +408,25 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"partitions{e.field.removeprefix('partitions')}: {e.reason}"
             ) from None
+        for p in self.partitions:
+            section = p.slurm or p.kubernetes
+            clusters: Mapping[str, object] = self.slurm if p.slurm else self.kubernetes
+            if section is None or section.cluster in clusters or section.cluster == "default":
+                continue
+            raise ValueError(
+                f"partitions.{p.name}.{p.demand}.cluster: {section.cluster!r} is not in "
+                f"the {p.demand} section ({', '.join(sorted(clusters)) or 'empty'})"
+            )
         return self
+
+    def slurm_cluster(self, name: str) -> SlurmClusterSettings:
+        """A cluster of the `slurm` section; `default` may be left out (tools on PATH)."""
+        return self.slurm.get(name) or SlurmClusterSettings()
+
+    def kubernetes_cluster(self, name: str) -> KubernetesClusterSettings:
+        """A cluster of the `kubernetes` section; `default` may be left out (KUBECONFIG
+        or ~/.kube/config)."""
+        return self.kubernetes.get(name) or KubernetesClusterSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -432,6 +524,9 @@ def _resolve_paths(doc: dict[str, Any], base: Path) -> None:
     paths = list(_PATHS)
     if isinstance(clusters, dict):
         paths += [("slurm", name, key) for name in clusters for key in ("conf", "bin_dir")]
+    kube = doc.get("kubernetes")
+    if isinstance(kube, dict):
+        paths += [("kubernetes", name, "kubeconfig") for name in kube]
     for path in paths:
         node: Any = doc
         for key in path[:-1]:

@@ -94,6 +94,7 @@ def arbitrate(
     stable_units = 0
     settled = now - cfg.release_after_s
     held: Counter[PoolId] = Counter()
+    idle: Counter[PoolId] = Counter()  # held whose nodes run nothing: released first
     held_units = 0
     for i in snapshot.instances:
         if i.is_spot:
@@ -104,6 +105,7 @@ def arbitrate(
         elif i.is_live:
             held[i.pool] += 1
             held_units += i.units
+            idle[i.pool] += i.id not in snapshot.busy
     counted = ready_units + arriving_units
     floor_gap = demand.floor_units - counted + at_risk_units
     # Work that asks for guaranteed capacity needs it whatever spot holds.
@@ -126,7 +128,7 @@ def arbitrate(
         return GuaranteedPlan(targets, tuple(notes), need, short + max(0, gap - budget))
     still = max(0, cover - stable_units, demand.floor_units - stable_units + at_risk_units)
     keep = max(need, min(held_units, budget, still))
-    targets = _shrink(snapshot.pools, held, keep, cfg.release_limit(sum(held.values())))
+    targets = _shrink(snapshot.pools, held, keep, cfg.release_limit(sum(held.values())), idle)
     released = sum(held.values()) - sum(targets.values())
     if released:
         notes.append(
@@ -165,10 +167,14 @@ def _shrink(
     held: Counter[PoolId],
     keep_units: int,
     max_release: int | None,
+    idle: Counter[PoolId] | None = None,
 ) -> dict[PoolId, int]:
-    """Held less at most `max_release` instances (the dearest pool, then the fullest),
-    keeping at least `keep_units`."""
+    """Held less at most `max_release` instances (the dearest pool, then one holding
+    an idle node, then the fullest), keeping at least `keep_units`. A pool's target
+    cannot say which instance goes, so releasing where a node is idle spares the
+    work running elsewhere."""
     targets = dict(held)
+    idle = Counter(idle or {})
 
     def unit_of(p: PoolId) -> int:
         v = views.get(p)
@@ -184,7 +190,8 @@ def _shrink(
         candidates = [p for p, n in targets.items() if n > 0 and total - unit_of(p) >= keep_units]
         if not candidates:
             break
-        p = max(candidates, key=lambda p: (price_of(p), targets[p], p))
+        p = max(candidates, key=lambda p: (price_of(p), idle[p] > 0, targets[p], p))
+        idle[p] -= 1
         targets[p] -= 1
         total -= unit_of(p)
         released += 1

@@ -56,6 +56,7 @@ class PartitionSnapshot:
     pools: Mapping[PoolId, PoolView]
     instances: tuple[Instance, ...]  # this partition's non-terminal records
     plan: Plan | None = None
+    busy: frozenset[str] = frozenset()  # instances whose nodes run work: the last to go
 
     def usable(self, spot: bool) -> list[PoolView]:
         """The spot (or guaranteed) pools this partition may use, by pool id."""

@@ -188,13 +188,13 @@ class PartitionController:
         synced = self._sync(records, servers, nodes, now)
         self.signals.refresh(now)
         handback = self.signals.intent(self.partition.name) == HANDBACK
-        snapshot = self._snapshot(now, demand, handback)
+        drained, busy, pinned = _node_sets(self._live(), nodes)
+        snapshot = self._snapshot(now, demand, handback, busy)
         if handback:
             decision = Decision({}, {}, ("handback: the operator asked for everything back",))
         else:
             decision = self.policy.decide(snapshot)
         plan = self._publish_plan(decision, now)
-        drained, busy, pinned = _node_sets(self._live(), nodes)
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
         if handback:
             pinned = frozenset()  # the operator's order outranks what the pods asked
@@ -507,7 +507,13 @@ class PartitionController:
 
     # ------------------------------------------------------------ plan
 
-    def _snapshot(self, now: float, demand: Demand, handback: bool = False) -> PartitionSnapshot:
+    def _snapshot(
+        self,
+        now: float,
+        demand: Demand,
+        handback: bool = False,
+        busy: frozenset[str] = frozenset(),
+    ) -> PartitionSnapshot:
         """What the policy sees; a partition handed back wants nothing (floor 0 too)."""
         ids = list(self._pools)
         headroom = self.provider.headroom(ids)
@@ -543,6 +549,7 @@ class PartitionController:
             pools=views,
             instances=tuple(self._live()),
             plan=self._plan,
+            busy=busy,
         )
 
     def _cold_start(self, pool: Pool, score: PoolScore | None) -> float | None:

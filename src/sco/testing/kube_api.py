@@ -36,13 +36,15 @@ resource.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -171,7 +173,7 @@ class KubeApi:
             def do_DELETE(self) -> None:
                 self._route("DELETE")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -325,6 +327,27 @@ class KubeApi:
             change = "MODIFIED" if key in self.objects[kind] else "ADDED"
             return self._store(kind, key, obj, change)
 
+    def list(self, kind: str) -> list[Obj]:
+        """A copy of every object of a kind, as it is now."""
+        with self._changed:
+            return copy.deepcopy(list(self.objects[kind].values()))
+
+    def update(
+        self, kind: str, namespace: str, name: str, change: Callable[[Obj], Obj]
+    ) -> Obj | None:
+        """Replace an object with `change(a copy of it)`, if it is still there and
+        `change` leaves it valid (what a kubelet or scheduler writes, without losing
+        a race to a delete)."""
+        with self._changed:
+            current = self.objects[kind].get((namespace, name))
+            if current is None:
+                return None
+            new = change(copy.deepcopy(current))
+            invalid = self._invalid(kind, new)
+            if invalid:
+                raise ValueError(f"not a valid {_KINDS[kind][1]}: {invalid}")
+            return self._store(kind, (namespace, name), new, "MODIFIED")
+
     def delete(self, kind: str, namespace: str, name: str) -> None:
         with self._changed:
             gone = self.objects[kind].pop((namespace, name), None)
@@ -421,6 +444,16 @@ class KubeApi:
                         "metadata": {"resourceVersion": str(since)},
                     },
                 }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (a killed process) is not news."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _healthy(pod: Obj) -> bool:

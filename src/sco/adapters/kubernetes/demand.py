@@ -13,16 +13,18 @@ There are two shapes, one per capacity class: the partition's labels with
 spot taint when the partition has `spot_taint`. A pod that only a guaranteed node
 can run (it does not tolerate the taint, or it selects the guaranteed class)
 needs guaranteed capacity: it is packed first, into the guaranteed nodes' room and
-new guaranteed nodes, and those nodes are the demand's `guaranteed_units`. Every
-other pod goes into the room left on guaranteed nodes, then spot nodes, then new
-nodes of either class (the planner picks). A pod neither shape can run is
-reported, never counted.
+new guaranteed nodes. Every other pod goes into the room left on guaranteed
+nodes, then spot nodes, then new nodes of either class (the planner picks). The
+demand's `guaranteed_units` are the guaranteed nodes in use (busy, or taking
+pending pods) and the new ones guaranteed-only pods need: a guaranteed node that
+other pods filled first stays, and the strict pod still gets a node of its own.
+A pod neither shape can run is reported, never counted.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,18 +40,18 @@ from sco.adapters.kubernetes.pods import (
     is_daemon,
     is_unschedulable,
     node_room,
-    placement_refusal,
     pod_name,
     pods_by_node,
     quantity,
     ready_since,
     refusal,
     request_of,
+    server_of,
 )
 from sco.decide.binpack import Size
 from sco.domain.demand import Demand, Partition
-from sco.domain.pools import CapacityClass
-from sco.ports import SchedulerUnavailable
+from sco.domain.pools import CapacityClass, Pool
+from sco.ports import SchedulerUnavailable, ServerView
 
 log = logging.getLogger(__name__)
 
@@ -87,16 +89,28 @@ class Need:
     new_nodes: int  # of `nodes`, those to add
 
 
-def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Need:
+def need(
+    pods: Iterable[Json],
+    nodes: Iterable[Json],
+    part: KubePartition,
+    servers: Mapping[str, CapacityClass] | None = None,
+) -> Need:
+    """`servers`: the partition's servers by id, with their class. A node is the
+    partition's when it carries its labels or is one of those servers (before sco's
+    labels have reached it); its class is its server's, else its label's."""
     pods = list(pods)
+    known = servers or {}
     spot, guaranteed = part.shape(CapacityClass.SPOT), part.shape(CapacityClass.GUARANTEED)
     # A cordoned node is leaving and a node not Ready takes nothing: neither counts.
-    ours = [n for n in nodes if _carries(n, part.labels) and _schedulable(n)]
-    g_nodes = [n for n in ours if _class_of(n) is CapacityClass.GUARANTEED]
-    s_nodes = [n for n in ours if _class_of(n) is CapacityClass.SPOT]
+    ours = [
+        n for n in nodes if (server_of(n) in known or _carries(n, part.labels)) and _schedulable(n)
+    ]
+    classes = [known.get(server_of(n)) or _class_of(n) for n in ours]
+    g_nodes = [n for n, c in zip(ours, classes, strict=True) if c is CapacityClass.GUARANTEED]
+    s_nodes = [n for n, c in zip(ours, classes, strict=True) if c is CapacityClass.SPOT]
     running = pods_by_node(pods)
-    g_free, g_busy, g_held = _rooms(g_nodes, running, spot)
-    s_free, s_busy, _ = _rooms(s_nodes, running, spot)
+    g_free, g_busy = _rooms(g_nodes, running)
+    s_free, s_busy = _rooms(s_nodes, running)
     g_only: list[Json] = []
     rest: list[Json] = []
     unfit: list[tuple[str, str]] = []
@@ -120,33 +134,26 @@ def need(pods: Iterable[Json], nodes: Iterable[Json], part: KubePartition) -> Ne
     return Need(
         nodes=len(g_taking) + len(s_taking) + new,
         busy=len(g_busy) + len(s_busy),
-        guaranteed=len(g_held | set(g_got.packing.used_free)) + g_got.new_nodes,
+        guaranteed=len(g_taking) + g_got.new_nodes,
         counted=g_got.counted + r_got.counted,
         unfit=tuple(unfit),
         new_nodes=new,
     )
 
 
-def _rooms(
-    nodes: Sequence[Json], running: Mapping[str, list[Json]], spot: NodeShape
-) -> tuple[list[Size], set[int], set[int]]:
-    """Each node's free room; which run pods other than DaemonSets'; and which run pods
-    a spot node could not (only guaranteed capacity may take their place)."""
+def _rooms(nodes: Sequence[Json], running: Mapping[str, list[Json]]) -> tuple[list[Size], set[int]]:
+    """Each node's free room, and which run pods other than DaemonSets'."""
     free: list[Size] = []
     busy: set[int] = set()
-    held: set[int] = set()
     for k, node in enumerate(nodes):
         there = running.get(node["metadata"]["name"], [])
         room = node_room(node)
         for p in there:
             room = room.less(request_of(p))
         free.append(_clip(room))
-        work = [p for p in there if not is_daemon(p)]
-        if work:
+        if any(not is_daemon(p) for p in there):
             busy.add(k)
-        if any(placement_refusal(p, spot) for p in work):
-            held.add(k)
-    return free, busy, held
+    return free, busy
 
 
 def _class_of(node: Json) -> CapacityClass:
@@ -179,6 +186,7 @@ class KubeDemandSpec:
     floor_units: int
     max_units: int
     guaranteed_budget_units: int
+    min_target_units: int = 0  # the target never goes below this
     units_per_node: int = 1  # units one node of the partition's flavor provides
 
 
@@ -192,10 +200,19 @@ class KubernetesDemandSource:
         nodes: Informer,
         specs: Sequence[KubeDemandSpec],
         core: Any = None,
+        stale_s: float = 30.0,
+        listing: Callable[[str], Sequence[ServerView]] | None = None,
+        pools: Sequence[Pool] = (),
     ) -> None:
         """`core` (a `CoreV1Api`), when given, gets a Warning Event on each pod no
         node of the partition can run, as Cluster Autoscaler tells why it did not
-        scale up."""
+        scale up. Demand is unavailable while an informer has failed to reach the
+        API server for over `stale_s`. `listing` (the provider's last listing of a
+        partition's servers) and `pools` make a server's node the partition's as soon
+        as it is Ready, with its pool's class."""
+        self.stale_s = stale_s
+        self._listing = listing
+        self._class = {p.id: p.capacity_class for p in pools}
         self._pods = pods
         self._nodes = nodes
         self.specs = {s.partition.name: s for s in specs}
@@ -206,13 +223,26 @@ class KubernetesDemandSource:
         return [s.partition for s in self.specs.values()]
 
     def demand(self, partition: str, now: float) -> Demand:
-        """Raises SchedulerUnavailable until the informers have listed once."""
+        """Raises SchedulerUnavailable until the informers have listed once, and while
+        one of them has been cut off from the API server for over `stale_s`."""
         if not (self._pods.synced and self._nodes.synced):
             raise SchedulerUnavailable(
                 f"kubernetes: pods and nodes not listed yet ({self._pods.last_error or 'waiting'})"
             )
+        for informer in (self._pods, self._nodes):
+            if informer.failing_for() > self.stale_s:
+                raise SchedulerUnavailable(
+                    f"kubernetes: {informer.name} cut off from the API server for "
+                    f"{informer.failing_for():.0f} s: {informer.last_error}"
+                )
         spec = self.specs[partition]
-        n = need(self._pods.items(), self._nodes.items(), spec.kube)
+        servers = None
+        if self._listing is not None:
+            servers = {
+                v.server_id: self._class.get(v.pool, CapacityClass.GUARANTEED)
+                for v in self._listing(partition)
+            }
+        n = need(self._pods.items(), self._nodes.items(), spec.kube, servers)
         fresh = [(name, why) for name, why in n.unfit if name not in self._reported]
         if fresh:
             self._reported.update(name for name, _ in fresh)
@@ -220,7 +250,7 @@ class KubernetesDemandSource:
                         ", ".join(f"{name} ({why})" for name, why in fresh))  # fmt: skip
             for name, why in fresh:
                 self._event(partition, name, why, now)
-        target = min(spec.max_units, n.nodes * spec.units_per_node)
+        target = min(spec.max_units, max(spec.min_target_units, n.nodes * spec.units_per_node))
         return Demand(
             target_units=target,
             floor_units=min(spec.floor_units, spec.max_units),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,7 @@ class Informer:
         label_selector: str = "",
         field_selector: str = "",
         watch_timeout_s: int = 60,
+        request_timeout_s: float = 30.0,
         min_backoff_s: float = 0.2,
         max_backoff_s: float = 10.0,
         name: str = "",
@@ -48,6 +50,7 @@ class Informer:
             if v
         }
         self.watch_timeout_s = watch_timeout_s
+        self.request_timeout_s = request_timeout_s  # a list's, and a watch's to connect
         self.min_backoff_s = min_backoff_s
         self.max_backoff_s = max_backoff_s
         self.name = name or getattr(list_call, "__name__", "informer")
@@ -59,6 +62,7 @@ class Informer:
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stopped = threading.Event()
+        self._failing_since: float | None = None  # monotonic; None while calls succeed
         self._response: Any = None
         self._thread: threading.Thread | None = None
 
@@ -75,6 +79,12 @@ class Informer:
     def wait_synced(self, timeout_s: float) -> bool:
         """True once the first list has landed."""
         return self._synced.wait(timeout_s)
+
+    def failing_for(self) -> float:
+        """Seconds since calls started failing without a success since (0 while the
+        list or watch goes through): a cache this old may miss what happened."""
+        since = self._failing_since
+        return 0.0 if since is None else time.monotonic() - since
 
     @property
     def synced(self) -> bool:
@@ -113,13 +123,18 @@ class Informer:
                     return
                 self.errors += 1
                 self.last_error = f"{type(e).__name__}: {e}"
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
                 log.warning("informer %s: %s; again in %.1fs", self.name, self.last_error, backoff)
                 self._stopped.wait(backoff)
                 backoff = min(self.max_backoff_s, backoff * 2)
 
     def _list(self) -> None:
-        response = self._call(_preload_content=False, **self._selectors)
+        response = self._call(
+            _preload_content=False, _request_timeout=self.request_timeout_s, **self._selectors
+        )
         doc = json.loads(response.data)
+        self._failing_since = None
         fresh = {_key(o): o for o in doc.get("items") or ()}
         with self._lock:
             self._cache = fresh
@@ -137,9 +152,15 @@ class Informer:
             allow_watch_bookmarks=True,
             timeout_seconds=self.watch_timeout_s,
             _preload_content=False,
+            # The server ends the stream after timeout_seconds; one that does not is gone.
+            _request_timeout=(
+                self.request_timeout_s,
+                self.watch_timeout_s + self.request_timeout_s,
+            ),
             **self._selectors,
         )
         self._response = response
+        self._failing_since = None  # the server answered: the watch is open
         try:
             for line in iter_resp_lines(response):
                 if self._stopped.is_set():

@@ -5,7 +5,8 @@
   became Ready.
 - A drain cordons the node, then every cycle evicts its pods through the Eviction
   API, which a PodDisruptionBudget may refuse (429): such a pod is tried again
-  next cycle. From `drain_by` less `grace_s` on, what remains is deleted: a
+  next cycle. From `drain_by` less `grace_s` on (but not before half the time
+  from the drain to its deadline has passed), what remains is deleted: a
   reclaim's deadline is hard. DaemonSet pods are left to go with the node.
 - Pods annotated `sco.io/do-not-disrupt: "true"` are left alone by sco's own
   moves (a drain for any reason but a reclaim), never by a reclaim.
@@ -55,6 +56,7 @@ from sco.adapters.kubernetes.pods import (
     pod_name,
     pods_by_node,
     ready_since,
+    server_of,
 )
 from sco.domain.pools import CapacityClass, Pool
 from sco.ports import Clock, NodeView, SchedulerUnavailable, ServerView
@@ -74,6 +76,7 @@ class _Drain:
     reclaim: bool
     deleted: list[str]
     kept: list[str]
+    hard_at: float  # from then on what remains is deleted
 
 
 class KubernetesNodes:
@@ -217,14 +220,18 @@ class KubernetesNodes:
         name = node["metadata"]["name"]
         with _unavailable():
             self.core.patch_node(name, {"spec": {"unschedulable": True}})
-        self._drains[server_id] = _Drain(name, drain_by, reason == RECLAIM, [], [])
+        # Deletes start a grace before the deadline, but never before half of the
+        # drain's time has gone to evictions (a short drain is not all deletes).
+        now = self.clock.now()
+        hard_at = max(drain_by - self.grace_s, now + (drain_by - now) / 2)
+        self._drains[server_id] = _Drain(name, drain_by, reason == RECLAIM, [], [], hard_at)
         log.info("node %s cordoned: %s, leave by %.0f", name, reason or "leaving", drain_by)
 
     # ------------------------------------------------------------ draining
 
     def _advance(self, d: _Drain, pods: list[Any]) -> list[Any]:
         """One cycle of a drain over the pods on its node; returns those still there."""
-        hard = self.clock.now() >= d.drain_by - self.grace_s
+        hard = self.clock.now() >= d.hard_at
         left = []
         for pod in pods:
             if is_daemon(pod):
@@ -275,8 +282,7 @@ class KubernetesNodes:
     def _by_server(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for node in self._nodes.items():
-            pid = (node.get("spec") or {}).get("providerID") or ""
-            server = pid.rsplit("/", 1)[-1]
+            server = server_of(node)
             if server:
                 out[server] = node
         return out

@@ -212,6 +212,13 @@ def intake(pods: Iterable[Json], shape: NodeShape, free: Sequence[Size] = ()) ->
     return Intake(packing.new_nodes, len(slices), tuple(unfit), packing)
 
 
+def server_of(node: Json) -> str:
+    """The server a node is, from its `providerID` (the OpenStack cloud provider's
+    `openstack:///<id>`, or `openstack://<region>/<id>`); "" if none."""
+    pid = (node.get("spec") or {}).get("providerID") or ""
+    return str(pid).rsplit("/", 1)[-1]
+
+
 def is_daemon(pod: Json) -> bool:
     """Run by a DaemonSet: it goes with its node, and does not make a node busy."""
     owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
