@@ -138,7 +138,7 @@ def solve(
     continuous = highspy.HighsVarType.kContinuous
     if integral:
         lp.integrality_ = [integer if c < n_x or y0 <= c < s0 else continuous for c in range(n)]
-    with _banner_to_stderr():
+    with highs_banner_to_stderr():
         h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
@@ -156,7 +156,7 @@ def solve(
 
 
 @contextmanager
-def _banner_to_stderr() -> Iterator[None]:
+def highs_banner_to_stderr() -> Iterator[None]:
     """HiGHS prints a banner to the process's stdout when a solver is made (before
     any option can silence it), which would corrupt `--json` output: send the C-level
     stdout to stderr meanwhile."""
