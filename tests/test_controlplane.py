@@ -145,6 +145,50 @@ def test_environment_and_flags_override_the_file(tmp_path: Path) -> None:
             "partitions[0].kind:",
         ),
         ({"http": {"run_port": 70000}}, "http.run_port:"),
+        (
+            {
+                "partitions": [
+                    {"name": "w", "kind": "kubernetes", "demand": "kubernetes", "max_units": 4}
+                ]
+            },
+            "demand kubernetes needs a kubernetes section (allocatable)",
+        ),
+        (
+            {
+                "partitions": [
+                    {
+                        "name": "w",
+                        "kind": "kubernetes",
+                        "demand": "kubernetes",
+                        "max_units": 4,
+                        "kubernetes": {"allocatable": {"cpu": "4"}},
+                    }
+                ]
+            },
+            "partitions[0].kubernetes.allocatable: needs memory",
+        ),
+        (
+            {
+                "partitions": [
+                    {
+                        "name": "w",
+                        "kind": "kubernetes",
+                        "demand": "kubernetes",
+                        "max_units": 4,
+                        "kubernetes": {
+                            "cluster": "east",
+                            "allocatable": {"cpu": "4", "memory": "8Gi"},
+                        },
+                    }
+                ],
+                "kubernetes": {"west": {}},
+            },
+            "partitions.w.kubernetes.cluster: 'east' is not in the kubernetes section (west)",
+        ),
+        (
+            {"kubernetes": {"a": {"in_cluster": True, "kubeconfig": "k"}}},
+            "give kubeconfig or in_cluster, not both",
+        ),
     ],
 )
 def test_config_check_names_the_field(tmp_path: Path, doc: dict[str, object], message: str) -> None:
