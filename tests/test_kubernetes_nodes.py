@@ -302,3 +302,24 @@ def test_a_drain_shorter_than_the_grace_evicts_before_it_deletes(
     assert ("prod", "web-1") in api.objects["pods"]  # held by the budget, not deleted
     clock.advance(10.0)
     until(lambda: nodes.nodes("web")["srv-1"].drained, "deleted half way to the deadline")
+
+
+def test_a_restarted_sco_goes_on_with_the_drains_it_began(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    """The deadline and reason live on the Node: a new process reads them back, and
+    evicts, then deletes at the deadline, as the first would have."""
+    nodes, clock = plane
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("pods", pod("web-1", "n1"))
+    api.put("poddisruptionbudgets", budget(1))
+    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    nodes.drain("web", "srv-1", drain_by=1_100.0, reason=RECLAIM)
+    notes = api.objects["nodes"][("", "n1")]["metadata"]["annotations"]
+    assert notes == {"sco.io/drain-by": "1100.000", "sco.io/drain-reason": RECLAIM}
+    again = KubernetesNodes(nodes.core, nodes._nodes, nodes._pods, clock, grace_s=30.0)
+    until(lambda: again._nodes.get("", "n1")["metadata"].get("annotations"), "the informer")
+    assert not again.nodes("web")["srv-1"].drained  # the budget holds the eviction
+    clock.set(1_070.0)
+    until(lambda: again.nodes("web")["srv-1"].drained, "deleted at the deadline's grace")
+    assert "pods deleted at the deadline: prod/web-1" in again.nodes("web")["srv-1"].note

@@ -25,6 +25,9 @@
   before they are there; sco puts back what is missing. A Node sco labelled
   whose server is no longer listed is deleted.
 
+A drain's deadline and reason are annotations on its Node (`sco.io/drain-by`,
+`sco.io/drain-reason`): a restarted sco reads them back and goes on draining.
+
 Pods and nodes come from informers (`sco.adapters.kubernetes.informer`), except
 the pods of a draining node, which are listed from the server each cycle (one
 list by `spec.nodeName` per draining node) so that a pod the cache has not seen yet
@@ -64,6 +67,8 @@ from sco.ports import Clock, NodeView, SchedulerUnavailable, ServerView
 log = logging.getLogger(__name__)
 
 DO_NOT_DISRUPT = "sco.io/do-not-disrupt"
+DRAIN_BY = "sco.io/drain-by"  # a draining node's deadline (epoch seconds)
+DRAIN_REASON = "sco.io/drain-reason"  # and the reason code sco drains it for
 RECLAIM = "reclaim_notice"  # the reason code of a drain for a reclaim (acquirer's Reason)
 _GONE = NodeView(joined=False, drained=False)
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -120,6 +125,7 @@ class KubernetesNodes:
             by_server = {sid: n for sid, n in by_server.items() if sid in listed}
             for sid, node in by_server.items():
                 self._label(partition, listed[sid], node)
+        self._resume_drains(by_server)
         running = pods_by_node(self._pods.items())
         for sid, d in self._drains.items():
             if sid in by_server:
@@ -171,7 +177,8 @@ class KubernetesNodes:
         part = self.partitions.get(partition)
         labels = self._identity(partition)
         pool = self._pools.get(server.pool)
-        hall = server.pool.split("/")[1] if server.pool.count("/") >= 2 else ""
+        parts = server.pool.split("/")
+        hall = pool.hall if pool is not None else (parts[1] if len(parts) >= 3 else "")
         labels[POOL_LABEL] = label_value(server.pool.replace("/", "."))
         if hall:
             labels[ZONE_LABEL] = label_value(hall)
@@ -218,14 +225,36 @@ class KubernetesNodes:
         if node is None:
             return  # never a node: nothing to drain
         name = node["metadata"]["name"]
+        # The deadline and the reason live on the Node, so a restarted sco goes on.
+        notes = {DRAIN_BY: f"{drain_by:.3f}", DRAIN_REASON: reason or "leaving"}
         with _unavailable():
-            self.core.patch_node(name, {"spec": {"unschedulable": True}})
+            self.core.patch_node(
+                name, {"metadata": {"annotations": notes}, "spec": {"unschedulable": True}}
+            )
+        self._drains[server_id] = self._new_drain(name, drain_by, reason)
+        log.info("node %s cordoned: %s, leave by %.0f", name, reason or "leaving", drain_by)
+
+    def _new_drain(self, node: str, drain_by: float, reason: str) -> _Drain:
         # Deletes start a grace before the deadline, but never before half of the
         # drain's time has gone to evictions (a short drain is not all deletes).
         now = self.clock.now()
         hard_at = max(drain_by - self.grace_s, now + (drain_by - now) / 2)
-        self._drains[server_id] = _Drain(name, drain_by, reason == RECLAIM, [], [], hard_at)
-        log.info("node %s cordoned: %s, leave by %.0f", name, reason or "leaving", drain_by)
+        return _Drain(node, drain_by, reason == RECLAIM, [], [], hard_at)
+
+    def _resume_drains(self, by_server: Mapping[str, Json]) -> None:
+        """Drains a previous sco process began, read back from their Nodes."""
+        for sid, node in by_server.items():
+            notes = (node.get("metadata") or {}).get("annotations") or {}
+            cordoned = (node.get("spec") or {}).get("unschedulable")
+            if sid in self._drains or not cordoned or DRAIN_BY not in notes:
+                continue
+            try:
+                drain_by = float(notes[DRAIN_BY])
+            except ValueError:
+                continue  # not ours to read: the acquirer's deadline still holds
+            name = node["metadata"]["name"]
+            self._drains[sid] = self._new_drain(name, drain_by, notes.get(DRAIN_REASON, ""))
+            log.info("node %s: drain resumed, leave by %.0f", name, drain_by)
 
     # ------------------------------------------------------------ draining
 
