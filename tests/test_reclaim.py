@@ -131,3 +131,27 @@ def test_a_trace_replayed_takes_back_what_its_pool_loses(tmp_path: Path) -> None
     assert seen[1][0] >= 120
     assert len(cloud.servers) == 1, "deleted at their deadlines"
     assert set(cloud.servers) == {"s0"}, "the youngest went first"
+
+
+def test_a_deadline_passing_between_sweep_and_look_is_still_deleted(tmp_path: Path) -> None:
+    """Regression (seen on a loaded CI machine): the replay's last sweep deleted what
+    was due, a listing later a deadline had passed, so the server was neither pending
+    nor deleted, and the replay ended with it still there."""
+    write_json_trace(tmp_path, "z", [2, 1], gap_s=60)
+    series = load_traces(tmp_path).series[0]
+    clock = ManualClock(1000.0)
+
+    class SlowCloud(FakeCloud):
+        def all_servers(self) -> list[ServerView]:
+            clock.set(clock.now() + 0.6)  # each listing takes a while
+            return super().all_servers()
+
+    cloud = SlowCloud(2)
+    r = Reclaimer(cloud, clock)
+    replay(
+        r, [ReplayPool(series, cloud.pool.hall, cloud.pool.flavor)], pool_size=1,
+        speed=10.0, notice_s=10.0, budget=Budget(), stop=lambda: False,
+        sleep=lambda s: clock.set(clock.now() + s), every_s=1.0,
+    )  # fmt: skip
+    assert len(cloud.servers) == 1
+    assert all(v.notice_deadline is None for v in cloud.servers.values())
