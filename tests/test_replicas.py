@@ -201,5 +201,22 @@ def test_placement_metrics_follow_the_partitions(tmp_path: Path, fleet_url: str)
     assert value("sco_placement_delay_seconds_sum", partition="p0") >= 2 * 120  # cold start
     text = generate_latest(metrics.registry).decode()
     assert 'sco_placement_state{partition="p0",state="placed"} 2.0' in text
+    # What the alerts and the dashboard read: floor vs ready, the fleet, cost, leaders.
+    assert value("sco_partition_ready_units", partition="p0") == 2
+    floor = value("sco_partition_floor_units", partition="p0")
+    assert floor is not None
+    assert floor <= 2
+    assert value("sco_partition_target_units", partition="p0") == 2
+    by_class = {cls: value("sco_instances", partition="p0", **{"class": cls}, state="ready")
+                for cls in ("spot", "guaranteed")}  # fmt: skip
+    assert sum(v or 0 for v in by_class.values()) == 2
+    cost = value("sco_partition_cost_per_hour", partition="p0")
+    assert cost is not None
+    assert cost > 0
+    r.tend_leases()
+    assert value("sco_partition_leader", partition="p0", replica="solo") == 1
     r._drop("p0", "released")
     assert value("sco_placement_state", partition="p0", state="placed") is None
+    assert value("sco_partition_ready_units", partition="p0") is None
+    r.tend_leases()  # it takes p0 back (the only replica): a leader again
+    assert value("sco_partition_leader", partition="p0", replica="solo") == 1

@@ -83,6 +83,11 @@ class CycleReport:
     handback: bool = False  # the partition is being handed back
     held: int = 0  # live instances after the cycle
     unfit_work: int = 0  # jobs or pods no node of the partition could run (not counted)
+    floor_units: int = 0
+    target_units: int = 0
+    ready_units: int = 0  # of any class, ready in their scheduler
+    instances: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (class, state): n
+    cost_per_h: float = 0.0  # what the live instances cost, at the pools' current prices
     took_s: float = 0.0  # how long the cycle took (wall time, for metrics)
 
 
@@ -220,6 +225,13 @@ class PartitionController:
             handback=handback,
             held=len(live),
             unfit_work=demand.unfit_work,
+            floor_units=snapshot.demand.floor_units,
+            target_units=snapshot.demand.target_units,
+            ready_units=sum(i.units for i in live if i.state is State.READY),
+            instances=Counter((i.capacity_class.value, i.state.value) for i in live),
+            cost_per_h=sum(
+                snapshot.pools[i.pool].price for i in live if i.is_live and i.pool in snapshot.pools
+            ),
         )
 
     def _report(

@@ -21,12 +21,23 @@ Acting, each labelled by its reason code (`sco.decide.acquirer.Reason`):
 - `sco_partition_handback{partition}`: 1 while the partition is being handed back;
 - `sco_unfit_work{partition}`: jobs or pods waiting that no node of the partition
   could ever run (too big, or asking for labels or tolerations it lacks): not
-  counted in the target, and the scheduler's own events say why.
+  counted in the target, and the scheduler's own events say why;
+- `sco_partition_floor_units`, `sco_partition_target_units` and
+  `sco_partition_ready_units{partition}`: the floor, the target, and the units
+  ready in their scheduler (any class): the floor is broken while ready < floor;
+- `sco_instances{partition, class, state}`: the fleet by capacity class and
+  lifecycle state;
+- `sco_partition_cost_per_hour{partition}`: what the live instances cost an hour
+  at their pools' current prices;
+- `sco_partition_leader{partition, replica}`: 1 where this replica holds the
+  partition's lease, 0 for every other partition it knows (so the sum over
+  replicas is 0, not absent, while nobody leads).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Container, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -108,7 +119,38 @@ class PlacementMetrics:
             ["partition"],
             registry=r,
         )
+        self.floor = Gauge(
+            "sco_partition_floor_units", "The partition's floor.", ["partition"], registry=r
+        )
+        self.target = Gauge(
+            "sco_partition_target_units", "The partition's target.", ["partition"], registry=r
+        )
+        self.ready = Gauge(
+            "sco_partition_ready_units",
+            "Units ready in their scheduler, any class.",
+            ["partition"],
+            registry=r,
+        )
+        self.instances = Gauge(
+            "sco_instances",
+            "Instances by capacity class and lifecycle state.",
+            ["partition", "class", "state"],
+            registry=r,
+        )
+        self.cost = Gauge(
+            "sco_partition_cost_per_hour",
+            "What the partition's live instances cost an hour, at current prices.",
+            ["partition"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "sco_partition_leader",
+            "1 where this replica holds the partition's lease.",
+            ["partition", "replica"],
+            registry=r,
+        )
         self._excluded: dict[str, set[str]] = {}
+        self._instances: dict[str, set[tuple[str, str]]] = {}
 
     def observe(self, report: CycleReport) -> None:
         p = report.partition
@@ -122,6 +164,14 @@ class PlacementMetrics:
         self.held.labels(p).set(report.held)
         self.handback.labels(p).set(1 if report.handback else 0)
         self.unfit.labels(p).set(report.unfit_work)
+        self.floor.labels(p).set(report.floor_units)
+        self.target.labels(p).set(report.target_units)
+        self.ready.labels(p).set(report.ready_units)
+        self.cost.labels(p).set(report.cost_per_h)
+        seen = set(report.instances)
+        for cls, state in seen | self._instances.get(p, set()):
+            self.instances.labels(p, cls, state).set(report.instances.get((cls, state), 0))
+        self._instances[p] = seen
         for delay in report.ready_delays_s:
             self.delay.labels(p).observe(delay)
         for (action, reason), n in report.acted.items():
@@ -141,9 +191,18 @@ class PlacementMetrics:
         for state in ("placed", "unplaced", "mismatch"):
             with contextlib.suppress(KeyError):
                 self.state.remove(partition, state)
-        for metric in (self.delay, self.degraded, self.held, self.handback, self.cycle):
+        gauges = (self.floor, self.target, self.ready, self.cost, self.unfit)
+        for metric in (self.delay, self.degraded, self.held, self.handback, self.cycle, *gauges):
             with contextlib.suppress(KeyError):
                 metric.remove(partition)
+        for cls, state in self._instances.pop(partition, set()):
+            with contextlib.suppress(KeyError):
+                self.instances.remove(partition, cls, state)
         for pool in self._excluded.pop(partition, set()):
             with contextlib.suppress(KeyError):
                 self.excluded.remove(partition, pool)
+
+    def leading(self, replica: str, partitions: Iterable[str], held: Container[str]) -> None:
+        """Which of the partitions this replica knows it leads now."""
+        for p in partitions:
+            self.leader.labels(p, replica).set(1 if p in held else 0)

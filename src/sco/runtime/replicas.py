@@ -198,6 +198,8 @@ class ReplicaRunner:
         else:
             self._tend_ok = True
         self._tended_at = time.monotonic()
+        if self.metrics is not None:
+            self.metrics.leading(c.name, self.partitions, self.held)
 
     def _renew(self, now: float) -> None:
         for name, lease in list(self.held.items()):
