@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit openstack bench clean lab lab-down
+.PHONY: demo test lint typecheck layers unit openstack deploy-tools check-deploy bench clean lab lab-down
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh $(VENV)
@@ -34,7 +34,16 @@ openstack:
 	bash scripts/postgres/install-patroni.sh >/dev/null
 	bash scripts/slurm/install.sh >/dev/null
 
-unit: $(STAMP) openstack
+# promtool, helm and headless Chromium for the deployment checks (tests/test_deploy.py).
+deploy-tools:
+	bash scripts/deploy/install.sh >/dev/null
+
+# The alert rules (promtool check and unit tests, metrics and labels against what sco
+# exports), on their own; `make test` runs them with everything else.
+check-deploy: $(STAMP) deploy-tools
+	$(BIN)/pytest tests/test_deploy.py
+
+unit: $(STAMP) openstack deploy-tools
 	$(BIN)/pytest
 
 test: lint typecheck layers unit

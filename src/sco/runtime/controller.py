@@ -88,6 +88,7 @@ class CycleReport:
     ready_units: int = 0  # of any class, ready in their scheduler
     instances: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (class, state): n
     cost_per_h: float = 0.0  # what the live instances cost, at the pools' current prices
+    scored_at: float = 0.0  # when the pool scores in use were computed (0: none)
     took_s: float = 0.0  # how long the cycle took (wall time, for metrics)
 
 
@@ -229,6 +230,7 @@ class PartitionController:
             target_units=snapshot.demand.target_units,
             ready_units=sum(i.units for i in live if i.state is State.READY),
             instances=Counter((i.capacity_class.value, i.state.value) for i in live),
+            scored_at=self.signals.scored_at,
             cost_per_h=sum(
                 snapshot.pools[i.pool].price for i in live if i.is_live and i.pool in snapshot.pools
             ),

@@ -29,6 +29,8 @@ Acting, each labelled by its reason code (`sco.decide.acquirer.Reason`):
   lifecycle state;
 - `sco_partition_cost_per_hour{partition}`: what the live instances cost an hour
   at their pools' current prices;
+- `sco_scores_computed_timestamp_seconds{partition}`: when the pool scores the
+  partition plans with were computed (0: none yet);
 - `sco_partition_leader{partition, replica}`: 1 where this replica holds the
   partition's lease, 0 for every other partition it knows (so the sum over
   replicas is 0, not absent, while nobody leads).
@@ -143,6 +145,12 @@ class PlacementMetrics:
             ["partition"],
             registry=r,
         )
+        self.scored = Gauge(
+            "sco_scores_computed_timestamp_seconds",
+            "When the pool scores in use were computed (0: none).",
+            ["partition"],
+            registry=r,
+        )
         self.leader = Gauge(
             "sco_partition_leader",
             "1 where this replica holds the partition's lease.",
@@ -168,6 +176,7 @@ class PlacementMetrics:
         self.target.labels(p).set(report.target_units)
         self.ready.labels(p).set(report.ready_units)
         self.cost.labels(p).set(report.cost_per_h)
+        self.scored.labels(p).set(report.scored_at)
         seen = set(report.instances)
         for cls, state in seen | self._instances.get(p, set()):
             self.instances.labels(p, cls, state).set(report.instances.get((cls, state), 0))
@@ -191,7 +200,7 @@ class PlacementMetrics:
         for state in ("placed", "unplaced", "mismatch"):
             with contextlib.suppress(KeyError):
                 self.state.remove(partition, state)
-        gauges = (self.floor, self.target, self.ready, self.cost, self.unfit)
+        gauges = (self.floor, self.target, self.ready, self.cost, self.unfit, self.scored)
         for metric in (self.delay, self.degraded, self.held, self.handback, self.cycle, *gauges):
             with contextlib.suppress(KeyError):
                 metric.remove(partition)

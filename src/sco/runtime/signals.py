@@ -153,6 +153,11 @@ class FleetSignals:
         return self._scores.get(pool)
 
     @property
+    def scored_at(self) -> float:
+        """When the scores in use were computed (0: there are none)."""
+        return max((s.computed_at for s in self._scores.values()), default=0.0)
+
+    @property
     def generation(self) -> int:
         """The score generation in use (0: none yet)."""
         return self._stamp[1] if self._stamp else 0

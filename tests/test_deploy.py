@@ -1,0 +1,171 @@
+"""What an operator deploys, checked as their tools would: the Prometheus rules
+(`promtool check rules`, `promtool test rules`), and every metric and label the
+rules use against what sco's processes export (read from the code that defines
+them, so a renamed metric or a dropped label fails here, not in production).
+
+`make check-deploy` runs this file; `scripts/deploy/install.sh` installs the tools.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy" / "prometheus" / "sco-rules.yaml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "sco-rules-test.yaml"
+_KINDS = {"Counter", "Gauge", "Histogram", "Summary"}
+_WORD = re.compile(r"\b(sco_[a-z0-9_]+)\b")
+_SELECTOR = re.compile(r"\b(sco_[a-z0-9_]+)\{([^}]*)\}")
+_MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)")
+_LABEL_REF = re.compile(r"\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)")
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: run scripts/deploy/install.sh (make check-deploy)")
+    return path
+
+
+# ---------------------------------------------------------------- what sco exports
+
+
+@dataclass(frozen=True)
+class Metric:
+    kind: str
+    labels: frozenset[str]
+
+
+def exported() -> dict[str, Metric]:
+    """Every series name sco's code registers, with its labels: a Counter `x` is
+    `x_total`, a Histogram `x` is `x_bucket` (with `le`), `x_sum` and `x_count`."""
+    found: dict[str, Metric] = {}
+    for path in (ROOT / "src" / "sco").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                continue
+            if node.func.id not in _KINDS or not node.args:
+                continue
+            first = node.args[0]
+            if not (isinstance(first, ast.Constant) and str(first.value).startswith("sco_")):
+                continue
+            labels = _labels_of(node)
+            name = str(first.value)
+            for series, extra in _series(node.func.id, name):
+                found[series] = Metric(node.func.id, frozenset(labels | extra))
+    return found
+
+
+def _labels_of(call: ast.Call) -> set[str]:
+    given = call.args[2] if len(call.args) > 2 else None
+    for kw in call.keywords:
+        if kw.arg == "labelnames":
+            given = kw.value
+    if isinstance(given, ast.List | ast.Tuple):
+        return {str(e.value) for e in given.elts if isinstance(e, ast.Constant)}
+    return set()
+
+
+def _series(kind: str, name: str) -> list[tuple[str, set[str]]]:
+    if kind == "Counter":
+        return [(name.removesuffix("_total") + "_total", set())]
+    if kind in ("Histogram", "Summary"):
+        bucket = [(name + "_bucket", {"le"})] if kind == "Histogram" else []
+        return [*bucket, (name + "_sum", set()), (name + "_count", set())]
+    return [(name, set())]
+
+
+def test_the_catalog_reads_what_the_code_defines() -> None:
+    metrics = exported()
+    assert metrics["sco_placement_delay_seconds_bucket"].labels == {"partition", "le"}
+    assert metrics["sco_actions_total"].labels == {"partition", "action", "reason"}
+    assert metrics["sco_distributor_requests_total"].labels == {"route", "code"}
+    assert metrics["sco_partition_leader"].labels == {"partition", "replica"}
+    assert metrics["sco_outbox_backlog"].labels == frozenset()
+
+
+# ---------------------------------------------------------------- the rules
+
+
+def test_rules_pass_promtool_check_and_their_unit_tests() -> None:
+    promtool = tool("promtool")
+    check = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
+                           text=True, check=False)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    tested = subprocess.run([promtool, "test", "rules", str(RULE_TESTS)], capture_output=True,
+                            text=True, check=False, cwd=RULE_TESTS.parent)  # fmt: skip
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def rules() -> list[dict[str, object]]:
+    doc = yaml.safe_load(RULES.read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def misuses(expr: str, refs: str, metrics: dict[str, Metric]) -> list[str]:
+    """Metrics in `expr` that sco does not export, and labels it (or `refs`, the
+    annotations' `$labels.x`) uses that none of its metrics has."""
+    wrong = [f"metric {m} is not exported" for m in _WORD.findall(expr) if m not in metrics]
+    used = [m for m in _WORD.findall(expr) if m in metrics]
+    have = set().union(*(metrics[m].labels for m in used)) if used else set()
+    for m, inside in _SELECTOR.findall(expr):
+        for label in _MATCHER.findall(inside):
+            if m in metrics and label not in metrics[m].labels:
+                wrong.append(f"{m} has no label {label}")
+    for group in _GROUPING.findall(expr):
+        wrong += [f"no metric of it has label {x}" for x in _names(group) if x not in have]
+    wrong += [f"$labels.{x}: no metric has it" for x in _LABEL_REF.findall(refs) if x not in have]
+    return wrong
+
+
+def _names(group: str) -> list[str]:
+    return [x.strip() for x in group.split(",") if x.strip()]
+
+
+def test_every_alert_uses_only_metrics_and_labels_sco_exports() -> None:
+    metrics = exported()
+    problems = {}
+    for rule in rules():
+        notes = " ".join(str(v) for v in dict(rule.get("annotations") or {}).values())  # type: ignore[call-overload]
+        wrong = misuses(str(rule["expr"]), notes, metrics)
+        if wrong:
+            problems[rule["alert"]] = wrong
+    assert not problems, problems
+
+
+def test_the_check_catches_a_renamed_metric_and_a_label_it_lacks() -> None:
+    metrics = exported()
+    assert misuses("sco_partition_ready < 1", "", metrics) == [
+        "metric sco_partition_ready is not exported"
+    ]
+    assert misuses('sco_partition_degraded{pool="x"} == 1', "", metrics) == [
+        "sco_partition_degraded has no label pool"
+    ]
+    assert misuses("sum by (pool) (sco_partition_leader) < 1", "{{ $labels.zone }}", metrics) == [
+        "no metric of it has label pool",
+        "$labels.zone: no metric has it",
+    ]
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    anchors = {_anchor(h) for h in re.findall(r"^#+ (.+)$", guide, re.MULTILINE)}
+    for rule in rules():
+        runbook = str(dict(rule["annotations"])["runbook"])  # type: ignore[call-overload]
+        page, _, anchor = runbook.partition("#")
+        assert page == "docs/operations.md", runbook
+        assert anchor in anchors, f"{rule['alert']}: no section #{anchor} in docs/operations.md"
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to '-'."""
+    return re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
