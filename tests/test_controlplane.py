@@ -9,6 +9,7 @@ OpenStack in `test_openstack_nova.py`.
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -198,6 +199,24 @@ def test_config_check_names_the_field(tmp_path: Path, doc: dict[str, object], me
     assert message in out.stderr, out.stderr
     assert str(path) in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_config_migrate_brings_the_schema_up_and_names_an_unreachable_database(
+    tmp_path: Path,
+) -> None:
+    path = write_yaml(tmp_path / "sco.yaml", {"state": {"url": "sqlite:///state.sqlite"}})
+    out = sco("config", "migrate", "--config", path)
+    assert out.returncode == 0, out.stderr
+    assert re.fullmatch(r".*state\.sqlite: schema at revision \w+", out.stdout.strip())
+    assert (tmp_path / "state.sqlite").exists()
+    again = sco("config", "migrate", "--config", path)  # nothing to do: the same answer
+    assert again.stdout == out.stdout
+    dead = write_yaml(tmp_path / "dead.yaml", {"state": {
+        "url": "postgresql+psycopg://sco:pw@127.0.0.1:1/sco?connect_timeout=2"}})  # fmt: skip
+    out = sco("config", "migrate", "--config", dead)
+    assert out.returncode == 2, out.stderr
+    assert "state.url: cannot reach the database" in out.stderr
+    assert "pw" not in out.stderr
 
 
 def test_config_errors_from_the_environment_name_the_variable(tmp_path: Path) -> None:

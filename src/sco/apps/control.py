@@ -32,8 +32,8 @@ import click
 import yaml
 
 from sco.apps.common import BadInput, console, parse_duration, state_url
-from sco.apps.settings import Settings, SettingsError, load, masked
-from sco.apps.wiring import StartError
+from sco.apps.settings import Settings, SettingsError, load, mask_url, masked
+from sco.apps.wiring import StartError, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -343,6 +343,25 @@ def config_check(file: Path) -> None:
     settings = _settings(file, {})
     click.echo(yaml.safe_dump(masked(settings), sort_keys=False), nl=False)
     click.echo(f"{file}: ok", err=True)
+
+
+@config_group.command("migrate")
+@config_option
+def config_migrate(config: Path | None) -> None:
+    """Bring the fleet-state database (`state.url`) to this version's schema and exit:
+    the step before a rolling upgrade (the chart runs it as a pre-upgrade hook).
+    Every process also migrates at start; with PostgreSQL, one at a time."""
+    from sqlalchemy import text
+
+    settings = _settings(config, {})
+    with _start_errors():
+        store = open_store(settings)
+    try:
+        with store.engine.connect() as conn:
+            revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    finally:
+        store.close()
+    click.echo(f"{mask_url(settings.state.url)}: schema at revision {revision}")
 
 
 @click.group("slurm")

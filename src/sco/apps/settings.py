@@ -567,14 +567,14 @@ def masked(settings: Settings) -> dict[str, Any]:
     """The resolved configuration as plain data, secrets shown as stars."""
     doc: dict[str, Any] = settings.model_dump(mode="json")
     url = doc["state"]["url"]
-    doc["state"]["url"] = _mask_url(url)
+    doc["state"]["url"] = mask_url(url)
     if doc["events"].get("url"):
-        doc["events"]["url"] = _mask_url(doc["events"]["url"])
-    doc["history"]["url"] = _mask_url(doc["history"]["url"])
+        doc["events"]["url"] = mask_url(doc["events"]["url"])
+    doc["history"]["url"] = mask_url(doc["history"]["url"])
     return doc
 
 
-def _mask_url(url: str) -> str:
+def mask_url(url: str) -> str:
     """A password in a URL (`scheme://user:secret@host`) shown as stars."""
     head, sep, rest = url.partition("://")
     if not sep or "@" not in rest.split("/", 1)[0]:
