@@ -9,8 +9,8 @@ OpenStack in `test_openstack_nova.py`.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import threading
