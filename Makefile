@@ -38,8 +38,10 @@ openstack:
 deploy-tools:
 	bash scripts/deploy/install.sh >/dev/null
 
-# The alert rules (promtool check and unit tests, metrics and labels against what sco
-# exports), on their own; `make test` runs them with everything else.
+# The deployment, on its own (`make test` runs it with everything else): the alert
+# rules (promtool check and unit tests; metrics and labels against what sco
+# exports), the Helm chart (lint; render with default and production values; every
+# object against the Kubernetes schemas) and the image's Containerfile.
 check-deploy: $(STAMP) deploy-tools
 	$(BIN)/pytest tests/test_deploy.py
 

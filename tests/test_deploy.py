@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -169,3 +170,142 @@ def test_every_alert_has_a_runbook_section() -> None:
 def _anchor(heading: str) -> str:
     """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to '-'."""
     return re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
+
+
+# ---------------------------------------------------------------- the Helm chart
+
+CHART = ROOT / "deploy" / "helm" / "sco"
+VALUES = {"default": None, "production": CHART / "ci" / "production-values.yaml"}
+SCHEMA_VERSION = "1.30"
+EXPECTED = (
+    "Deployment/sco-controllers",
+    "Deployment/sco-watcher",
+    "Deployment/sco-history-loader",
+    "Deployment/sco-distributor",
+    "CronJob/sco-scorer",
+    "Service/sco-distributor",
+    "PodDisruptionBudget/sco-distributor",
+    "ServiceAccount/sco",
+    "Role/sco",
+    "RoleBinding/sco",
+    "NetworkPolicy/sco",
+    "ConfigMap/sco",
+    "Job/sco-migrate",
+)
+
+
+def helm() -> str:
+    """The helm binary scripts/deploy/install.sh put in the cache (or one on PATH)."""
+    cached = Path.home() / ".cache" / "sco" / "helm" / "helm"
+    if cached.exists():
+        return str(cached)
+    return tool("helm")
+
+
+def render(values: Path | None) -> list[dict[str, object]]:
+    args = [helm(), "template", "sco", str(CHART), "--namespace", "sco"]
+    if values is not None:
+        args += ["-f", str(values)]
+    out = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.mark.parametrize("which", list(VALUES))
+def test_the_chart_lints(which: str) -> None:
+    values = VALUES[which]
+    args = [helm(), "lint", str(CHART), "--strict"] + (["-f", str(values)] if values else [])
+    out = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("which", list(VALUES))
+def test_every_rendered_object_meets_the_kubernetes_schemas(which: str) -> None:
+    import kubernetes_validate
+
+    objects = render(VALUES[which])
+    kinds = sorted(f"{o['kind']}/{dict(o['metadata'])['name']}" for o in objects)  # type: ignore[call-overload]
+    for want in EXPECTED:
+        assert want in kinds, kinds
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{obj['kind']} {dict(obj['metadata'])['name']}: {e}")  # type: ignore[call-overload]
+
+
+def _pods(objects: list[dict[str, object]]) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for o in objects:
+        spec: Any = o.get("spec") or {}
+        if o["kind"] == "CronJob":
+            spec = spec["jobTemplate"]["spec"]
+        if o["kind"] in ("Deployment", "Job", "CronJob"):
+            out.append((f"{o['kind']}/{dict(o['metadata'])['name']}", spec["template"]["spec"]))  # type: ignore[call-overload]
+    return out
+
+
+@pytest.mark.parametrize("which", list(VALUES))
+def test_every_process_runs_unprivileged_with_probes_and_requests(which: str) -> None:
+    objects = render(VALUES[which])
+    for name, pod in _pods(objects):
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["capabilities"]["drop"] == ["ALL"], name
+            assert c["resources"]["requests"]["cpu"], name
+            assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"], name
+            if name.startswith("Deployment/"):  # long-running: probed
+                assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", name
+                assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", name
+    by = {f"{o['kind']}/{dict(o['metadata'])['name']}": o for o in objects}  # type: ignore[call-overload]
+    dist: Any = by["Deployment/sco-distributor"]
+    assert dist["spec"]["replicas"] == 3
+    assert dist["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert by["Deployment/sco-controllers"]["spec"]["replicas"] >= 2  # type: ignore[index]
+    role: Any = by["Role/sco"]
+    assert [r["resources"] for r in role["rules"]] == [["leases"]]  # nothing but Leases
+
+
+@pytest.mark.parametrize("which", list(VALUES))
+def test_the_rendered_configuration_is_one_sco_accepts(which: str, tmp_path: Path) -> None:
+    """The ConfigMap's sco.yaml passes `sco config check` (with the secrets the pods
+    get as SCO_* variables), and its region file loads."""
+    import os
+    import sys
+
+    from sco.adapters.openstack.config import load_region
+
+    objects = render(VALUES[which])
+    config: Any = next(o for o in objects if o["kind"] == "ConfigMap")
+    (tmp_path / "sco.yaml").write_text(config["data"]["sco.yaml"])
+    (tmp_path / "region.yaml").write_text(config["data"]["region.yaml"])
+    load_region(tmp_path / "region.yaml")
+    # The SCO_* variables the controllers' pod gets from its Secrets, with stand-ins.
+    pod = dict(_pods(objects))["Deployment/sco-controllers"]
+    given = {e["name"] for e in pod["containers"][0]["env"] if e["name"].startswith("SCO_")}
+    env = dict(os.environ, **dict.fromkeys(given, "x"))
+    env["SCO_STATE__URL"] = "postgresql+psycopg://sco:x@db/sco"
+    out = subprocess.run([sys.executable, "-m", "sco.apps.cli", "config", "check",
+                          str(tmp_path / "sco.yaml")], capture_output=True, text=True,
+                         check=False, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    checked = yaml.safe_load(out.stdout)
+    assert checked["leases"]["kubernetes"]["namespace"] == "sco"  # the release's
+
+
+def test_the_image_installs_extras_that_exist_and_runs_as_the_charts_user() -> None:
+    import tomllib
+
+    text = (ROOT / "Containerfile").read_text()
+    extras = set(re.search(r'"\.\[([a-z,]+)\]"', text).group(1).split(","))  # type: ignore[union-attr]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert extras <= set(declared), extras - set(declared)
+    assert {"openstack", "postgres", "kubernetes", "distributor"} <= extras
+    uid = yaml.safe_load((CHART / "values.yaml").read_text())["podSecurityContext"]["runAsUser"]
+    assert f"USER {uid}:{uid}" in text
+    assert 'ENTRYPOINT ["sco"]' in text
