@@ -309,3 +309,49 @@ def test_the_image_installs_extras_that_exist_and_runs_as_the_charts_user() -> N
     uid = yaml.safe_load((CHART / "values.yaml").read_text())["podSecurityContext"]["runAsUser"]
     assert f"USER {uid}:{uid}" in text
     assert 'ENTRYPOINT ["sco"]' in text
+
+
+# ---------------------------------------------------------------- the dashboard
+
+DASHBOARDS = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
+_LEGEND = re.compile(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
+
+
+def test_every_dashboard_panel_uses_only_metrics_and_labels_sco_exports() -> None:
+    import json
+
+    assert DASHBOARDS
+    metrics = exported()
+    problems = {}
+    for path in DASHBOARDS:
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"].replace("$partition", ".*")
+                refs = " ".join(f"$labels.{x}" for x in _LEGEND.findall(target["legendFormat"]))
+                wrong = misuses(expr, refs, metrics)
+                if wrong:
+                    problems[f"{path.name}: {panel['title']}"] = wrong
+    assert not problems, problems
+
+
+def test_the_dashboard_shows_what_an_operator_needs() -> None:
+    import json
+
+    exprs = " ".join(
+        t["expr"]
+        for path in DASHBOARDS
+        for p in json.loads(path.read_text())["panels"]
+        for t in p["targets"]
+    )
+    needed = (
+        "sco_instances",
+        "sco_partition_floor_units",
+        "sco_partition_ready_units",
+        "sco_partition_target_units",
+        "sco_placement_delay_seconds_bucket",
+        "sco_reclaims_total",
+        "sco_pool_excluded",
+        "sco_partition_cost_per_hour",
+    )
+    for metric in needed:
+        assert metric in exprs, metric
