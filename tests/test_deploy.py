@@ -12,6 +12,7 @@ import ast
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,8 @@ EXPECTED = (
     "NetworkPolicy/sco",
     "ConfigMap/sco",
     "Job/sco-migrate",
+    "Deployment/sco-status",
+    "Service/sco-status",
 )
 
 
@@ -355,3 +358,133 @@ def test_the_dashboard_shows_what_an_operator_needs() -> None:
     )
     for metric in needed:
         assert metric in exprs, metric
+
+
+# ---------------------------------------------------------------- the status page
+
+ARTIFACTS = ROOT / "reports" / "test-artifacts"
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return tool("chromium")
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`sco status` on a fleet state a short simulation wrote, plus an exclusion in
+    force and a handback intent; yields its URL and what /status.json says."""
+    import json
+    import sys
+    import time
+    import urllib.request
+
+    from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+    from sco.domain.events import LifecycleEvent
+    from sco.domain.signals import Exclusion, ExclusionState
+    from sco.testing.openstack_stack import free_port
+
+    state = tmp_path / "state.sqlite"
+    traces = ROOT / "src" / "sco" / "data" / "traces" / "apache" / "v100-16node"
+    sim = subprocess.run([sys.executable, "-m", "sco.apps.cli", "simulate", "--traces",
+                          str(traces), "--duration", "12h", "--state", str(state), "--json"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert sim.returncode == 0, sim.stderr[-2000:]
+    store = SqlFleetStore(sqlite_url(state))
+    pool = next(p.id for p in store.pools() if p.is_spot and p.id not in store.exclusions())
+    now = time.time()
+    ex = Exclusion(pool, ExclusionState.EXCLUDED, now, now + 3600, 600, now,
+                   "3 reclaims in 10 min")  # fmt: skip
+    store.put_exclusion(ex, LifecycleEvent(f"x:{pool}", now, "", pool, None, "excluded", ""))
+    store.close()
+    port = free_port()
+    args = ["status", "--state", str(state), "--bind", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sco.apps.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/status.json", timeout=2) as r:
+                    data = json.loads(r.read())
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    proc.kill()
+                    pytest.fail(f"sco status did not answer: {proc.communicate()[1][-2000:]}")
+                time.sleep(0.2)
+        yield url, data
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_the_status_page_shows_the_fleet_in_a_browser(seeded: tuple[str, dict[str, Any]]) -> None:
+    """Headless Chromium renders the page; its DOM carries the numbers /status.json
+    has, the exclusion and its reason, the plans and the events; a screenshot is kept."""
+    from html.parser import HTMLParser
+
+    url, data = seeded
+    browser = chromium()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", url + "/"], capture_output=True,
+                         text=True, check=False, timeout=120)  # fmt: skip
+    assert dom.returncode == 0, dom.stderr[-2000:]
+
+    class Cells(HTMLParser):
+        """The text of every cell with a data-field, keyed by its row's id."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.row = ""
+            self.field = ""
+            self.cells: dict[tuple[str, str], str] = {}
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            a = dict(attrs)
+            if tag == "tr":
+                self.row = a.get("data-partition") or a.get("data-pool") or ""
+            if tag == "td" and a.get("data-field"):
+                self.field = str(a["data-field"])
+                self.cells[(self.row, self.field)] = ""
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "td":
+                self.field = ""
+
+        def handle_data(self, text: str) -> None:
+            if self.field:
+                self.cells[(self.row, self.field)] += text.strip()
+
+    cells = Cells()
+    cells.feed(dom.stdout)
+    assert data["partitions"], data
+    for p in data["partitions"]:
+        for field in ("floor_units", "target_units", "plan_spot", "plan_guaranteed",
+                      "ready_spot", "ready_guaranteed"):  # fmt: skip
+            assert cells.cells[(p["name"], field)] == str(p[field]), (p["name"], field)
+    excluded = [p for p in data["pools"] if p["exclusion"]]
+    assert len(excluded) == 1
+    assert cells.cells[(excluded[0]["pool"], "exclusion")].startswith("excluded until")
+    assert "3 reclaims in 10 min" in dom.stdout
+    assert data["plans"]
+    assert f'data-field="generation">{data["plans"][0]["generation"]}<' in dom.stdout
+    assert data["events"]
+    assert data["events"][0]["instance"] in dom.stdout
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "status-page.png"
+    shot.unlink(missing_ok=True)
+    size = "--window-size=1400,1800"
+    png = subprocess.run([browser, *flags, f"--screenshot={shot}", size, url + "/"],
+                         capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    assert png.returncode == 0, png.stderr[-2000:]
+    assert shot.stat().st_size > 10_000
+    print(f"status page screenshot: {shot}")

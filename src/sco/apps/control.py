@@ -879,8 +879,46 @@ def _join_of(p: Any) -> str:
     return str(p.kind)
 
 
+@click.command()
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
+@click.option("--bind", default=None, help="Address to listen on (http.bind).")
+@click.option("--port", type=int, default=None, help="Port (http.status_port).")
+def status(config: Path | None, state: str | None, bind: str | None, port: int | None) -> None:
+    """Serve the status page: partitions (floor, target, ready by class), pools (score,
+    exclusion and why), each plan with its reasons, and recent lifecycle events, as
+    HTML at / and as JSON at /status.json."""
+    try:
+        import uvicorn
+
+        from sco.apps.status import create_app
+    except ModuleNotFoundError as e:
+        raise BadInput(f"{e.name} is not installed (pip install 'sco[status]')") from None
+    from sco.apps import logs
+    from sco.runtime.clock import SystemClock
+
+    settings = _settings(
+        config, {"state.url": _state(state), "http.bind": bind, "http.status_port": port}
+    )
+    logs.setup("status", settings.log.level, settings.log.format)
+    with _start_errors():
+        store = open_store(settings)
+    try:
+        uvicorn.run(
+            create_app(store, SystemClock().now),
+            host=settings.http.bind,
+            port=settings.http.status_port,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+    finally:
+        store.close()
+
+
 COMMANDS = (
     run,
+    status,
     watch,
     score,
     history,

@@ -206,6 +206,7 @@ class HttpSettings(_Section):
     history_port: int = Field(
         default=9103, ge=0, le=65535, description="`sco history load`; 0: none."
     )
+    status_port: int = Field(default=9104, ge=1, le=65535, description="`sco status`'s page.")
 
 
 class DistributorSettings(_Section):

@@ -200,7 +200,7 @@ class PartitionController:
             decision = Decision({}, {}, ("handback: the operator asked for everything back",))
         else:
             decision = self.policy.decide(snapshot)
-        plan = self._publish_plan(decision, now)
+        plan = self._publish_plan(decision, now, snapshot.demand)
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
         if handback:
             pinned = frozenset()  # the operator's order outranks what the pods asked
@@ -579,7 +579,7 @@ class PartitionController:
             self._pool_records_at = now
         return self._pool_records
 
-    def _publish_plan(self, decision: Decision, now: float) -> Plan:
+    def _publish_plan(self, decision: Decision, now: float, demand: Demand) -> Plan:
         current = self._plan
         if current is not None and current.same_decision(
             decision.spot, decision.guaranteed, decision.notes, decision.pools
@@ -593,7 +593,12 @@ class PartitionController:
             guaranteed=dict(decision.guaranteed),
             notes=decision.notes,
             pools=dict(decision.pools),
-            terms=dict(decision.terms),
+            # What the partition wanted when it was planned: for whoever reads the plan.
+            terms={
+                **decision.terms,
+                "target_units": float(demand.target_units),
+                "floor_units": float(demand.floor_units),
+            },
         )
         try:
             self.store.save_plan(plan)

@@ -337,19 +337,19 @@ class SqlFleetStore:
         if instance_id is not None:
             q = q.where(t.instance_history.c.instance_id == instance_id)
         with self.engine.connect() as conn:
-            return [
-                HistoryRow(
-                    instance_id=r.instance_id,
-                    partition=r.partition,
-                    pool=r.pool,
-                    at=r.at,
-                    from_state=r.from_state,
-                    to_state=r.to_state,
-                    trigger=r.trigger,
-                    reason=r.reason,
-                )
-                for r in conn.execute(q)
-            ]
+            return [_history_row(r) for r in conn.execute(q)]
+
+    def recent_history(self, limit: int) -> list[HistoryRow]:
+        """The last `limit` transitions, newest first."""
+        q = select(t.instance_history).order_by(t.instance_history.c.id.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [_history_row(r) for r in conn.execute(q)]
+
+    def partitions(self) -> list[str]:
+        """Every partition with instances or a plan."""
+        q = select(t.instances.c.partition).union(select(t.plans.c.partition))
+        with self.engine.connect() as conn:
+            return sorted(str(r[0]) for r in conn.execute(q))
 
     def counts(self) -> FleetCounts:
         with self.engine.connect() as conn:
@@ -553,6 +553,19 @@ _SCORE_FIELDS = (
     "value",
     "why",
 )
+
+
+def _history_row(r: Any) -> HistoryRow:
+    return HistoryRow(
+        instance_id=r.instance_id,
+        partition=r.partition,
+        pool=r.pool,
+        at=r.at,
+        from_state=r.from_state,
+        to_state=r.to_state,
+        trigger=r.trigger,
+        reason=r.reason,
+    )
 
 
 def _score_body(sc: PoolScore) -> dict[str, Any]:

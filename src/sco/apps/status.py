@@ -1,0 +1,165 @@
+"""`sco status`: the fleet on one page, in the browser and as JSON (extra `status`).
+
+Read from fleet state at each request, nothing cached:
+
+- partitions: floor and target (as the latest plan saw them), what the plan wants
+  on spot and on guaranteed capacity, what is ready by class, what is held by
+  state, and an operator's intent (handback);
+- pools: class, price, the latest score (hazard, survival, success ratio) and the
+  exclusion in force with its reason;
+- each partition's current plan: generation, notes, and per pool the target, what
+  it holds, and what kept it out;
+- the most recent lifecycle transitions, with their trigger and reason.
+
+The module needs FastAPI and Jinja2 (the `status` extra): import it lazily.
+`GET /` is the page (server-rendered with Jinja2, no JavaScript), `GET
+/status.json` the same data; `/healthz` and `/readyz` answer for probes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.templating import Jinja2Templates
+
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.domain.lifecycle import State
+
+TEMPLATES = Path(__file__).parent / "templates"
+EVENTS = 50  # recent transitions shown
+
+
+def status_of(store: SqlFleetStore, now: float, events: int = EVENTS) -> dict[str, Any]:
+    """Everything the page shows, as plain data."""
+    pools = {p.id: p for p in store.pools()}
+    exclusions = store.exclusions()
+    scores = store.latest_scores()
+    names = sorted({*store.partitions(), *store.intents()})
+    intents = store.intents()
+    partitions = []
+    plans = []
+    for name in names:
+        plan = store.latest_plan(name)
+        live = [i for i in store.instances(name) if i.is_live]
+        ready = Counter(str(i.capacity_class) for i in live if i.state is State.READY)
+        terms = dict(plan.terms) if plan else {}
+        partitions.append(
+            {
+                "name": name,
+                "floor_units": _int(terms.get("floor_units")),
+                "target_units": _int(terms.get("target_units")),
+                "plan_spot": sum(plan.spot.values()) if plan else 0,
+                "plan_guaranteed": sum(plan.guaranteed.values()) if plan else 0,
+                "ready_spot": ready.get("spot", 0),
+                "ready_guaranteed": ready.get("guaranteed", 0),
+                "held": dict(sorted(Counter(str(i.state) for i in live).items())),
+                "intent": intents.get(name),
+            }
+        )
+        if plan is not None:
+            plans.append(
+                {
+                    "partition": name,
+                    "generation": plan.generation,
+                    "created_at": plan.created_at,
+                    "notes": list(plan.notes),
+                    "pools": [
+                        {
+                            "pool": pool,
+                            "target": why.target,
+                            "held": why.held,
+                            "room": why.available,
+                            "flags": list(why.flags),
+                        }
+                        for pool, why in sorted(plan.pools.items())
+                    ],
+                }
+            )
+    pool_rows = []
+    for pid, pool in sorted(pools.items()):
+        ex = exclusions.get(pid)
+        sc = scores.get(pid)
+        pool_rows.append(
+            {
+                "pool": pid,
+                "class": str(pool.capacity_class),
+                "price_per_h": pool.price_per_h,
+                "hazard_per_h": sc.hazard_per_h if sc else None,
+                "survival": sc.survival if sc else None,
+                "success_ratio": sc.success_ratio if sc else None,
+                "exclusion": str(ex.state) if ex is not None and ex.active(now) else None,
+                "exclusion_until": ex.until if ex is not None and ex.active(now) else None,
+                "exclusion_reason": ex.reason if ex is not None and ex.active(now) else "",
+            }
+        )
+    recent = [
+        {
+            "at": r.at,
+            "partition": r.partition,
+            "instance": r.instance_id,
+            "pool": r.pool,
+            "from": r.from_state,
+            "to": r.to_state,
+            "trigger": r.trigger,
+            "reason": r.reason,
+        }
+        for r in store.recent_history(events)
+    ]
+    return {
+        "at": now,
+        "partitions": partitions,
+        "pools": pool_rows,
+        "plans": plans,
+        "events": recent,
+    }
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def create_app(store: SqlFleetStore, clock: Callable[[], float]) -> FastAPI:
+    """The FastAPI app; `clock()` is the wall clock in seconds."""
+    app = FastAPI(title="sco status", docs_url=None, redoc_url=None)
+    templates = Jinja2Templates(directory=str(TEMPLATES))
+    templates.env.filters["when"] = _when
+    templates.env.filters["num"] = _num
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(request: Request) -> Any:
+        return templates.TemplateResponse(request, "status.html", {"s": status_of(store, clock())})
+
+    @app.get("/status.json")
+    def data() -> Any:
+        return JSONResponse(status_of(store, clock()))
+
+    @app.get("/healthz", response_class=PlainTextResponse)
+    def healthz() -> str:
+        return "ok"
+
+    @app.get("/readyz", response_class=PlainTextResponse)
+    def readyz() -> Any:
+        try:
+            store.pools()
+        except Exception as e:  # the database does not answer: not ready
+            return PlainTextResponse(f"fleet state: {type(e).__name__}", status_code=503)
+        return "ok"
+
+    return app
+
+
+def _when(t: float | None) -> str:
+    from datetime import UTC, datetime
+
+    if t is None:
+        return "—"
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _num(v: float | None, digits: int = 3) -> str:
+    return "—" if v is None else f"{v:.{digits}g}"
