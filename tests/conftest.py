@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,3 +33,16 @@ def fleet_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return sqlite_url(tmp_path / "fleet.db")
     server: PostgresServer = request.getfixturevalue("postgres")
     return server.new_database()
+
+
+_STARTED = time.time()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Name the artifacts tests kept this run (the status page's screenshot)."""
+    folder = Path(__file__).resolve().parent.parent / "reports" / "test-artifacts"
+    kept = sorted(p for p in folder.glob("*") if p.stat().st_mtime >= _STARTED)
+    if kept:
+        terminalreporter.write_sep("-", "test artifacts")
+        for path in kept:
+            terminalreporter.write_line(str(path))
