@@ -250,7 +250,6 @@ def _slurm(
     from sco.adapters.slurm.nodes import SlurmNodes, SlurmPartition, SlurmView
     from sco.adapters.slurm.tools import ClusterTools, SlurmError, SlurmTools
     from sco.decide.binpack import Size
-    from sco.domain.demand import Partition, SchedulerKind
 
     out: list[tuple[DemandSource, SchedulerCluster, list[str]]] = []
     by_cluster: dict[str, list[PartitionSettings]] = {}
@@ -290,12 +289,10 @@ def _slurm(
                 s.requeue_lead_s,
                 s.idle_keep_s,
             )
-            floor = p.floor_units if isinstance(p.floor_units, int) else 0
-            target = p.target_units if isinstance(p.target_units, int) else 0
-            budget = p.max_units if p.guaranteed_budget_units is None else p.guaranteed_budget_units
+            partition, floor, budget, target = _scheduler_figures(p, region)
             demand_specs.append(
                 SlurmDemandSpec(
-                    Partition(p.name, region, SchedulerKind(p.kind), frozenset(p.flavors)),
+                    partition,
                     parts[p.name],
                     floor,
                     p.max_units,
@@ -327,7 +324,6 @@ def _kubernetes(
         from sco.adapters.kubernetes.nodes import KubernetesNodes
     except ModuleNotFoundError:
         raise StartError("demand kubernetes: pip install 'sco[kubernetes]'") from None
-    from sco.domain.demand import Partition, SchedulerKind
 
     out: list[tuple[DemandSource, SchedulerCluster, list[str], Callable[[], None]]] = []
     by_cluster: dict[str, list[PartitionSettings]] = {}
@@ -340,12 +336,10 @@ def _kubernetes(
         parts = {p.name: _kube_partition(p) for p in members}
         demand_specs = []
         for p in members:
-            floor = p.floor_units if isinstance(p.floor_units, int) else 0
-            target = p.target_units if isinstance(p.target_units, int) else 0
-            budget = p.max_units if p.guaranteed_budget_units is None else p.guaranteed_budget_units
+            partition, floor, budget, target = _scheduler_figures(p, region)
             demand_specs.append(
                 KubeDemandSpec(
-                    Partition(p.name, region, SchedulerKind(p.kind), frozenset(p.flavors)),
+                    partition,
                     parts[p.name],
                     floor,
                     p.max_units,
@@ -385,6 +379,19 @@ def _kubernetes(
             )
         )
     return out
+
+
+def _scheduler_figures(p: PartitionSettings, region: str) -> tuple[Any, int, int, int]:
+    """A scheduler-driven partition's domain Partition and its fixed figures: floor,
+    guaranteed budget (default: its max) and the target it never goes below (the
+    settings make floor and target numbers for such partitions)."""
+    from sco.domain.demand import Partition, SchedulerKind
+
+    floor = p.floor_units if isinstance(p.floor_units, int) else 0
+    target = p.target_units if isinstance(p.target_units, int) else 0
+    budget = p.max_units if p.guaranteed_budget_units is None else p.guaranteed_budget_units
+    partition = Partition(p.name, region, SchedulerKind(p.kind), frozenset(p.flavors))
+    return partition, floor, budget, target
 
 
 def _kube_client(name: str, c: KubernetesClusterSettings) -> Any:
