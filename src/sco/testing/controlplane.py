@@ -44,12 +44,15 @@ class ControlPlaneRun:
         self.config_file = self.folder / "sco.yaml"
         self.config_file.write_text(yaml.safe_dump(self.config, sort_keys=False))
 
-    def start(self, name: str, *args: str, port: int | None = None) -> Proc:
+    def start(
+        self, name: str, *args: str, port: int | None = None, env: dict[str, str] | None = None
+    ) -> Proc:
+        """`env`: this process's own additions to the run's environment."""
         log = self.folder / f"{name}.log"
         out = log.open("ab")
         popen = subprocess.Popen(
             [sys.executable, "-m", "sco.apps.cli", *args, "--config", str(self.config_file)],
-            env=self.env,
+            env=self.env | (env or {}),
             stdout=out,
             stderr=subprocess.STDOUT,
         )

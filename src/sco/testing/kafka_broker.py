@@ -46,12 +46,13 @@ class TansuBroker:
             return copy
         return binary
 
-    def start(self) -> TansuBroker:
+    def start(self, port: int = 0) -> TansuBroker:
+        """On `port` (a restart: clients reconnect where they were), or a free one."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         binary = self._binary()
         output = self.workdir / "broker.log"
-        for _ in range(3):  # another process may take the free port before tansu binds it
-            self.port = free_port()
+        for _ in range(1 if port else 3):  # another process may take a free port first
+            self.port = port or free_port()
             url = f"tcp://127.0.0.1:{self.port}"
             with output.open("ab") as out:
                 self.proc = subprocess.Popen(
