@@ -36,18 +36,29 @@ class OpenBaoConfig:
     lease_s: float = 3600.0  # used when the token reports no TTL
     refresh_fraction: float = 2 / 3  # ask again after this much of the lease
     timeout_s: float = 10.0
+    # After a failed read, ask again after retry_s, doubling up to retry_max_s.
+    retry_s: float = 1.0
+    retry_max_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.token is None and not (self.role_id and self.secret_id):
             raise ValueError("OpenBao needs a token, or an AppRole role_id and secret_id")
         if not 0 < self.refresh_fraction < 1:
             raise ValueError("refresh_fraction must be in (0, 1)")
+        if not 0 < self.retry_s <= self.retry_max_s:
+            raise ValueError("retry_s must be > 0 and at most retry_max_s")
 
 
 class OpenBaoSecrets:
     """Reads the cloud's auth fields from OpenBao's KV v2 engine (hvac speaks
     OpenBao's API, which is Vault's). The credential is given out with the
-    token's lease; `credential()` logs in or renews again when that is near."""
+    token's lease; `credential()` logs in or renews again when that is near.
+
+    OpenBao away at a refresh does not take the cloud away while the credential
+    read before is still valid: that one is given out until it expires, and
+    OpenBao is asked again after a backoff (`retry_s` doubling up to
+    `retry_max_s`), not on every call. Only once it has expired does
+    `credential()` raise, naming the expiry and why no new one came."""
 
     def __init__(self, config: OpenBaoConfig, clock: Clock, client: Any = None) -> None:
         self._config = config
@@ -55,18 +66,28 @@ class OpenBaoSecrets:
         self._client = client
         self._cached: Credential | None = None
         self._refresh_at = float("-inf")
+        self._retry_at = float("-inf")  # after a failed read, not before this
+        self._failures = 0
+        self._failure: PermanentProviderError | RetryableProviderError | None = None
 
     def credential(self) -> Credential:
         now = self._clock.now()
         if self._cached is not None and now < self._refresh_at:
             return self._cached
+        if self._failure is not None and now < self._retry_at:
+            return self._fallback(now, self._failure)
         try:
             fields, lease = self._read()
-        except (PermanentProviderError, RetryableProviderError):
-            raise
+        except (PermanentProviderError, RetryableProviderError) as e:
+            return self._failed(now, e)
         except Exception as e:
             # hvac's messages can quote the request; keep only the kind.
-            raise RetryableProviderError(f"OpenBao read failed: {type(e).__name__}") from None
+            return self._failed(
+                now, RetryableProviderError(f"OpenBao read failed: {type(e).__name__}")
+            )
+        if self._failures:
+            log.info("OpenBao answers again after %d failed reads", self._failures)
+        self._failures, self._failure, self._retry_at = 0, None, float("-inf")
         self._cached = Credential(
             fields={k: Secret(str(v)) for k, v in fields.items()},
             expires_at=now + lease,
@@ -75,6 +96,48 @@ class OpenBaoSecrets:
         self._refresh_at = now + lease * self._config.refresh_fraction
         log.info("credential read from %s, lease %.0f s", self._cached.source, lease)
         return self._cached
+
+    def _failed(
+        self, now: float, error: PermanentProviderError | RetryableProviderError
+    ) -> Credential:
+        """A read failed: back off, and give out the cached credential while it is valid."""
+        c = self._config
+        self._failures += 1
+        wait_s = min(c.retry_max_s, c.retry_s * 2 ** (self._failures - 1))
+        self._retry_at = now + wait_s
+        self._failure = error
+        cached = self._cached
+        left_s = (cached.expires_at or 0.0) - now if cached is not None else 0.0
+        if left_s > 0:
+            log.warning(
+                "OpenBao: %s; the credential read before stays valid %.0f s more; "
+                "next read in %.0f s",
+                error,
+                left_s,
+                wait_s,
+            )
+        else:
+            log.error(
+                "OpenBao: %s; %s: the cloud cannot be reached until OpenBao answers; "
+                "next read in %.0f s",
+                error,
+                "no credential yet"
+                if cached is None
+                else f"the credential expired {-left_s:.0f} s ago",
+                wait_s,
+            )
+        return self._fallback(now, error)
+
+    def _fallback(
+        self, now: float, error: PermanentProviderError | RetryableProviderError
+    ) -> Credential:
+        cached = self._cached
+        if cached is not None and cached.expires_at is not None and now < cached.expires_at:
+            return cached
+        if cached is not None and cached.expires_at is not None:
+            why = f"the credential from {cached.source} expired {now - cached.expires_at:.0f} s ago"
+            raise type(error)(f"{why} and no new one came: {error}") from None
+        raise type(error)(str(error)) from None
 
     def _read(self) -> tuple[Mapping[str, Any], float]:
         client = self._connect()
