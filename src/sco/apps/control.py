@@ -732,7 +732,7 @@ def reclaim(
     """Take spot capacity back with notice, as a cloud operator would: choose the
     servers of HALL/FLAVOR by least harm within a disruption budget, set their
     `sco:reclaim-at`, and delete them at the deadline."""
-    from sco.apps.run import start_openstack
+    from sco.apps.run import scope_warning, start_openstack
     from sco.apps.wiring import open_store, require
     from sco.decide.reclaim import Budget
     from sco.runtime.clock import SystemClock
@@ -752,18 +752,20 @@ def reclaim(
     notice_s = parse_duration(notice, "--notice")
     with _start_errors():
         require(settings, "provider.cloud", "provider.region_file")
-        assert settings.provider.region_file is not None
-        assert settings.provider.cloud is not None
-        provider = start_openstack(
-            settings.provider.region_file, settings.provider.cloud, settings.provider.clouds_file
-        )
+        provider = start_openstack(settings.provider, creates=False)
         store = open_store(settings, run_migrations=False) if state or config else None
+    if warning := scope_warning(provider):
+        click.echo(f"warning: {warning}", err=True)
     clock = SystemClock()
     reclaimer = Reclaimer(provider, clock, store)
     try:
         deleted = reclaimer.sweep()
         if sweep_only:
-            _say(as_json, {"deleted": deleted}, f"deleted {len(deleted)} servers past their notice")
+            _say(
+                as_json,
+                {"deleted": deleted, "foreign": provider.foreign()},
+                f"deleted {len(deleted)} servers past their notice" + _foreign_note(provider),
+            )
             return
         if plays is not None:
             _replay(reclaimer, plays, speed, notice_s, Budget(max_noticed, max_fraction), as_json)
@@ -803,11 +805,22 @@ def reclaim(
                 "why": {v.server_id: v.why for v in done.choice.victims},
                 "failed": list(done.failed), "short": done.choice.short,
                 "held_back": dict(done.choice.held_back), "deadline": done.deadline,
-                "deleted": deleted + gone,
+                "deleted": deleted + gone, "foreign": provider.foreign(),
             }, sort_keys=True))  # fmt: skip
+        elif provider.foreign():
+            click.echo(_foreign_note(provider).strip("; "))
     finally:
         if store is not None:
             store.close()
+
+
+def _foreign_note(provider: Any) -> str:
+    """The servers of other projects the reclaimer saw and left alone, if any."""
+    counts = provider.foreign_servers()
+    if not counts:
+        return ""
+    by = ", ".join(f"{n} in {p}" for p, n in sorted(counts.items()))
+    return f"; left alone {sum(counts.values())} servers outside sco's projects ({by})"
 
 
 def _trace_pools(

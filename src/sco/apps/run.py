@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from sco.apps.process import process
-from sco.apps.settings import Settings
+from sco.apps.settings import ProviderSettings, Settings
 from sco.apps.wiring import (
     SchedulerPlane,
     StartError,
@@ -37,27 +37,49 @@ from sco.runtime.realtime import RealtimeRunner, line, summary
 log = logging.getLogger(__name__)
 
 
-def start_openstack(region_file: Path, cloud: str, clouds_file: Path | None = None) -> Any:
-    """Load the region file, connect, resolve every pool and read headroom once,
-    so a wrong cloud, credential, endpoint, flavor or aggregate stops us here."""
+def start_openstack(settings: ProviderSettings, creates: bool) -> Any:
+    """Load the region file, connect, resolve every pool, take sco's projects and
+    read headroom once, so a wrong cloud, credential, project, endpoint, flavor or
+    aggregate stops us here. `creates`: the command creates servers (its credential
+    must then be scoped to one of sco's projects)."""
     from sco.adapters.openstack import RegionError, open_provider
     from sco.adapters.openstack.config import RegionFileError, load_region
+    from sco.adapters.openstack.scope import ScopeError
 
+    region_file, cloud = settings.region_file, settings.cloud
+    for name, value in (("cloud", cloud), ("region_file", region_file)):
+        if value is None:
+            raise StartError(f"provider.{name}: not set (in sco.yaml, or a flag)")
+    assert region_file is not None
+    assert cloud is not None
     try:
         region = load_region(region_file)
     except RegionFileError as e:
         raise StartError(f"provider.region_file: {e}") from None
-    provider = open_provider(
-        region, cloud, SystemClock(), str(clouds_file) if clouds_file else None
-    )
+    clouds_file = str(settings.clouds_file) if settings.clouds_file else None
+    provider = open_provider(region, cloud, SystemClock(), clouds_file)
     try:
         provider.discover()
+        provider.claim(settings.projects, creates, settings.roles)
         provider.refresh()
     except RegionError as e:
         raise StartError(f"cloud {cloud!r} does not match {region_file}: {e}") from None
+    except ScopeError as e:
+        raise StartError(f"provider.projects: cloud {cloud!r}: {e}") from None
     except ProviderError as e:
         raise StartError(f"cloud {cloud!r}: {e}") from None
     return provider
+
+
+def scope_warning(provider: Any) -> str:
+    """One line when the credential could do more than sco needs, else ""."""
+    if not provider.excess:
+        return ""
+    return (
+        f"credential could do more than sco needs: {'; '.join(provider.excess)} "
+        f"[{provider.scope.describe()}]; sco needs a project-scoped credential with "
+        f"provider.roles only (docs/security.md)"
+    )
 
 
 def policy_factory(settings: Settings) -> Callable[[], Policy]:
@@ -83,10 +105,7 @@ def run_controllers(
     per process). A dry run takes no lease and acts on nothing. Returns the cycles run."""
     require(settings, "provider.cloud", "provider.region_file", partitions=True)
     policy = policy_factory(settings)
-    region_file, cloud = settings.provider.region_file, settings.provider.cloud
-    assert region_file is not None
-    assert cloud is not None
-    provider = start_openstack(region_file, cloud, settings.provider.clouds_file)
+    provider = start_openstack(settings.provider, creates=True)
     clock = SystemClock()
     region, pools = provider.region.region, list(provider.pools())
     if dry_run:
@@ -108,7 +127,17 @@ def run_controllers(
     done: list[CycleReport] = []
     try:
         with process("run", settings, settings.http.run_port, verbose) as proc:
+            from sco.runtime.metrics import CredentialMetrics
             from sco.runtime.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
+
+            if warning := scope_warning(provider):
+                log.warning("%s", warning)
+            credential = CredentialMetrics(
+                proc.registry,
+                provider.excess,
+                provider.foreign_servers,
+                lambda: provider.refused_total,
+            )
 
             def on_lease(change: LeaseChange) -> None:
                 if change.event != "renewed":
@@ -120,6 +149,7 @@ def run_controllers(
 
             def on_report(report: CycleReport) -> None:
                 done.append(report)
+                credential.refresh()
                 if report.transitions or report.degraded or report.created:
                     click.echo(line(report), err=True)
 

@@ -183,6 +183,27 @@ class ProviderSettings(_Section):
         description="A clouds.yaml of its own (default: OS_CLIENT_CONFIG_FILE or the usual "
         "places).",
     )
+    projects: list[str] = Field(
+        default_factory=list,
+        description="Ids of the OpenStack projects whose servers are sco's (default: the "
+        "project the credential is scoped to). A server of any other project is foreign: "
+        "reported and left alone, whatever its tags. Projects other than the credential's "
+        "are listed across tenants, which only an admin credential may (`sco reclaim` run "
+        "by the cloud operator).",
+    )
+    roles: list[str] = Field(
+        default_factory=lambda: ["member", "reader"],
+        description="The roles sco's credential is meant to hold (add the cloud's role that "
+        "may read host aggregates and Placement); any other role, or a system or domain "
+        "scope, is warned of at start and counted in sco_credential_excess.",
+    )
+
+    @field_validator("projects")
+    @classmethod
+    def _project_ids(cls, v: list[str]) -> list[str]:
+        if any(not p.strip() for p in v):
+            raise ValueError("a project id may not be empty")
+        return v
 
 
 class PolicySettings(_Section):

@@ -34,12 +34,21 @@ Acting, each labelled by its reason code (`sco.decide.acquirer.Reason`):
 - `sco_partition_leader{partition, replica}`: 1 where this replica holds the
   partition's lease, 0 for every other partition it knows (so the sum over
   replicas is 0, not absent, while nobody leads).
+
+Least privilege (`CredentialMetrics`, docs/security.md):
+- `sco_credential_excess`: the ways the cloud credential could do more than sco
+  needs (admin role, system or domain scope, roles beyond `provider.roles`), as
+  found at start; 0 when it is as narrow as sco needs;
+- `sco_foreign_servers{project}`: servers of projects not sco's in its latest
+  listings, left alone;
+- `sco_foreign_refusals_total`: actions by server id (delete, notice, node token)
+  refused because the server was not in sco's projects.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -215,3 +224,47 @@ class PlacementMetrics:
         """Which of the partitions this replica knows it leads now."""
         for p in partitions:
             self.leader.labels(p, replica).set(1 if p in held else 0)
+
+
+class CredentialMetrics:
+    """What the cloud credential could do beyond sco's needs, and the foreign servers
+    sco has left alone; `refresh` reads the provider's counts (each cycle)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        excess: Sequence[str],
+        foreign: Callable[[], Mapping[str, int]],
+        refused: Callable[[], int],
+    ) -> None:
+        self.excess = Gauge(
+            "sco_credential_excess",
+            "Ways the cloud credential could do more than sco needs (0: none).",
+            registry=registry,
+        )
+        self.excess.set(len(excess))
+        self.foreign = Gauge(
+            "sco_foreign_servers",
+            "Servers of projects not sco's in its latest listings, left alone.",
+            ["project"],
+            registry=registry,
+        )
+        self.refused = Counter(
+            "sco_foreign_refusals",
+            "Actions by server id refused: the server is not in sco's projects.",
+            registry=registry,
+        )
+        self._read_foreign = foreign
+        self._read_refused = refused
+        self._projects: set[str] = set()
+        self._refused_seen = 0
+
+    def refresh(self) -> None:
+        counts = self._read_foreign()
+        for project in self._projects | set(counts):
+            self.foreign.labels(project).set(counts.get(project, 0))
+        self._projects |= set(counts)
+        total = self._read_refused()
+        if total > self._refused_seen:
+            self.refused.inc(total - self._refused_seen)
+            self._refused_seen = total

@@ -2,7 +2,8 @@
 
 `open_provider` builds the whole chain from a region file's settings and a
 clouds.yaml cloud name: credential source, SDK sessions, guarded client,
-provider. Importing this package does not import openstacksdk; connecting does.
+provider, which acts only in sco's projects once it has `claim`ed them.
+Importing this package does not import openstacksdk; connecting does.
 """
 
 from __future__ import annotations
@@ -54,4 +55,4 @@ def open_provider(
         GuardConfig(rate_per_s=region.rate_per_s, burst=max(int(region.rate_per_s * 2), 1)),
         RetryConfig(),
     )
-    return OpenStackProvider(region, client, clock)
+    return OpenStackProvider(region, client, clock, read_scope=sessions.scope)

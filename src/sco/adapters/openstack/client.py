@@ -116,8 +116,17 @@ class CloudClient:
 
     # ------------------------------------------------------------ verbs
 
-    def get(self, service: str, path: str, params: Mapping[str, str] | None = None) -> Any:
-        return self._idempotent(service, "GET", path, params=dict(params or {}))
+    def get(
+        self,
+        service: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        ok_missing: bool = False,
+    ) -> Any:
+        """The answer's JSON; with `ok_missing`, None for a 404."""
+        return self._idempotent(
+            service, "GET", path, ok_missing=ok_missing, params=dict(params or {})
+        )
 
     def delete(self, service: str, path: str) -> None:
         """Delete; a 404 means already gone, which is what was wanted."""

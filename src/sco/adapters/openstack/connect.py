@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from sco.adapters.openstack.client import Session
+from sco.adapters.openstack.scope import CredentialScope, noauth_scope
 from sco.ports import (
     Clock,
     Credential,
@@ -49,6 +50,19 @@ class CloudSessions:
         proxy: Session = getattr(conn, service)
         return proxy
 
+    def scope(self) -> CredentialScope:
+        """What the credential's token is scoped to and which roles it carries: from
+        Keystone's answer, or, for a token given as is (`admin_token`, as behind
+        Nova's noauth2), read the way noauth2 reads it. The token is not kept."""
+        try:
+            return read_scope(self._connection())
+        except (PermanentProviderError, RetryableProviderError):
+            raise
+        except Exception as e:  # keystoneauth raises many kinds; its text may quote
+            raise RetryableProviderError(
+                f"cloud {self.cloud!r}: the token's scope: {type(e).__name__}"
+            ) from None
+
     def _connection(self) -> Any:
         with self._lock:
             cred = self._credential
@@ -87,6 +101,33 @@ def connect(
         raise PermanentProviderError(f"cloud {cloud!r}: {type(e).__name__}") from None
     except Exception as e:  # keystoneauth raises many kinds
         raise RetryableProviderError(f"cloud {cloud!r}: {type(e).__name__}") from None
+
+
+def read_scope(conn: Any) -> CredentialScope:
+    """The scope of an openstacksdk connection's token (see `CloudSessions.scope`)."""
+    from keystoneauth1.identity.base import BaseIdentityPlugin
+
+    session = conn.session
+    auth = session.auth
+    if not isinstance(auth, BaseIdentityPlugin):
+        token = auth.get_token(session) or ""
+        return noauth_scope(token)
+    access = auth.get_access(session)
+    # Only a v3 token made from an application credential has one (else KeyError).
+    try:
+        app: Any = getattr(access, "application_credential", None)
+    except KeyError:
+        app = None
+    unrestricted = isinstance(app, dict) and app.get("restricted") is False
+    return CredentialScope(
+        source="keystone",
+        project_id=access.project_id if access.project_scoped else None,
+        project_name=access.project_name if access.project_scoped else None,
+        roles=frozenset(access.role_names or ()),
+        system=bool(getattr(access, "system_scoped", False)),
+        domain_id=access.domain_id if access.domain_scoped else None,
+        unrestricted_app_credential=unrestricted,
+    )
 
 
 def _loader(clouds_file: str | None) -> Any:

@@ -17,6 +17,11 @@
 - **Tags** carry the partition and request id (listing filters on them), and
   metadata the pool, class and plan generation, so a restarted controller
   adopts what exists; a request id whose servers exist is never sent again.
+- **Only sco's projects.** Tags are anyone's to set, so a tag never makes a
+  server sco's: a server whose project (`tenant_id`) is not one of sco's
+  (`claim`) is foreign, reported once and left alone: never adopted, deleted,
+  noticed or handed a token. Deleting, noticing and handing a token by id also
+  check the id against sco's own listings, or ask Nova whose server it is.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +52,13 @@ from sco.adapters.openstack.resources import (
     server_metadata,
     server_tags,
     server_views,
+)
+from sco.adapters.openstack.scope import (
+    NEEDED_ROLES,
+    CredentialScope,
+    Ownership,
+    excess,
+    ownership,
 )
 from sco.domain.pools import Pool, PoolId
 from sco.ports import (
@@ -69,6 +81,10 @@ _Ids = list[str]
 
 class RegionError(ValueError):
     """The region file names things the cloud does not have; the message lists them."""
+
+
+class ForeignServer(PermanentProviderError):
+    """Asked to act on a server outside sco's projects: refused, the rest done."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +132,26 @@ class OpenStackProvider:
     """`sco.ports.Provider` over one cloud. Thread-safe for one controller thread
     per partition plus the headroom refresher."""
 
-    def __init__(self, region: RegionSpec, client: CloudClient, clock: Clock) -> None:
+    def __init__(
+        self,
+        region: RegionSpec,
+        client: CloudClient,
+        clock: Clock,
+        read_scope: Callable[[], CredentialScope] | None = None,
+    ) -> None:
         self.region = region
         self.client = client
         self.clock = clock
+        self._read_scope = read_scope
+        # sco's projects, once `claim`ed; None: not established (tests that build a
+        # provider by hand), and then every listed server counts as sco's.
+        self.owned: Ownership | None = None
+        self.scope: CredentialScope | None = None
+        self.excess: list[str] = []  # what the credential could do beyond sco's needs
+        self._own_ids: dict[str, frozenset[str]] = {}  # by listing: sco's servers in it
+        self._foreign: dict[str, dict[str, str]] = {}  # by listing: server id -> project
+        self._warned: set[str] = set()
+        self.refused_total = 0  # actions by id refused on foreign servers
         self._pools: dict[PoolId, ResolvedPool] = {}
         self._placement = placement.PlacementHeadroom(client, clock)
         self._image_id = ""
@@ -132,6 +164,21 @@ class OpenStackProvider:
         self.last_refresh_error = ""
 
     # ------------------------------------------------------------ start-up
+
+    def claim(
+        self, projects: Collection[str], creates: bool, roles: Collection[str] = NEEDED_ROLES
+    ) -> CredentialScope:
+        """Read the credential's scope and take sco's projects: `projects`, else the
+        credential's own (`sco.adapters.openstack.scope.ownership`, whose ScopeError
+        this raises); `creates`: this process creates servers. What the credential
+        could do beyond `roles` is kept in `excess`."""
+        if self._read_scope is None:
+            raise PermanentProviderError("the credential's scope cannot be read")
+        scope = self._read_scope()
+        self.owned = ownership(scope, projects, creates)
+        self.scope = scope
+        self.excess = excess(scope, roles)
+        return scope
 
     def discover(self) -> None:
         """Resolve flavors, aggregates and the image; raise RegionError naming
@@ -216,9 +263,91 @@ class OpenStackProvider:
         """Servers in pages of `list_page_size`: for each page Nova asks Neutron for
         the ports of all its servers by id in one URL, and Neutron refuses a URL
         longer than its request-line limit (4 KiB under gunicorn's defaults)."""
+        if self.owned is not None and self.owned.beyond_credential:
+            params["all_tenants"] = "1"  # sco's other projects (an admin credential)
         return self._all(
             "compute", "/servers/detail", "servers", self.region.list_page_size, **params
         )
+
+    # ------------------------------------------------------------ sco's projects only
+
+    def _ours(self, records: _Records, listing: str | None) -> _Records:
+        """The records of sco's projects. The others are foreign: each is reported
+        once and left out. `listing` names what was listed (a partition, or `*`), so
+        that the foreign servers and sco's own are known per listing; None: a
+        lookup not to remember."""
+        if self.owned is None:
+            return records
+        ours: _Records = []
+        foreign: dict[str, str] = {}
+        for s in records:
+            project = s.get("tenant_id", s.get("project_id"))
+            if self.owned.owns(project):
+                ours.append(s)
+            else:
+                foreign[str(s.get("id", ""))] = str(project)
+        with self._lock:
+            if listing is not None:
+                self._foreign[listing] = foreign
+                self._own_ids[listing] = frozenset(str(s["id"]) for s in ours)
+            new = [sid for sid in foreign if sid not in self._warned]
+            self._warned.update(new)
+            seen = set(foreign).union(*self._foreign.values())
+            self._warned &= seen
+        for sid in new:
+            self._warn_foreign(sid, foreign[sid], "in a listing")
+        return ours
+
+    def _warn_foreign(self, server_id: str, project: str, where: str) -> None:
+        assert self.owned is not None
+        log.warning(
+            "foreign server %s in project %s left alone (%s): sco's projects are %s",
+            server_id,
+            project,
+            where,
+            ", ".join(sorted(self.owned.projects)),
+        )
+
+    def foreign(self) -> dict[str, str]:
+        """Servers of other projects in sco's latest listings: id -> project."""
+        with self._lock:
+            merged: dict[str, str] = {}
+            for found in self._foreign.values():
+                merged.update(found)
+        return merged
+
+    def foreign_servers(self) -> dict[str, int]:
+        """Servers of other projects in sco's latest listings, by project."""
+        counts: dict[str, int] = {}
+        for project in self.foreign().values():
+            counts[project] = counts.get(project, 0) + 1
+        return counts
+
+    def _refuse_foreign(self, server_ids: Sequence[str], action: str) -> tuple[_Ids, _Ids]:
+        """(sco's, refused): ids of sco's latest listings are sco's; any other is
+        looked up, and refused unless Nova says it is in one of sco's projects. A
+        server Nova no longer has is in neither (there is nothing to act on)."""
+        if self.owned is None:
+            return list(server_ids), []
+        with self._lock:
+            known = frozenset().union(*self._own_ids.values())
+        ours: _Ids = []
+        refused: _Ids = []
+        for sid in server_ids:
+            if sid in known:
+                ours.append(sid)
+                continue
+            answer = self.client.get("compute", f"/servers/{sid}", ok_missing=True)
+            if answer is None:
+                continue
+            project = (answer.get("server") or {}).get("tenant_id")
+            if self.owned.owns(project):
+                ours.append(sid)
+            else:
+                refused.append(sid)
+                self._warn_foreign(sid, str(project), f"refused to {action} it")
+        self.refused_total += len(refused)
+        return ours, refused
 
     # ------------------------------------------------------------ headroom
 
@@ -300,7 +429,7 @@ class OpenStackProvider:
         return {p: self._pools[p].pool.price_per_h for p in pools if p in self._pools}
 
     def list(self, partition: str) -> Sequence[ServerView]:
-        records = self._servers(tags=partition_tag(partition))
+        records = self._ours(self._servers(tags=partition_tag(partition)), partition)
         now = self.clock.now()
         live = [
             s
@@ -318,8 +447,11 @@ class OpenStackProvider:
         return self._last_listing.get(partition, ())
 
     def delete(self, server_ids: Sequence[str]) -> None:
+        """Delete sco's servers among `server_ids`; foreign ones are refused
+        (ForeignServer, once the rest are deleted)."""
+        ours, refused = self._refuse_foreign(server_ids, "delete")
         failed: _Ids = []
-        for sid in server_ids:
+        for sid in ours:
             try:
                 self.client.delete("compute", f"/servers/{sid}")
             except RetryableProviderError as e:
@@ -329,13 +461,15 @@ class OpenStackProvider:
             self._tombstones.add([sid], self.clock.now())
         if failed:
             raise RetryableProviderError(f"delete failed for {len(failed)} of {len(server_ids)}")
+        if refused:
+            raise ForeignServer(f"refused to delete {len(refused)} servers outside sco's projects")
 
     # ------------------------------------------------------------ the reclaimer's side
 
     def all_servers(self) -> Sequence[ServerView]:
         """Every server sco tagged, of every partition (what a reclaimer chooses from)."""
         by_partition: dict[str, list[Mapping[str, Any]]] = {}
-        for s in self._servers(tags=TAG):
+        for s in self._ours(self._servers(tags=TAG), "*"):
             if s.get("OS-EXT-STS:task_state") == "deleting":
                 continue
             meta = s.get("metadata") or {}
@@ -344,7 +478,9 @@ class OpenStackProvider:
 
     def give_notice(self, server_id: str, deadline: float) -> float:
         """The reclaim-notice contract: the server goes at `deadline`. A notice never
-        moves: a server already noticed keeps its deadline, which is returned."""
+        moves: a server already noticed keeps its deadline, which is returned. A
+        foreign server is refused (ForeignServer)."""
+        self._own_only(server_id, "give notice to")
         meta = (self.client.get("compute", f"/servers/{server_id}/metadata") or {}).get(
             "metadata"
         ) or {}
@@ -359,9 +495,16 @@ class OpenStackProvider:
 
     def deliver_token(self, server_id: str, token: Secret) -> None:
         """The node's token in its server's metadata (`sco:node-token`), which the
-        node reads from the metadata service."""
+        node reads from the metadata service. A foreign server is refused
+        (ForeignServer): a token never reaches another project's server."""
+        self._own_only(server_id, "hand a node token to")
         path = f"/servers/{server_id}/metadata/{META_NODE_TOKEN}"
         self.client.put("compute", path, {"meta": {META_NODE_TOKEN: token.reveal()}})
+
+    def _own_only(self, server_id: str, action: str) -> None:
+        _, refused = self._refuse_foreign([server_id], action)
+        if refused:
+            raise ForeignServer(f"refused to {action} {server_id}: not in sco's projects")
 
     def create(
         self, pool: PoolId, count: int, request_id: str, partition: str, plan_generation: int
@@ -427,7 +570,7 @@ class OpenStackProvider:
         return min(count, room)
 
     def _servers_of(self, request_id: str) -> _Records:
-        servers = self._servers(tags=request_tag(request_id))
+        servers = self._ours(self._servers(tags=request_tag(request_id)), None)
         return [s for s in servers if s.get("OS-EXT-STS:task_state") != "deleting"]
 
 
