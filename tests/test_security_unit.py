@@ -388,3 +388,32 @@ def test_credential_metrics_show_excess_and_foreign_servers() -> None:
     text = generate_latest(registry).decode()
     assert f'sco_foreign_servers{{project="{THEIRS}"}} 0.0' in text
     assert "sco_foreign_refusals_total 3.0" in text
+
+
+# ---------------------------------------------------------------- regressions
+
+
+def test_config_check_masks_secret_kafka_client_properties(tmp_path: Any) -> None:
+    """Found by the canary scan's review: `events.kafka.client` passes further
+    librdkafka properties through, and `sco config check` printed them as given,
+    an OAUTHBEARER client secret or keystore password with them."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "sco.yaml"
+    config.write_text(
+        "events: {kind: kafka, kafka: {brokers: 'k:9092', client: {"
+        "sasl.oauthbearer.client.secret: cnry-oauth-51, ssl.keystore.password: cnry-ks-52, "
+        "ssl.key.pem: cnry-pem-53, linger.ms: '5'}}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "sco.apps.cli", "config", "check", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cnry" not in done.stdout + done.stderr
+    assert "linger.ms: '5'" in done.stdout  # what is not secret is shown as given
+    assert load(config).events.kafka is not None
+    assert load(config).events.kafka.librdkafka()["ssl.keystore.password"] == "cnry-ks-52"

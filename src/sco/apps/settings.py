@@ -593,7 +593,22 @@ def masked(settings: Settings) -> dict[str, Any]:
     if doc["events"].get("url"):
         doc["events"]["url"] = mask_url(doc["events"]["url"])
     doc["history"]["url"] = mask_url(doc["history"]["url"])
+    kafka = doc["events"].get("kafka")
+    if kafka and kafka.get("client"):
+        kafka["client"] = {
+            k: "**********" if secret_property(k) else v for k, v in kafka["client"].items()
+        }
     return doc
+
+
+# librdkafka properties that hold a secret (passwords, client secrets, PEM keys, and
+# the OAUTHBEARER config string, which may carry a principal's secret).
+_SECRET_WORDS = ("password", "secret", "pem", "sasl.oauthbearer.config", "sasl.jaas")
+
+
+def secret_property(name: str) -> bool:
+    """Whether a librdkafka property in `events.kafka.client` holds a secret."""
+    return any(word in name.lower() for word in _SECRET_WORDS)
 
 
 def mask_url(url: str) -> str:
