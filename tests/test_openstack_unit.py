@@ -298,6 +298,38 @@ def test_breaker_opens_per_endpoint_and_probes_after_cool_down() -> None:
     assert client.guards["compute"].breaker.state is BreakerState.CLOSED
 
 
+def test_a_credential_that_cannot_be_had_does_not_open_the_endpoint_breaker() -> None:
+    """Regression (fault matrix, issue 17): with OpenBao away past the credential's
+    expiry, every call's failure to get a credential counted against Nova's and
+    Placement's breakers and was retried as an endpoint failure; once OpenBao was
+    back, sco kept off both endpoints for the breakers' 30 s cool-down."""
+    clock = ManualClock(0)
+    session = _FlakySession([_Resp(200, {"ok": 1})])
+    asked = 0
+    credential_ok = False
+
+    def sessions(_service: str) -> _FlakySession:
+        nonlocal asked
+        asked += 1
+        if not credential_ok:
+            raise RetryableProviderError("the credential expired 3 s ago and no new one came")
+        return session
+
+    client = CloudClient(
+        sessions, clock, GuardConfig(failures_to_open=3, open_for_s=30),
+        RetryConfig(attempts=3, base_s=0.1), sleep=clock.advance,
+    )  # fmt: skip
+    for _ in range(10):
+        with pytest.raises(RetryableProviderError, match="expired"):
+            client.get("compute", "/servers/detail")
+        with pytest.raises(RetryableProviderError, match="expired"):
+            client.post("compute", "/servers", {})
+    assert asked == 20, "not retried: the secret source backs off itself"
+    assert client.guards["compute"].breaker.state is BreakerState.CLOSED
+    credential_ok = True  # OpenBao answers again
+    assert client.get("compute", "/servers/detail") == {"ok": 1}
+
+
 def test_half_open_lets_one_probe_through() -> None:
     clock = ManualClock(0)
     breaker = CircuitBreaker("compute", clock, GuardConfig(failures_to_open=1, open_for_s=5))

@@ -12,6 +12,7 @@ a create is never retried blindly: the caller finds out by listing its tag.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import re
@@ -139,7 +140,10 @@ class CloudClient:
 
     def post(self, service: str, path: str, body: Mapping[str, Any]) -> Any:
         """Not retried: a POST that timed out may have taken effect."""
-        return self.guards[service].call(lambda: self._once(service, "POST", path, json=body))
+        session = self._session(service, "POST", path)
+        return self.guards[service].call(
+            lambda: self._once(session, service, "POST", path, json=body)
+        )
 
     # ------------------------------------------------------------ plumbing
 
@@ -150,9 +154,12 @@ class CloudClient:
         attempt = 0
         while True:
             attempt += 1
+            session = self._session(service, method, path)
             try:
                 return guard.call(
-                    lambda: self._once(service, method, path, ok_missing=ok_missing, **kwargs)
+                    functools.partial(
+                        self._once, session, service, method, path, ok_missing, **kwargs
+                    )
                 )
             except RetryableProviderError as e:
                 if (
@@ -165,14 +172,33 @@ class CloudClient:
                 log.info("%s; retry %d in %.2f s", e, attempt, delay)
                 self._sleep(delay)
 
+    def _session(self, service: str, method: str, path: str) -> Session:
+        """The service's proxy with a current credential. Asked outside the endpoint's
+        guard and retries: a credential that cannot be had now (its secret store away)
+        is not the endpoint failing, so it neither opens the endpoint's breaker (which
+        would keep sco off the endpoint for its cool-down once the credential is back)
+        nor is retried here (the secret source backs off itself)."""
+        try:
+            return self._sessions(service)
+        except ProviderError:
+            raise
+        except Exception as e:  # building a connection: openstacksdk raises many kinds
+            raise _transport_error(service, method, path, e) from None
+
     def _once(
-        self, service: str, method: str, path: str, ok_missing: bool = False, **kwargs: Any
+        self,
+        session: Session,
+        service: str,
+        method: str,
+        path: str,
+        ok_missing: bool = False,
+        **kwargs: Any,
     ) -> Any:
         version = MICROVERSIONS.get(service)
         if version:
             kwargs["microversion"] = version
         try:
-            resp = self._sessions(service).request(path, method, raise_exc=False, **kwargs)
+            resp = session.request(path, method, raise_exc=False, **kwargs)
         except ProviderError:
             raise
         except Exception as e:  # keystoneauth and requests raise many kinds
