@@ -34,9 +34,11 @@ from typing import Any
 import yaml
 from sqlalchemy import create_engine, text
 
+from sco.testing import services
 from sco.testing.chaos import audit
 from sco.testing.openstack_stack import NovaStack
 from sco.testing.postgres import PostgresServer
+from sco.testing.services import stop_on_signals
 
 PARTITIONS = 12
 
@@ -56,14 +58,12 @@ class Replicas:
     def start(self) -> str:
         self.started += 1
         name = f"replica-{self.started}"
-        out = (self.folder / f"{name}.log").open("wb")
         # Several replicas on one host: no metrics port each.
         args = [*self.args, "--replica", name, "--metrics-port", "0"]
-        self.procs[name] = subprocess.Popen(
+        self.procs[name] = services.spawn(
             [sys.executable, "-m", "sco.apps.cli", "-v", "run", *args],
+            log=self.folder / f"{name}.log",
             env=self.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
         )
         return name
 
@@ -74,12 +74,9 @@ class Replicas:
 
     def stop_all(self) -> None:
         for p in self.procs.values():
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(signal.SIGTERM)  # all at once: each hands its leases over
         for p in self.procs.values():
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            services.stop_group(p, signal.SIGTERM, 60)
         self.procs.clear()
 
 
@@ -277,4 +274,5 @@ def run(root: Path, args: argparse.Namespace, rng: random.Random) -> dict[str, A
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

@@ -54,6 +54,7 @@ from sco.testing.controlplane import (
 from sco.testing.kafka_broker import TansuBroker
 from sco.testing.openstack_stack import NovaStack
 from sco.testing.postgres import PostgresServer
+from sco.testing.services import stop_on_signals
 
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
 PARTITIONS = 6
@@ -190,4 +191,5 @@ def measure(
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

@@ -31,6 +31,7 @@ from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import PartitionController
 from sco.testing.builders import write_json_trace, write_yaml
 from sco.testing.postgres import PostgresServer
+from sco.testing.services import stop_on_signals
 
 
 def log(msg: str) -> None:
@@ -117,4 +118,5 @@ def run(folder: Path, url: str, args: argparse.Namespace) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

@@ -25,8 +25,8 @@ import json
 import os
 import random
 import secrets
+import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,9 +41,11 @@ from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.contracts import token_digest
 from sco.domain.instances import created, step
 from sco.domain.lifecycle import State, Trigger
+from sco.testing import services
 from sco.testing.builders import instance, spot_pool
 from sco.testing.openstack_stack import ROOT, free_port
 from sco.testing.postgres import PostgresServer
+from sco.testing.services import stop_on_signals
 
 POOL = spot_pool(zone="a")
 
@@ -83,22 +85,9 @@ def run(folder: Path, url: str, args: argparse.Namespace) -> dict[str, Any]:
         "log": {"level": "warning"},
     }))  # fmt: skip
     ports = [free_port() for _ in range(args.replicas)]
+    command = [sys.executable, "-m", "sco.apps.cli", "distributor", "--config", str(config)]
     procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sco.apps.cli",
-                "distributor",
-                "--config",
-                str(config),
-                "--port",
-                str(port),
-            ],
-            cwd=ROOT,
-            stdout=(folder / f"dist-{port}.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
+        services.spawn([*command, "--port", str(port)], log=folder / f"dist-{port}.log", cwd=ROOT)
         for port in ports
     ]
     try:
@@ -110,7 +99,7 @@ def run(folder: Path, url: str, args: argparse.Namespace) -> dict[str, Any]:
         for p in procs:
             p.terminate()
         for p in procs:
-            p.wait(timeout=30)
+            services.stop_group(p, signal.SIGTERM, 30)
         store.close()
 
 
@@ -245,4 +234,5 @@ def _rss_mb(pid: int) -> float:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    main()
+    with stop_on_signals():
+        main()

@@ -31,6 +31,7 @@ from sco.domain.events import LifecycleEvent
 from sco.domain.pools import Pool
 from sco.runtime.watcher import ExclusionWatcher
 from sco.testing.builders import many_spot_pools
+from sco.testing.services import stop_on_signals
 
 POOLS = 200
 
@@ -137,4 +138,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

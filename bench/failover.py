@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sco.testing.failover import run_failover
 from sco.testing.patroni import PatroniCluster
+from sco.testing.services import stop_on_signals
 
 
 def main() -> None:
@@ -35,4 +36,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

@@ -16,10 +16,8 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -42,15 +40,15 @@ from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
 from sco.testing.openstack_stack import (
-    SCRIPTS,
+    NovaStack,
     free_port,
     generate_providers,
     load_placement,
     placement_down,
     placement_up,
     sdk_connection,
-    stack_env,
 )
+from sco.testing.services import stop_on_signals
 
 HALLS = {"hall-a": ["c1", "c2"], "hall-b": ["c3", "c4"]}
 SLOTS = 25
@@ -60,35 +58,16 @@ def log(text: str) -> None:
     print(f"[bench/openstack_tier] {text}", file=sys.stderr, flush=True)
 
 
-def nova_sh(*args: str, env: dict[str, str]) -> None:
-    subprocess.run(
-        ["bash", str(SCRIPTS / "nova.sh"), *args], env=env, check=True, stdout=subprocess.DEVNULL
-    )
-
-
 def boot_benchmark(folder: Path, servers: int) -> dict[str, Any]:
-    import openstack
-
-    env = stack_env(SCO_OS_BASE_PORT=os.environ.get("SCO_BENCH_OS_BASE_PORT", "18900"))
+    base_port = int(os.environ.get("SCO_BENCH_OS_BASE_PORT", "18900"))
+    stack = NovaStack(folder, base_port, HALLS, SLOTS)
     t0 = time.monotonic()
     try:
-        nova_sh("up", str(folder), env=env)
-        workers = [
-            threading.Thread(
-                target=nova_sh,
-                args=("add-compute", str(folder), h, str(SLOTS)),
-                kwargs={"env": env},
-            )
-            for hosts in HALLS.values()
-            for h in hosts
-        ]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        log(f"stack with {len(workers)} computes up in {time.monotonic() - t0:.1f} s")
-        os.environ["OS_CLIENT_CONFIG_FILE"] = str(folder / "clouds.yaml")
-        conn = openstack.connect(cloud="sco-test")
+        stack.up()
+        computes = sum(map(len, HALLS.values()))
+        log(f"stack with {computes} computes up in {time.monotonic() - t0:.1f} s")
+        os.environ["OS_CLIENT_CONFIG_FILE"] = str(stack.clouds_yaml)
+        conn = stack.conn
         # Only the slot counts: 100 servers fit 4 small fake computes.
         flavor = conn.compute.create_flavor(name="spot.bench", vcpus=1, ram=256, disk=1)
         conn.compute.create_flavor_extra_specs(
@@ -101,10 +80,6 @@ def boot_benchmark(folder: Path, servers: int) -> dict[str, Any]:
                 "trait:CUSTOM_SPOT_CAPABLE": "required",
             },
         )
-        for hall, hosts in HALLS.items():
-            agg = conn.compute.create_aggregate(name=hall, availability_zone=hall)
-            for h in hosts:
-                conn.compute.add_host_to_aggregate(agg, h)
         region = RegionSpec.model_validate(
             {
                 "region": "bench",
@@ -170,7 +145,7 @@ def boot_benchmark(folder: Path, servers: int) -> dict[str, Any]:
             "rounds": rounds,
         }
     finally:
-        nova_sh("down", str(folder), env=env)
+        stack.down()
 
 
 def headroom_benchmark(folder: Path, providers: int, repeats: int) -> dict[str, Any]:
@@ -250,4 +225,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

@@ -30,6 +30,7 @@ from sco.domain.lifecycle import State
 from sco.domain.pools import CapacityClass, Pool
 from sco.domain.snapshot import PartitionSnapshot, PoolView
 from sco.testing.builders import instance, many_spot_pools, pool_score
+from sco.testing.services import stop_on_signals
 
 POOLS, HALLS, INSTANCES = 200, 3, 20_000
 
@@ -163,4 +164,5 @@ def highs_cost(slots: list[Slot], want: int, crowding: float, stickiness: float)
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

@@ -18,6 +18,7 @@ import time
 from sco.adapters.clickhouse.history import ClickHouseHistory
 from sco.decide.scorer import ScorerConfig, score_pools
 from sco.testing.builders import many_spot_pools
+from sco.testing.services import stop_on_signals
 
 POOLS = 200
 
@@ -60,4 +61,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

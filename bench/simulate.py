@@ -29,6 +29,7 @@ from sco.apps.cli import bundled
 from sco.runtime.fleet import FLEET
 from sco.runtime.fleet_eval import FleetCase
 from sco.runtime.simulation import Simulation, SimulationSpec
+from sco.testing.services import stop_on_signals
 
 
 def main() -> None:
@@ -94,4 +95,5 @@ def _spec(args: argparse.Namespace, tmp: Path) -> SimulationSpec:
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

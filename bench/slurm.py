@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,9 @@ from typing import Any
 import yaml
 
 from sco.adapters.openstack.resources import META_RECLAIM_AT
+from sco.testing import services
 from sco.testing.openstack_stack import ROOT, NovaStack
+from sco.testing.services import stop_on_signals
 from sco.testing.slurm_cluster import SlurmBoot, SlurmCluster
 
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
@@ -73,20 +76,17 @@ def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     proc = None
     try:
         config = _config(folder, stack, cluster)
-        out = (folder / "sco-run.log").open("wb")
-        proc = subprocess.Popen(
+        proc = services.spawn(
             [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(config)],
+            log=folder / "sco-run.log",
             cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
         )
         result = _drive(args, rng, stack, cluster, boot, proc)
         result["node_hours"] = _usage(config)
         return result
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=60)
+        if proc is not None:
+            services.stop_group(proc, signal.SIGTERM, 60)
         boot.stop()
         cluster.stop()
         stack.down()
@@ -245,4 +245,5 @@ def _restarts(cluster: SlurmCluster, jobs: list[int]) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    main()
+    with stop_on_signals():
+        main()

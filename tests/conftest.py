@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from sco.adapters.sqlstate.store import sqlite_url
+from sco.testing import services
 from sco.testing.postgres import PostgresServer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM and SIGHUP end the session as Ctrl-C does, fixtures torn down (by
+    default they kill pytest at once, and every service a fixture started stays up)."""
+    services.install()
 
 
 @pytest.fixture(scope="session")

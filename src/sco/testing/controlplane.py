@@ -3,8 +3,10 @@
 `ControlPlaneRun` writes one `sco.yaml` and starts `sco run` replicas, `sco
 watch`, `sco score --every` and `sco history load` from it, each logging to a
 file of its own and serving `/metrics`; `bench/controlplane.py` and the Nova
-tier's test drive it. The audit helpers read fleet state, the Kafka topic and
-pool history to tell whether every committed event reached both.
+tier's test drive it. Each process runs in a session of its own, and the run is
+registered with `sco.testing.services`, so an interrupted bench stops them. The
+audit helpers read fleet state, the Kafka topic and pool history to tell
+whether every committed event reached both.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 import yaml
 from sqlalchemy import create_engine, text
 
+from sco.testing import services
+
 
 @dataclass
 class Proc:
@@ -38,6 +42,7 @@ class ControlPlaneRun:
     config: dict[str, Any]
     env: dict[str, str]
     procs: dict[str, Proc] = field(default_factory=dict)
+    _registered: services.Started | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -48,13 +53,13 @@ class ControlPlaneRun:
         self, name: str, *args: str, port: int | None = None, env: dict[str, str] | None = None
     ) -> Proc:
         """`env`: this process's own additions to the run's environment."""
+        if self._registered is None:
+            self._registered = services.started(f"sco processes in {self.folder}", self.stop_all)
         log = self.folder / f"{name}.log"
-        out = log.open("ab")
-        popen = subprocess.Popen(
+        popen = services.spawn(
             [sys.executable, "-m", "sco.apps.cli", *args, "--config", str(self.config_file)],
+            log=log,
             env=self.env | (env or {}),
-            stdout=out,
-            stderr=subprocess.STDOUT,
         )
         proc = Proc(name, popen, log, port)
         self.procs[name] = proc
@@ -75,19 +80,15 @@ class ControlPlaneRun:
 
     def stop(self, name: str, timeout_s: float = 60.0) -> int:
         """SIGTERM, as an orchestrator stops a process; its exit status."""
-        p = self.procs[name].popen
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-        try:
-            return p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            return -9
+        return services.stop_group(self.procs[name].popen, signal.SIGTERM, timeout_s)
 
     def stop_all(self, order: list[str] | None = None) -> dict[str, int]:
         names = order or list(self.procs)
-        return {n: self.stop(n) for n in names if n in self.procs}
+        codes = {n: self.stop(n) for n in names if n in self.procs}
+        if all(p.popen.poll() is not None for p in self.procs.values()):
+            services.forget(self._registered)
+            self._registered = None
+        return codes
 
     def dead(self) -> str:
         """The processes that exited, each with its status and log tail ("" if none):

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from sco.testing.openstack_stack import NovaStack
+from sco.testing.services import stop_on_signals
 
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
 SLOTS = 4
@@ -66,6 +67,8 @@ def sco_yaml() -> dict[str, Any]:
 def up(folder: Path, base_port: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    # Interrupted (Ctrl-C, SIGTERM) before it is written out, the stack is stopped;
+    # once it is, it is the user's until `lab down`.
     stack = NovaStack(folder / "stack", base_port, HALLS, SLOTS).up()
     region = stack.region()
     (folder / "region.yaml").write_text(yaml.safe_dump(region, sort_keys=False))
@@ -74,6 +77,7 @@ def up(folder: Path, base_port: int) -> None:
         "# sco on the local test stack (make lab): embedded state, log and history.\n"
         + yaml.safe_dump(sco_yaml(), sort_keys=False)
     )
+    stack.keep()
     print(
         f"lab: Nova, Placement, Glance and Neutron up in {time.monotonic() - started:.0f} s; "
         f"{sum(len(h) for h in HALLS.values())} computes in {len(HALLS)} halls, "
@@ -138,6 +142,11 @@ def main(argv: list[str] | None = None) -> None:
         "--base-port", type=int, default=int(os.environ.get("SCO_OS_BASE_PORT", "18700"))
     )
     args = parser.parse_args(argv)
+    with stop_on_signals():
+        _act(args, parser)
+
+
+def _act(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     folder = args.folder.resolve()
     if args.action == "up":
         up(folder, args.base_port)

@@ -3,28 +3,30 @@
 `scripts/openstack/install.sh` installs MariaDB and RabbitMQ from Debian and
 builds (or reuses) the pinned OpenStack virtualenv; `placement.sh` and
 `nova.sh` start the services. A failure here fails the tests: the OpenStack
-tiers are never skipped.
+tiers are never skipped. What is started is registered with
+`sco.testing.services`, so an interrupted test or bench stops it too.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import subprocess
+import signal
 import sys
+import time
 import uuid
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from sco.testing import services
 
 ROOT = Path(__file__).resolve().parents[3]  # a checkout: src/sco/testing/
 SCRIPTS = ROOT / "scripts" / "openstack"
 
 
 def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> str:
-    done = subprocess.run(
-        args, capture_output=True, text=True, env=env, timeout=timeout, check=False
-    )
+    done = services.run(args, env=env, timeout_s=timeout)
     if done.returncode != 0:
         raise RuntimeError(
             f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
@@ -66,7 +68,11 @@ def load_placement(db_url: str, spec_file: Path) -> dict[str, Any]:
     return result
 
 
+_placements: dict[Path, services.Started] = {}
+
+
 def placement_up(folder: Path, port: int, workers: int = 1) -> str:
+    _placements[folder] = services.started(f"Placement in {folder}", lambda: placement_down(folder))
     out = _run(
         ["bash", str(SCRIPTS / "placement.sh"), "up", str(folder), str(port), str(workers)],
         env=stack_env(),
@@ -75,6 +81,7 @@ def placement_up(folder: Path, port: int, workers: int = 1) -> str:
 
 
 def placement_down(folder: Path) -> None:
+    services.forget(_placements.pop(folder, None))
     _run(["bash", str(SCRIPTS / "placement.sh"), "down", str(folder)], env=stack_env())
 
 
@@ -164,14 +171,9 @@ SPOT_FLAVOR_SPECS = {"resources:CUSTOM_SPOT_SLOT": "1", "trait:CUSTOM_SPOT_CAPAB
 
 
 def nova_sh(*args: str, env: dict[str, str]) -> None:
-    done = subprocess.run(
-        ["bash", str(SCRIPTS / "nova.sh"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    """`nova.sh` to its end. Cut short (a signal, the timeout), `up` gets SIGTERM, and
+    its trap stops the half-started stack."""
+    done = services.run(["bash", str(SCRIPTS / "nova.sh"), *args], env=env, timeout_s=900)
     if done.returncode != 0:
         raise RuntimeError(f"nova.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}")
 
@@ -187,6 +189,7 @@ class NovaStack:
         self.base_port = base_port
         self.clouds_yaml = folder / "clouds.yaml"
         self.conn: Any = None
+        self._registered: services.Started | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -204,22 +207,11 @@ class NovaStack:
         return self
 
     def up(self) -> NovaStack:
-        import threading
-
+        """Start the stack and its computes. Registered before it starts: interrupted
+        half-way, or left running when the process ends, it is stopped."""
+        self._registered = services.started(f"Nova stack in {self.folder}", self.down)
         nova_sh("up", str(self.folder), env=self.env)
-        threads = [
-            threading.Thread(
-                target=nova_sh,
-                args=("add-compute", str(self.folder), host, str(self.slots)),
-                kwargs={"env": self.env},
-            )
-            for hosts in self.halls.values()
-            for host in hosts
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        self._add_computes([h for hosts in self.halls.values() for h in hosts])
         self.connect()
         computes = sum(len(h) for h in self.halls.values())
         _wait(lambda: len(list(self.conn.compute.hypervisors())) == computes, 180)
@@ -232,7 +224,38 @@ class NovaStack:
                 self.conn.compute.add_host_to_aggregate(agg, host)
         return self
 
+    def _add_computes(self, hosts: list[str], timeout_s: float = 900) -> None:
+        """`nova.sh add-compute` for every host at once, each a process group of its
+        own that an interruption stops (the computes themselves go with `down`)."""
+        logs = {h: self.folder / f"add-compute-{h}.log" for h in hosts}
+        script = ["bash", str(SCRIPTS / "nova.sh"), "add-compute", str(self.folder)]
+        procs = {
+            h: services.spawn([*script, h, str(self.slots)], log=logs[h], env=self.env)
+            for h in hosts
+        }
+        deadline = time.monotonic() + timeout_s
+        try:
+            codes = {
+                h: p.wait(timeout=max(0.0, deadline - time.monotonic())) for h, p in procs.items()
+            }
+        except BaseException:
+            for p in procs.values():
+                services.stop_group(p, signal.SIGTERM, 5.0)
+            raise
+        failed = [h for h, code in codes.items() if code != 0]
+        if failed:
+            tails = "\n".join(f"--- {h}:\n{logs[h].read_text()[-2000:]}" for h in failed)
+            raise RuntimeError(f"nova.sh add-compute failed for {failed}:\n{tails}")
+
+    def keep(self) -> NovaStack:
+        """Hand the running stack over (`lab up`): it outlives this process."""
+        services.forget(self._registered)
+        self._registered = None
+        return self
+
     def down(self) -> None:
+        services.forget(self._registered)
+        self._registered = None
         nova_sh("down", str(self.folder), env=self.env)
 
     def region(self, name: str = "lab", guaranteed: bool = True) -> dict[str, Any]:

@@ -4,6 +4,8 @@ Everything runs on loopback from one folder under the system temp directory,
 as the `postgres` user (PostgreSQL refuses root). `kill_primary` kills the
 primary's Patroni and PostgreSQL together with SIGKILL, as a lost node would
 be; the synchronous replica is promoted once the leader key expires (ttl 10 s).
+The cluster is registered with `sco.testing.services`: an interrupted test or
+bench stops it, even half-started.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from sco.testing import services
 
 ROOT = Path(__file__).resolve().parents[3]  # a checkout: src/sco/testing/
 INSTALL = ROOT / "scripts" / "postgres" / "install-patroni.sh"
@@ -65,9 +69,7 @@ class Node:
 
 class PatroniCluster:
     def __init__(self) -> None:
-        done = subprocess.run(
-            ["bash", str(INSTALL)], capture_output=True, text=True, check=False, timeout=900
-        )
+        done = services.run(["bash", str(INSTALL)], timeout_s=900)
         if done.returncode != 0:
             raise RuntimeError(f"{INSTALL} failed:\n{done.stderr[-3000:]}")
         self.bin = Path(done.stdout.strip().splitlines()[-1])
@@ -76,6 +78,7 @@ class PatroniCluster:
         self.etcd: subprocess.Popen[bytes] | None = None
         self.nodes = [self._node(f"node{i}") for i in (1, 2)]
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self._registered = services.started(f"Patroni in {self.folder}", self.stop)
 
     def _node(self, name: str) -> Node:
         return Node(
@@ -198,6 +201,7 @@ class PatroniCluster:
         return node
 
     def stop(self) -> None:
+        services.forget(self._registered)
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
                 os.killpg(node.proc.pid, signal.SIGTERM)

@@ -2,7 +2,9 @@
 
 `scripts/postgres/install.sh` finds (or installs) the binaries. PostgreSQL
 refuses to run as root, so the cluster is created and run as `postgres` when
-the tests run as root. Trust authentication, loopback only, no fsync.
+the tests run as root. Trust authentication, loopback only, no fsync. The
+server is registered with `sco.testing.services`: an interrupted test or bench
+stops it.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import itertools
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from sco.testing import services
 
 ROOT = Path(__file__).resolve().parents[3]  # a checkout: src/sco/testing/
 INSTALL = ROOT / "scripts" / "postgres" / "install.sh"
@@ -27,12 +30,12 @@ class PostgresServer:
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="sco-postgres-"))
+        self._registered = services.started(f"PostgreSQL in {self.folder}", self.stop)
         self.data = self.folder / "data"
         self.port = self.free_port()
         self._names = itertools.count(1)
-        done = subprocess.run(
-            ["bash", str(INSTALL)], capture_output=True, text=True, check=False, timeout=600
-        )
+        self._as: list[str] = []
+        done = services.run(["bash", str(INSTALL)], timeout_s=600)
         if done.returncode != 0:
             raise RuntimeError(f"{INSTALL} failed:\n{done.stderr[-3000:]}")
         self.bin = Path(done.stdout.strip().splitlines()[-1])
@@ -46,9 +49,7 @@ class PostgresServer:
             return port
 
     def _run(self, *args: str) -> None:
-        done = subprocess.run(
-            [*self._as, *args], capture_output=True, text=True, check=False, timeout=120
-        )
+        done = services.run([*self._as, *args], timeout_s=120)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
@@ -86,6 +87,7 @@ class PostgresServer:
         return self
 
     def stop(self) -> None:
+        services.forget(self._registered)
         try:
             if (self.data / "postmaster.pid").exists():
                 self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")

@@ -10,6 +10,10 @@ address. `scripts/slurm/install.sh` installs the Debian packages.
 ACTIVE with sco's metadata starts its slurmd (`slurmd -Z`, named and featured as
 `sco.adapters.slurm.nodes` says a cloud-init template would), and a server that
 is gone takes its slurmd with it.
+
+Every daemon runs in a session of its own and the cluster is registered with
+`sco.testing.services`: an interrupted test or bench stops it, network
+namespaces and bridge included.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sco.adapters.slurm.nodes import node_features, node_name, slurm_conf_lines
+from sco.testing import services
 from sco.testing.openstack_stack import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -80,10 +85,12 @@ class SlurmCluster:
         self._munged = False
         self.munge = self.folder / "munge"
         self._lock = threading.Lock()
+        self._registered: services.Started | None = None
 
     # ------------------------------------------------------------ up and down
 
     def start(self) -> SlurmCluster:
+        self._registered = services.started(f"Slurm in {self.folder}", self.stop)
         install()
         for sub in ("state", "spool", "log", "run", "jobs"):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
@@ -171,9 +178,8 @@ class SlurmCluster:
         _retry(lambda: self._run("sacctmgr", "-i", "add", "cluster", "sco"), 60)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = (self.folder / "log" / f"{name}.out").open("ab")
         self._services.append(
-            subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            services.spawn(argv, log=self.folder / "log" / f"{name}.out", env=self.env)
         )
 
     def sacct(self, *args: str) -> str:
@@ -231,9 +237,8 @@ class SlurmCluster:
         self.conf.write_text("\n".join(lines) + "\n")
 
     def _start_ctld(self) -> None:
-        log = (self.folder / "log" / "slurmctld.out").open("ab")
-        self._ctld = subprocess.Popen(
-            ["slurmctld", "-D", "-i"], env=self.env, stdout=log, stderr=subprocess.STDOUT
+        self._ctld = services.spawn(
+            ["slurmctld", "-D", "-i"], log=self.folder / "log" / "slurmctld.out", env=self.env
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -255,21 +260,14 @@ class SlurmCluster:
         self._start_ctld()
 
     def stop(self) -> None:
+        services.forget(self._registered)
         for name in list(self.nodes):
             self.remove_node(name)
-        if self._ctld is not None and self._ctld.poll() is None:
-            self._ctld.send_signal(signal.SIGTERM)
-            try:
-                self._ctld.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._ctld.kill()
+        if self._ctld is not None:
+            services.stop_group(self._ctld, signal.SIGTERM, 30)
         self._run("ip", "link", "del", self.bridge, check=False)
         for proc in reversed(self._services):  # slurmdbd, then its database
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            services.stop_group(proc, signal.SIGTERM, 30)
         pid_file = self.munge / "pid"
         if self._munged and pid_file.exists():
             with contextlib.suppress(OSError, ValueError):
