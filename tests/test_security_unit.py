@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.connect import read_scope
-from sco.adapters.openstack.provider import ForeignServer, OpenStackProvider
+from sco.adapters.openstack.provider import FOREIGN_TTL_S, ForeignServer, OpenStackProvider
 from sco.adapters.openstack.resources import (
     META_NODE_TOKEN,
     META_RECLAIM_AT,
@@ -282,6 +282,9 @@ def test_a_foreign_server_in_a_listing_is_reported_once_and_left_out(
     ]
     assert provider.foreign_servers() == {THEIRS: 1}
     assert {v.server_id for v in provider.all_servers()} == {"ours-1", "ours-2"}
+    # A listing not made again (a partition another replica leads now) stops counting.
+    provider.clock.advance(FOREIGN_TTL_S + 1)
+    assert provider.foreign_servers() == {}
     # Gone from the cloud: gone from the count.
     del nova.servers["theirs"]
     provider.list("p1")

@@ -75,6 +75,7 @@ from sco.ports import (
 log = logging.getLogger(__name__)
 
 _PAGE = 1000
+FOREIGN_TTL_S = 300.0  # a listing's foreign servers count this long after it
 _Records = list[dict[str, Any]]  # Nova records, as answered
 _Ids = list[str]
 
@@ -149,7 +150,9 @@ class OpenStackProvider:
         self.scope: CredentialScope | None = None
         self.excess: list[str] = []  # what the credential could do beyond sco's needs
         self._own_ids: dict[str, frozenset[str]] = {}  # by listing: sco's servers in it
-        self._foreign: dict[str, dict[str, str]] = {}  # by listing: server id -> project
+        # by listing: when, and its foreign servers (id -> project); a listing not
+        # made again for FOREIGN_TTL_S (a partition another replica leads now) is dropped
+        self._foreign: dict[str, tuple[float, dict[str, str]]] = {}
         self._warned: set[str] = set()
         self.refused_total = 0  # actions by id refused on foreign servers
         self._pools: dict[PoolId, ResolvedPool] = {}
@@ -288,11 +291,11 @@ class OpenStackProvider:
                 foreign[str(s.get("id", ""))] = str(project)
         with self._lock:
             if listing is not None:
-                self._foreign[listing] = foreign
+                self._foreign[listing] = (self.clock.now(), foreign)
                 self._own_ids[listing] = frozenset(str(s["id"]) for s in ours)
             new = [sid for sid in foreign if sid not in self._warned]
             self._warned.update(new)
-            seen = set(foreign).union(*self._foreign.values())
+            seen = set(foreign).union(*(found for _, found in self._foreign.values()))
             self._warned &= seen
         for sid in new:
             self._warn_foreign(sid, foreign[sid], "in a listing")
@@ -310,10 +313,12 @@ class OpenStackProvider:
 
     def foreign(self) -> dict[str, str]:
         """Servers of other projects in sco's latest listings: id -> project."""
+        now = self.clock.now()
         with self._lock:
             merged: dict[str, str] = {}
-            for found in self._foreign.values():
-                merged.update(found)
+            for at, found in self._foreign.values():
+                if now - at <= FOREIGN_TTL_S:
+                    merged.update(found)
         return merged
 
     def foreign_servers(self) -> dict[str, int]:
