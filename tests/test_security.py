@@ -588,7 +588,8 @@ def test_no_secret_reaches_logs_state_events_metrics_or_contracts(
     logs = sorted(cp.folder.glob("*.log")) + sorted(tmp_path.glob("agent-*.log"))
     for path in logs + sorted(tmp_path.glob("agent-*.json")):
         scan.add(path.name, path.read_bytes())
-    for table, rows in _database_rows(postgres, url).items():
+    tables = _database_rows(postgres, url)
+    for table, rows in tables.items():
         scan.add(f"table {table}", rows)
     records = _topic_records(broker.bootstrap, prefix)
     for i, record in enumerate(records):
@@ -610,7 +611,7 @@ def test_no_secret_reaches_logs_state_events_metrics_or_contracts(
     echo(
         f"canary scan: {len(scan.canaries)} secrets ({len(tokens)} node tokens) in clear and "
         f"base64, over {scan.places} places ({len(logs)} logs, {len(records)} topic records, "
-        f"every table row, pool history, 5 /metrics, {contracts} contracts, the "
-        f"status page, config check, the servers): {scan.bytes / 1e6:.1f} MB, nothing found"
+        f"every row of {len(tables)} tables, pool history, 5 /metrics, {contracts} contracts, the "
+        f"status page, config check, the servers): {scan.bytes:,} bytes, nothing found"
     )
     _clear(stack)
