@@ -220,3 +220,102 @@ def test_placement_metrics_follow_the_partitions(tmp_path: Path, fleet_url: str)
     assert value("sco_partition_ready_units", partition="p0") is None
     r.tend_leases()  # it takes p0 back (the only replica): a leader again
     assert value("sco_partition_leader", partition="p0", replica="solo") == 1
+
+
+# ---------------------------------------------------------------- a full disk under the state
+
+DISK_FULL = (
+    "(sqlite3.OperationalError) database or disk is full\n"
+    "[SQL: UPDATE leases SET expires_at=? WHERE partition = ?]\n"
+    "[parameters: (1015.0, 'p0')]"
+)
+
+
+class _DiskFull(Exception):
+    """Stands for SQLAlchemy's OperationalError on a full disk (its message's shape)."""
+
+
+def test_a_full_disk_under_the_lease_store_is_named_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression (fault matrix, issue 17): with the SQLite state's disk full the
+    replica logged only "lease store unreachable (OperationalError)", which names
+    neither the disk nor the state. Now the driver's own words are in that line (once,
+    however long it lasts: not the statement or its parameters), and its end is said."""
+    import logging
+
+    c = Cluster(tmp_path, sqlite_url_of(tmp_path))
+    r = c.start("solo")
+    c.step(10, ["solo"])
+    working = r.leases
+
+    class Full:
+        def __getattr__(self, name: str) -> object:
+            def fail(*_a: object, **_k: object) -> None:
+                raise _DiskFull(DISK_FULL)
+
+            return fail
+
+    caplog.set_level(logging.INFO, logger="sco.runtime.replicas")
+    r.leases = Full()  # type: ignore[assignment]
+    for _ in range(5):
+        r.tend_leases()
+    assert r.held == {}
+    assert not r.ready()[0]
+    said = [m for m in caplog.messages if "lease store unreachable" in m]
+    assert said == [
+        "replica solo: lease store unreachable (_DiskFull: (sqlite3.OperationalError) "
+        "database or disk is full); stopping all partitions"
+    ]
+    assert "parameters" not in caplog.text
+    r.leases = working
+    r.tend_leases()
+    assert len(r.held) == PARTITIONS
+    assert any("lease store reachable again" in m for m in caplog.messages)
+
+
+def sqlite_url_of(tmp: Path) -> str:
+    return f"sqlite:///{tmp / 'fleet.db'}"
+
+
+def test_a_cycle_failing_the_same_way_logs_its_traceback_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Regression (fault matrix, issue 17): a partition whose cycle fails on every
+    interval (its writes refused by a full disk) logged a whole traceback each time.
+    Now: the traceback once, then one line per failed cycle, and a line when cycles
+    succeed again."""
+    import logging
+    import threading
+    import time
+
+    from sco.runtime.loops import PartitionLoops
+
+    failures = 4
+    done = threading.Event()
+
+    class Controller:
+        calls = 0
+
+        def cycle(self) -> object:
+            self.calls += 1
+            if self.calls <= failures:
+                raise _DiskFull(DISK_FULL)
+            done.set()
+            return object()
+
+    caplog.set_level(logging.INFO, logger="sco.runtime.loops")
+    loops = PartitionLoops(0.01)
+    loops.start("p0", Controller())  # type: ignore[arg-type]
+    try:
+        assert done.wait(10)
+        time.sleep(0.05)
+    finally:
+        loops.stop_all(wait_s=5)
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1
+    assert "database or disk is full" in tracebacks[0].getMessage()
+    again = [m for m in caplog.messages if "cycle failed again" in m]
+    assert len(again) == failures - 1
+    assert again[-1].startswith(f"partition p0: cycle failed again ({failures} in a row)")
+    assert "cycles succeed again after 4 failed" in caplog.text

@@ -30,7 +30,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -54,6 +53,7 @@ from sco.adapters.demandfile.intake import (
     demand_of,
     field_path,
 )
+from sco.adapters.files import UnreadableFile, read_yaml
 from sco.decide.exclusion import ExclusionConfig
 from sco.decide.hedge import HedgeConfig
 from sco.decide.scorer import ScorerConfig
@@ -518,11 +518,9 @@ def _put(doc: dict[str, Any], path: list[str], value: Any) -> None:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SettingsError(f"{path}: no such file") from None
-    except (OSError, yaml.YAMLError) as e:
-        raise SettingsError(f"{path}: not YAML: {str(e).splitlines()[0]}") from None
+        raw = read_yaml(path)
+    except UnreadableFile as e:
+        raise SettingsError(f"{path}: {e.reason}") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -30,6 +30,8 @@ class _Loop:
     cycles: int = 0
     last_cycle_s: float = 0.0  # how long the last cycle took
     last_end: float = 0.0  # monotonic time it ended
+    failing: str = ""  # the last cycle's failure (`describe`), "" after a success
+    failures: int = 0  # cycles in a row that failed so
 
 
 class PartitionLoops:
@@ -145,10 +147,17 @@ class PartitionLoops:
                     log.warning("partition %s: fenced out: %s", name, e)
                     self.on_fenced(name)
                     return
-                except Exception:
+                except Exception as e:
                     # A bug in one partition's cycle must not stop it for good, nor others.
-                    log.exception("partition %s: cycle failed", name)
+                    self._failed(name, loop, e)
                 else:
+                    if loop.failing:
+                        log.info(
+                            "partition %s: cycles succeed again after %d failed",
+                            name,
+                            loop.failures,
+                        )
+                    loop.failing, loop.failures = "", 0
                     loop.cycles += 1
                     self.on_report(report)
                 loop.last_end = time.monotonic()
@@ -158,3 +167,26 @@ class PartitionLoops:
             else:
                 loop.last_end = time.monotonic()
             loop.wake.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    @staticmethod
+    def _failed(name: str, loop: _Loop, e: Exception) -> None:
+        """The traceback once; the same failure again (a database that stays away, a
+        full disk) is one line per cycle, not a traceback every interval."""
+        why = describe(e)
+        if why == loop.failing:
+            loop.failures += 1
+            log.warning(
+                "partition %s: cycle failed again (%d in a row): %s", name, loop.failures, why
+            )
+            return
+        loop.failing, loop.failures = why, 1
+        log.exception("partition %s: cycle failed: %s", name, why)
+
+
+def describe(e: BaseException) -> str:
+    """An exception as one line: its kind and the first line of its message (a database
+    driver's own words, e.g. "database or disk is full", never the statement or its
+    parameters, which follow on later lines)."""
+    lines = str(e).strip().splitlines()
+    first = lines[0].strip()[:300] if lines else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__

@@ -41,7 +41,7 @@ from sco.ports import (
     SchedulerCluster,
 )
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
-from sco.runtime.loops import PartitionLoops
+from sco.runtime.loops import PartitionLoops, describe
 from sco.runtime.metrics import PlacementMetrics
 from sco.runtime.pump import SignalPump
 from sco.runtime.realtime import ControllerKit
@@ -153,6 +153,7 @@ class ReplicaRunner:
         self._threads = False  # whether `run` started the loops (tests drive cycles by hand)
         self._tended_at = time.monotonic()
         self._tend_ok = False
+        self._unreachable_since: float | None = None  # monotonic; None while it answers
 
     @property
     def signals(self) -> FleetSignals:
@@ -193,9 +194,20 @@ class ReplicaRunner:
             self._shed(share)
             self._take(share, now)
         except Exception as e:  # the database is unreachable: nothing can be proven
+            first = self._unreachable_since is None
+            if first:
+                self._unreachable_since = time.monotonic()
             self._tend_ok = False
-            self._drop_all(f"lease store unreachable ({type(e).__name__})")
+            # Its cause named once (a full disk, a refused connection), not every round.
+            self._drop_all(f"lease store unreachable ({describe(e)})", say=first)
         else:
+            if self._unreachable_since is not None:
+                log.warning(
+                    "replica %s: lease store reachable again after %.0f s",
+                    c.name,
+                    time.monotonic() - self._unreachable_since,
+                )
+                self._unreachable_since = None
             self._tend_ok = True
         self._tended_at = time.monotonic()
         if self.metrics is not None:
@@ -247,8 +259,8 @@ class ReplicaRunner:
         if lease is not None:
             self._note(name, why, lease.token)
 
-    def _drop_all(self, why: str) -> None:
-        if self.held:
+    def _drop_all(self, why: str, say: bool = False) -> None:
+        if self.held or say:
             log.warning("replica %s: %s; stopping all partitions", self.config.name, why)
         for name in list(self.held):
             self._drop(name, "unprovable")

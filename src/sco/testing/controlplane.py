@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,12 +227,14 @@ def topic_event_ids(bootstrap: str, prefix: str, idle_s: float = 5.0) -> list[st
 REPLICAS = ("ra", "rb")
 
 
-def start_control_plane(run: ControlPlaneRun, score_every: str) -> None:
-    """Two `sco run` replicas, `sco watch`, `sco history load` and `sco score --every`,
-    each serving /metrics on a free port."""
+def start_control_plane(
+    run: ControlPlaneRun, score_every: str, replicas: Sequence[str] = REPLICAS
+) -> None:
+    """`sco run` replicas (two unless named), `sco watch`, `sco history load` and `sco
+    score --every`, each serving /metrics on a free port."""
     from sco.testing.kafka_broker import free_port
 
-    for name in REPLICAS:
+    for name in replicas:
         port = free_port()
         run.start(name, "run", "--replica", name, "--metrics-port", str(port), port=port)
     for name, args in (
@@ -282,13 +285,18 @@ def acting_on(run: ControlPlaneRun, pool: str, timeout_s: float) -> dict[str, fl
 
 
 def stop_and_audit(
-    run: ControlPlaneRun, url: str, history_url: str, bootstrap: str, prefix: str
+    run: ControlPlaneRun,
+    url: str,
+    history_url: str,
+    bootstrap: str,
+    prefix: str,
+    replicas: Sequence[str] = REPLICAS,
 ) -> dict[str, Any]:
     """Stop the replicas first (they relay what is left), wait for history to hold every
     committed event, stop the rest; then what reached the topic and history."""
     from sco.adapters.clickhouse.history import ClickHouseHistory
 
-    codes = run.stop_all(list(REPLICAS))
+    codes = run.stop_all(list(replicas))
     committed = committed_events(url)
     history = ClickHouseHistory(history_url)
     try:

@@ -46,8 +46,9 @@ class TansuBroker:
             return copy
         return binary
 
-    def start(self, port: int = 0) -> TansuBroker:
-        """On `port` (a restart: clients reconnect where they were), or a free one."""
+    def start(self, port: int = 0, advertised_port: int = 0) -> TansuBroker:
+        """On `port` (a restart: clients reconnect where they were), or a free one;
+        `advertised_port`: where clients are told to reach it (a proxy), if not there."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         binary = self._binary()
         output = self.workdir / "broker.log"
@@ -62,7 +63,7 @@ class TansuBroker:
                         "--listener-url",
                         url,
                         "--advertised-listener-url",
-                        url,
+                        f"tcp://127.0.0.1:{advertised_port or self.port}",
                         "--storage-engine",
                         "memory://tansu/",
                     ],

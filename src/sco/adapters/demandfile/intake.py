@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sco.adapters.files import UnreadableFile, parse_yaml, read_text
 from sco.domain.demand import Demand, Partition, SchedulerKind
 
 DAY_S = 86400.0
@@ -218,11 +218,13 @@ def read_demand_file(path: Path | str, region: str) -> list[PartitionDemand]:
     """Parse and check a demand file; raises DemandFileError naming file and field."""
     path = Path(path)
     try:
-        raw: Any = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise DemandFileError(path, "file", "not found") from None
-    except (OSError, yaml.YAMLError) as e:
-        raise DemandFileError(path, "yaml", str(e).splitlines()[0]) from None
+        text = read_text(path)
+    except UnreadableFile as e:
+        raise DemandFileError(path, "file", "not found" if e.missing else e.reason) from None
+    try:
+        raw: Any = parse_yaml(text)
+    except UnreadableFile as e:
+        raise DemandFileError(path, "yaml", e.reason.removeprefix("not YAML: ")) from None
     try:
         doc = _DemandFile.model_validate(raw)
     except ValidationError as e:

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sco.adapters.files import UnreadableFile, read_text, read_yaml
 from sco.domain.pools import CapacityClass, Pool
 
 
@@ -122,11 +122,9 @@ class RegionSpec(BaseModel):
 
 def load_region(path: Path | str) -> RegionSpec:
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise RegionFileError(f"{path}: no such file") from None
-    except yaml.YAMLError as e:
-        raise RegionFileError(f"{path}: not YAML: {e}") from None
+        raw = read_yaml(Path(path))
+    except UnreadableFile as e:
+        raise RegionFileError(f"{path}: {e.reason}") from None
     try:
         spec = RegionSpec.model_validate(raw)
     except ValidationError as e:
@@ -138,9 +136,9 @@ def load_region(path: Path | str) -> RegionSpec:
     data = spec.user_data_file
     data = data if data.is_absolute() else Path(path).parent / data
     try:
-        text = data.read_text()
-    except OSError as e:
-        raise RegionFileError(f"{path}: user_data_file: {data}: {e.strerror}") from None
+        text = read_text(data)
+    except UnreadableFile as e:
+        raise RegionFileError(f"{path}: user_data_file: {data}: {e.reason}") from None
     if len(text.encode()) > 65535:
         raise RegionFileError(f"{path}: user_data_file: {data} is over Nova's 64 KiB")
     return spec.model_copy(update={"user_data": text})

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import bisect
 import csv
+import io
 import itertools
-import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -22,8 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sco.adapters.files import UnreadableFile, read_json, read_text, read_yaml
 
 PRICES_FILE = "spot_prices.json"
 REGION_FILE = "region.yaml"
@@ -165,8 +166,8 @@ def _read_series(path: Path) -> Series:
     if not values:
         raise TraceError(path, "data", "no values")
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    if any(g <= 0 for g in gaps):
-        raise TraceError(path, "date", "times must increase strictly")
+    if any(not 0 < g < math.inf for g in gaps) or not math.isfinite(times[0]):
+        raise TraceError(path, "date", "times must be finite and increase strictly")
     tick_s = statistics.median(gaps) if gaps else 60.0
     return Series(path.stem, tuple(times), tuple(values), float(tick_s))
 
@@ -174,33 +175,36 @@ def _read_series(path: Path) -> Series:
 def _read_csv(path: Path) -> tuple[list[float], list[int]]:
     times: list[float] = []
     values: list[int] = []
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:2]] != ["date", "availability"]:
-            raise TraceError(path, "header", f"expected 'date,availability', got {header}")
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(row) < 2:
-                raise TraceError(path, f"line {line}", f"expected 2 columns, got {row}")
-            try:
-                at = datetime.fromisoformat(row[0].strip())
-            except ValueError:
-                raise TraceError(
-                    path, f"line {line}: date", f"not a timestamp: {row[0]!r}"
-                ) from None
+    try:
+        rows = list(csv.reader(io.StringIO(read_text(path), newline="")))
+    except UnreadableFile as e:
+        raise TraceError(path, "file", e.reason) from None
+    except csv.Error as e:  # a field over the csv module's limit (128 KiB)
+        raise TraceError(path, "csv", str(e)) from None
+    header = rows[0] if rows else None
+    if header is None or [h.strip() for h in header[:2]] != ["date", "availability"]:
+        raise TraceError(path, "header", f"expected 'date,availability', got {header}")
+    for line, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) < 2:
+            raise TraceError(path, f"line {line}", f"expected 2 columns, got {row}")
+        try:
+            at = datetime.fromisoformat(row[0].strip())
             # Naive timestamps are UTC; subtracting the epoch is the fast way there.
-            times.append((at - _EPOCH).total_seconds() if at.tzinfo is None else at.timestamp())
-            values.append(_count(path, f"line {line}: availability", row[1].strip()))
+            t = (at - _EPOCH).total_seconds() if at.tzinfo is None else at.timestamp()
+        except (ValueError, OverflowError):  # not a date; a zone's offset off the calendar
+            raise TraceError(path, f"line {line}: date", f"not a timestamp: {row[0]!r}") from None
+        times.append(t)
+        values.append(_count(path, f"line {line}: availability", row[1].strip()))
     return times, values
 
 
 def _read_json(path: Path) -> tuple[list[float], list[int]]:
     try:
-        doc: Any = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise TraceError(path, "json", str(e)) from None
+        doc: Any = read_json(path)
+    except UnreadableFile as e:
+        raise TraceError(path, "json", e.reason) from None
     if not isinstance(doc, dict):
         raise TraceError(path, "json", "expected an object with metadata and data")
     gap = (
@@ -208,38 +212,57 @@ def _read_json(path: Path) -> tuple[list[float], list[int]]:
         if isinstance(doc.get("metadata"), dict)
         else None
     )
-    if not isinstance(gap, int | float) or isinstance(gap, bool) or gap <= 0:
+    gap_s = _finite(gap)
+    if gap_s is None or gap_s <= 0:
         raise TraceError(path, "metadata.gap_seconds", f"must be a positive number, got {gap!r}")
     data = doc.get("data")
     if not isinstance(data, list):
         raise TraceError(path, "data", "must be a list of counts")
     values = [_count(path, f"data[{i}]", v) for i, v in enumerate(data)]
-    return [i * float(gap) for i in range(len(values))], values
+    return [i * gap_s for i in range(len(values))], values
 
 
 def _count(path: Path, field: str, raw: object) -> int:
     if type(raw) is int and raw >= 0:
         return raw
-    if isinstance(raw, str) and raw.isdigit():
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 18:
         return int(raw)
     if isinstance(raw, bool):
         raise TraceError(path, field, f"not a count: {raw!r}")
     try:
-        value = float(raw) if isinstance(raw, str | int | float) else float("nan")
-    except ValueError:
-        raise TraceError(path, field, f"not a count: {raw!r}") from None
-    if math.isnan(value) or value < 0 or value != int(value):
-        raise TraceError(path, field, f"must be a whole number >= 0, got {raw!r}")
+        # Not int(): "²" is a digit to str.isdigit, and a float may be 1e400.
+        value = float(raw) if isinstance(raw, str | int | float) else math.nan
+    except (ValueError, OverflowError):
+        raise TraceError(path, field, f"not a count: {_shown(raw)}") from None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise TraceError(path, field, f"must be a whole number >= 0, got {_shown(raw)}")
     return int(value)
+
+
+def _finite(raw: object) -> float | None:
+    """A JSON number as a finite float, or None (not a number, NaN, infinite, or an
+    integer beyond a float)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    try:
+        value = float(raw)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _shown(raw: object) -> str:
+    text = repr(raw)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} chars)"
 
 
 def _read_prices(path: Path, lengths: Mapping[str, int]) -> dict[str, tuple[float, ...]]:
     if not path.exists():
         return {}
     try:
-        doc: Any = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise TraceError(path, "json", str(e)) from None
+        doc: Any = read_json(path)
+    except UnreadableFile as e:
+        raise TraceError(path, "json", e.reason) from None
     if not isinstance(doc, dict):
         raise TraceError(path, "json", "expected an object of series name -> prices")
     prices: dict[str, tuple[float, ...]] = {}
@@ -248,9 +271,10 @@ def _read_prices(path: Path, lengths: Mapping[str, int]) -> dict[str, tuple[floa
             raise TraceError(path, name, "no such series")
         if not isinstance(seq, list) or len(seq) != lengths[name]:
             raise TraceError(path, name, f"must list {lengths[name]} prices, one per row")
-        if not all(isinstance(p, int | float) and not isinstance(p, bool) and p >= 0 for p in seq):
-            raise TraceError(path, name, "prices must be numbers >= 0")
-        prices[name] = tuple(float(p) for p in seq)
+        row = [_finite(p) for p in seq]
+        if not all(p is not None and p >= 0 for p in row):
+            raise TraceError(path, name, "prices must be finite numbers >= 0")
+        prices[name] = tuple(p for p in row if p is not None)
     return prices
 
 
@@ -258,9 +282,9 @@ def _read_region(path: Path) -> RegionSpec:
     if not path.exists():
         return RegionSpec()
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise TraceError(path, "yaml", str(e).splitlines()[0]) from None
+        doc = read_yaml(path) or {}
+    except UnreadableFile as e:
+        raise TraceError(path, "yaml", e.reason) from None
     try:
         return RegionSpec.model_validate(doc)
     except ValidationError as e:

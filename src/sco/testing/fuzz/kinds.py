@@ -1,0 +1,15 @@
+"""Every input kind sco reads, as fuzzing targets."""
+
+from __future__ import annotations
+
+from sco.testing.fuzz import AppHooks, Target
+from sco.testing.fuzz.files import config_target, demand_target, region_target, traces_target
+
+
+def targets(hooks: AppHooks) -> list[Target]:
+    return [
+        config_target(hooks),
+        region_target(),
+        demand_target(),
+        traces_target(),
+    ]
