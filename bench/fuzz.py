@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
+import resource
 import sys
 import time
 from typing import Any
@@ -95,8 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--kinds", default=None, help="Comma-separated input kinds (default all).")
     ap.add_argument("--workers", type=int, default=2, help="sco commands at once.")
+    ap.add_argument("--memory-gb", type=int, default=8, help="Data memory the run may take.")
     ap.add_argument("--show", type=int, default=3, help="Findings shown per kind and error.")
     args = ap.parse_args(argv)
+    # Parsers warn of what they reject, as designed: thousands of lines, none news.
+    logging.getLogger("sco").setLevel(logging.ERROR)
+    # A case that makes a parser allocate without bound fails as a MemoryError (a
+    # crash, reported) rather than taking the machine's memory.
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (args.memory_gb * 2**30, hard))
     kinds = args.kinds.split(",") if args.kinds else None
     wall0 = time.monotonic()
     tallies = run(args.cases, args.seed, args.commands, kinds, args.workers)

@@ -555,3 +555,129 @@ def test_user_data_from_the_region_file_goes_with_every_create(tmp_path: Path) -
     region.write_text(region.read_text().replace("join.yaml", "missing.yaml"))
     with pytest.raises(RegionFileError, match=r"user_data_file: .*missing\.yaml"):
         load_region(region)
+
+
+# ---------------------------------------------------------------- answers not of their shape
+# Regressions from bench/fuzz.py (issue 17): each of these answers raised a KeyError,
+# TypeError or AttributeError from deep in the adapter, which the controller logged as
+# a traceback every cycle. Now an answer not of its shape is a MalformedAnswer (a
+# retryable provider error, as for a cloud that failed this time) naming the request
+# and the field, and one unreadable server is skipped without hiding the others.
+
+
+class _Answers:
+    """Answers each GET from a table keyed by path; POST answers `created`."""
+
+    def __init__(self, table: dict[str, Any], created: Any = None) -> None:
+        self.table = table
+        self.created = created
+
+    def get(self, service: str, path: str, params: Any = None, ok_missing: bool = False) -> Any:
+        return self.table.get(path)
+
+    def post(self, service: str, path: str, body: Any) -> Any:
+        return self.created
+
+
+def _fresh(table: dict[str, Any], created: Any = None) -> Any:
+    from sco.adapters.openstack.config import RegionSpec
+    from sco.adapters.openstack.provider import OpenStackProvider
+
+    spec = RegionSpec.model_validate(
+        {
+            "region": "r",
+            "image": "cirros",
+            "pools": [{"hall": "h", "flavor": "f", "class": "spot", "price_per_h": 1}],
+        }
+    )
+    return OpenStackProvider(spec, _Answers(table, created), ManualClock(0))  # type: ignore[arg-type]
+
+
+GOOD = {
+    "/flavors/detail": {"flavors": [{"id": "f1", "name": "f", "vcpus": 2, "ram": 512}]},
+    "/os-aggregates": {"aggregates": [{"name": "h", "uuid": "u1", "availability_zone": "h"}]},
+    "/images": {"images": [{"id": "img"}]},
+    "/allocation_candidates": {"provider_summaries": {}},
+    "/limits": {"limits": {"absolute": {}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "answer", "said"),
+    [
+        ("/flavors/detail", {"flavors": True}, "compute GET /flavors/detail: unexpected answer"),
+        ("/flavors/detail", {"flavors": [{"id": "f1", "vcpus": 2}]}, "name: Field required"),
+        (
+            "/flavors/detail",
+            {"flavors": [dict(GOOD["/flavors/detail"]["flavors"][0], vcpus=[2])]},
+            "vcpus",
+        ),
+        ("/os-aggregates", [{}], "compute GET /os-aggregates: unexpected answer"),
+        ("/os-aggregates", {"aggregates": [{"uuid": "u1"}]}, "aggregates.0.name"),
+        ("/images", {"images": {"id": "img"}}, "image GET /images: unexpected answer"),
+    ],
+)
+def test_a_malformed_answer_to_discover_is_named(path: str, answer: Any, said: str) -> None:
+    from sco.adapters.openstack.answers import MalformedAnswer
+
+    provider = _fresh(GOOD | {path: answer})
+    with pytest.raises(MalformedAnswer, match=said) as caught:
+        provider.discover()
+    assert isinstance(caught.value, RetryableProviderError)
+
+
+@pytest.mark.parametrize(
+    ("path", "answer", "said"),
+    [
+        ("/limits", {"limits": {"absolute": []}}, "compute GET /limits: unexpected answer"),
+        ("/limits", {"limits": {"absolute": {"maxTotalCores": "40"}}}, "maxTotalCores"),
+        (
+            "/allocation_candidates",
+            {"provider_summaries": {"rp": {"resources": ""}}},
+            "placement GET /allocation_candidates: unexpected answer: provider_summaries.rp",
+        ),
+        (
+            "/allocation_candidates",
+            {"provider_summaries": {"rp": {"resources": {"VCPU": {"capacity": False}}}}},
+            "capacity",
+        ),
+    ],
+)
+def test_a_malformed_answer_to_refresh_is_named(path: str, answer: Any, said: str) -> None:
+    from sco.adapters.openstack.answers import MalformedAnswer
+
+    provider = _fresh(GOOD)
+    provider.discover()
+    provider.client.table = GOOD | {path: answer}
+    with pytest.raises(MalformedAnswer, match=said):
+        provider.refresh()
+
+
+def test_an_unreadable_create_answer_is_an_unknown_outcome() -> None:
+    from sco.adapters.openstack.answers import MalformedAnswer
+
+    provider = _fresh(GOOD | {"/servers/detail": {"servers": []}}, created=["r-1"])
+    provider.discover()
+    pool = provider.pools()[0].id
+    with pytest.raises(MalformedAnswer, match="outcome unknown"):
+        provider.create(pool, 1, "req-1", "p1", 1)
+
+
+def test_a_server_without_id_is_skipped_not_a_crash() -> None:
+    good = _server("ACTIVE")
+    nameless = {k: v for k, v in _server("BUILD").items() if k != "id"}
+    listing = server_views([nameless, good, dict(good, id=["x"])], "p1")
+    assert [v.server_id for v in listing.views] == [good["id"]]
+    assert [u.why for u in listing.unreadable] == ["no id", "no id"]
+    provider = _fresh({"/servers/detail": {"servers": [nameless, good]}})
+    assert [v.server_id for v in provider.list("p1")] == [good["id"]]
+    assert len(provider.all_servers()) == 1
+    bad_meta = dict(good, id="s9", metadata=["sco:partition"])
+    provider = _fresh({"/servers/detail": {"servers": [bad_meta, good]}})
+    assert [v.server_id for v in provider.all_servers()] == [good["id"]]
+
+
+@pytest.mark.parametrize("deadline", ["nan", "inf", "-inf", "1e400"])
+def test_a_notice_at_no_finite_time_means_leave_now(deadline: str) -> None:
+    view = server_views([_server("ACTIVE", **{META_RECLAIM_AT: deadline})], "p1").views[0]
+    assert view.notice_deadline == 0.0

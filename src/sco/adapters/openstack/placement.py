@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+from sco.adapters.openstack.answers import AllocationCandidates, ResourceProviders, read
 from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.resources import ResourceRequest, headroom_from_summaries
 from sco.ports import Clock
@@ -66,8 +67,8 @@ class PlacementHeadroom:
     def _summaries(self, query: Mapping[str, str]) -> Mapping[str, Mapping[str, object]]:
         self.calls += 1
         answer = self._client.get("placement", "/allocation_candidates", query)
-        summaries: Mapping[str, Mapping[str, object]] = (answer or {}).get("provider_summaries", {})
-        return summaries
+        found = read(AllocationCandidates, answer, "placement GET /allocation_candidates")
+        return {rp: s.model_dump() for rp, s in found.provider_summaries.items()}
 
     def _membership(self, aggregate: str) -> frozenset[str]:
         now = self._clock.now()
@@ -76,7 +77,8 @@ class PlacementHeadroom:
             return cached[1]
         self.calls += 1
         answer = self._client.get("placement", "/resource_providers", {"member_of": aggregate})
-        found = frozenset(str(rp["uuid"]) for rp in (answer or {}).get("resource_providers", []))
+        listed = read(ResourceProviders, answer, "placement GET /resource_providers")
+        found = frozenset(rp.uuid for rp in listed.resource_providers)
         self._members[aggregate] = (now, found)
         return found
 

@@ -36,6 +36,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sco.adapters.openstack import placement
+from sco.adapters.openstack.answers import (
+    Aggregates,
+    Created,
+    Flavor,
+    Image,
+    Images,
+    LimitsAnswer,
+    MalformedAnswer,
+    Metadata,
+    ServerAnswer,
+    page,
+    read,
+)
 from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import PoolSpec, RegionSpec
 from sco.adapters.openstack.placement import Want
@@ -186,10 +199,11 @@ class OpenStackProvider:
     def discover(self) -> None:
         """Resolve flavors, aggregates and the image; raise RegionError naming
         everything missing, or a ProviderError if the cloud cannot be asked."""
-        flavors = {f["name"]: f for f in self._all("compute", "/flavors/detail", "flavors")}
+        listed = self._all("compute", "/flavors/detail", "flavors")
+        flavors = {f.name: f for f in (read(Flavor, r, "compute flavor") for r in listed)}
+        answer = self.client.get("compute", "/os-aggregates")
         aggregates = {
-            a["name"]: a
-            for a in (self.client.get("compute", "/os-aggregates") or {}).get("aggregates", [])
+            a.name: a for a in read(Aggregates, answer, "compute GET /os-aggregates").aggregates
         }
         problems: list[str] = []
         resolved: dict[PoolId, ResolvedPool] = {}
@@ -203,32 +217,23 @@ class OpenStackProvider:
                 problems.append(
                     f"host aggregate {spec.aggregate_name!r} (pool {pool.id}) does not exist"
                 )
-            elif aggregate.get("availability_zone") not in (spec.zone, None):
+            elif aggregate.availability_zone not in (spec.zone, None):
                 problems.append(
                     f"aggregate {spec.aggregate_name!r} is in zone "
-                    f"{aggregate.get('availability_zone')!r}, not {spec.zone!r}"
+                    f"{aggregate.availability_zone!r}, not {spec.zone!r}"
                 )
             if flavor is None or aggregate is None:
                 continue
             try:
                 request = flavor_request(
-                    int(flavor["vcpus"]),
-                    int(flavor["ram"]),
-                    int(flavor.get("disk") or 0),
-                    flavor.get("extra_specs") or {},
+                    flavor.vcpus, flavor.ram, flavor.disk or 0, flavor.extra_specs or {}
                 )
             except ValueError as e:
                 problems.append(f"flavor {spec.flavor!r}: {e}")
                 continue
             request = placement.as_nova_schedules(request)
             resolved[pool.id] = ResolvedPool(
-                pool,
-                spec,
-                str(flavor["id"]),
-                int(flavor["vcpus"]),
-                int(flavor["ram"]),
-                request,
-                str(aggregate["uuid"]),
+                pool, spec, flavor.id, flavor.vcpus, flavor.ram, request, aggregate.uuid
             )
         image = self._image()
         if image is None:
@@ -242,9 +247,10 @@ class OpenStackProvider:
         wanted = self.region.image
         by_id = self.client.get("image", f"/images/{wanted}") if _looks_like_id(wanted) else None
         if by_id:
-            return str(by_id["id"])
-        found = (self.client.get("image", "/images", {"name": wanted}) or {}).get("images", [])
-        return str(found[0]["id"]) if found else None
+            return read(Image, by_id, f"image GET /images/{wanted}").id
+        answer = self.client.get("image", "/images", {"name": wanted})
+        found = read(Images, answer, "image GET /images").images
+        return found[0].id if found else None
 
     def _all(
         self, service: str, path: str, key: str, page_size: int = _PAGE, **params: str
@@ -256,11 +262,13 @@ class OpenStackProvider:
             query = dict(params, limit=str(page_size))
             if marker:
                 query["marker"] = marker
-            page = (self.client.get(service, path, query) or {}).get(key, [])
-            out.extend(page)
-            if len(page) < page_size:
+            records = page(self.client.get(service, path, query), key, f"{service} GET {path}")
+            out.extend(records)
+            if len(records) < page_size:
                 return out
-            marker = str(page[-1]["id"])
+            marker = str(records[-1].get("id") or "")
+            if not marker:
+                raise MalformedAnswer(f"{service} GET {path}: a full page ends without an id")
 
     def _servers(self, **params: str) -> _Records:
         """Servers in pages of `list_page_size`: for each page Nova asks Neutron for
@@ -292,7 +300,7 @@ class OpenStackProvider:
         with self._lock:
             if listing is not None:
                 self._foreign[listing] = (self.clock.now(), foreign)
-                self._own_ids[listing] = frozenset(str(s["id"]) for s in ours)
+                self._own_ids[listing] = frozenset(str(s.get("id", "")) for s in ours)
             new = [sid for sid in foreign if sid not in self._warned]
             self._warned.update(new)
             seen = set(foreign).union(*(found for _, found in self._foreign.values()))
@@ -345,7 +353,7 @@ class OpenStackProvider:
             answer = self.client.get("compute", f"/servers/{sid}", ok_missing=True)
             if answer is None:
                 continue
-            project = (answer.get("server") or {}).get("tenant_id")
+            project = read(ServerAnswer, answer, f"compute GET /servers/{sid}").server.tenant_id
             if self.owned.owns(project):
                 ours.append(sid)
             else:
@@ -364,11 +372,12 @@ class OpenStackProvider:
         found = self._placement.rooms(wants)
         calls = self._placement.calls
         rooms = {str(k): v for k, v in found.items()}
-        limits = (self.client.get("compute", "/limits") or {}).get("limits", {})
+        answer = self.client.get("compute", "/limits")
+        limits = read(LimitsAnswer, answer, "compute GET /limits").limits.absolute
         cache = HeadroomCache(
             at=self.clock.now(),
             rooms=rooms,
-            quota=QuotaRoom.from_limits(limits.get("absolute", {})),
+            quota=QuotaRoom.from_limits(limits.model_dump(by_alias=True)),
             took_s=time.monotonic() - started,
             calls=calls + 1,
         )
@@ -440,7 +449,7 @@ class OpenStackProvider:
             s
             for s in records
             if s.get("OS-EXT-STS:task_state") != "deleting"
-            and not self._tombstones.hides(str(s["id"]), now)
+            and not self._tombstones.hides(str(s.get("id", "")), now)
         ]
         listing = server_views(live, partition)
         for bad in listing.unreadable:
@@ -477,8 +486,9 @@ class OpenStackProvider:
         for s in self._ours(self._servers(tags=TAG), "*"):
             if s.get("OS-EXT-STS:task_state") == "deleting":
                 continue
-            meta = s.get("metadata") or {}
-            by_partition.setdefault(str(meta.get(META_PARTITION, "")), []).append(s)
+            meta = s.get("metadata")
+            partition = meta.get(META_PARTITION, "") if isinstance(meta, dict) else ""
+            by_partition.setdefault(str(partition), []).append(s)
         return [v for p, records in by_partition.items() for v in server_views(records, p).views]
 
     def give_notice(self, server_id: str, deadline: float) -> float:
@@ -486,9 +496,9 @@ class OpenStackProvider:
         moves: a server already noticed keeps its deadline, which is returned. A
         foreign server is refused (ForeignServer)."""
         self._own_only(server_id, "give notice to")
-        meta = (self.client.get("compute", f"/servers/{server_id}/metadata") or {}).get(
-            "metadata"
-        ) or {}
+        path = f"/servers/{server_id}/metadata"
+        answer = self.client.get("compute", path)
+        meta = read(Metadata, answer, f"compute GET {path}").metadata
         if meta.get(META_RECLAIM_AT):
             try:
                 return float(meta[META_RECLAIM_AT])
@@ -549,8 +559,8 @@ class OpenStackProvider:
             body["server"]["user_data"] = base64.b64encode(self.region.user_data.encode()).decode()
         # A timeout here may have taken effect: the request tag tells on the next listing.
         answer = self.client.post("compute", "/servers", body)
-        if not str((answer or {}).get("reservation_id", "")):
-            raise RetryableProviderError("create answered without a reservation id")
+        # Unreadable, it may still have taken effect: retryable, and the listing tells.
+        read(Created, answer, "compute POST /servers (its outcome unknown)")
         short = f"the compute quota leaves room for {count} of {wanted}" if count < wanted else ""
         return CreateResult((), short, pending=count)
 

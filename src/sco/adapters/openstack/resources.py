@@ -269,6 +269,9 @@ def server_views(servers: Iterable[Mapping[str, object]], partition: str) -> Lis
 
 
 def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
+    sid = server.get("id")
+    if not isinstance(sid, str) or not sid:
+        raise ValueError("no id")
     status = str(server.get("status", "UNKNOWN")).upper()
     mapped = _STATUS.get(status, ServerStatus.ERROR)
     if mapped is None:
@@ -285,7 +288,7 @@ def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
     if mapped is ServerStatus.ERROR:
         fault = _fault(server, status)
     return ServerView(
-        server_id=str(server["id"]),
+        server_id=sid,
         partition=partition,
         pool=str(meta[META_POOL]),
         request_id=str(meta[META_REQUEST]),
@@ -321,14 +324,15 @@ def _deadline(value: object) -> float | None:
         return None
     text = str(value)
     try:
-        return float(text)
+        at = float(text)
     except ValueError:
-        pass
-    try:
-        return parse_time(text)
-    except ValueError:
-        # A malformed notice is still a notice: leave now rather than never.
-        return 0.0
+        try:
+            at = parse_time(text)
+        except ValueError:
+            at = math.nan
+    # A malformed notice (or one at no finite time) is still a notice: leave now
+    # rather than never.
+    return at if math.isfinite(at) else 0.0
 
 
 def parse_time(text: str) -> float:

@@ -92,6 +92,15 @@ class Judge:
         self.accepted += 1
         return out
 
+    def must(self, fn: Callable[[], Any]) -> Any:
+        """`fn()`, which must not raise at all (a consumer, a query after the case);
+        None when it did (a crash). Neither an acceptance nor a rejection."""
+        try:
+            return fn()
+        except Exception as e:
+            self.crash(f"{type(e).__name__}: {shorten(str(e), 200)}", where_in_sco(e))
+            return None
+
     def crash(self, error: str, where: str = "") -> None:
         self.findings.append(Finding(self.kind, "crash", error, where, shorten(repr(self.case))))
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from sco.testing.fuzz import AppHooks, Target
+from sco.testing.fuzz.cloud import cloud_target
 from sco.testing.fuzz.files import config_target, demand_target, region_target, traces_target
+from sco.testing.fuzz.streams import events_target
 
 
 def targets(hooks: AppHooks) -> list[Target]:
@@ -12,4 +14,6 @@ def targets(hooks: AppHooks) -> list[Target]:
         region_target(),
         demand_target(),
         traces_target(),
+        events_target(),
+        cloud_target(),
     ]
