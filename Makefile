@@ -62,7 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/slurm.py
 	$(BIN)/python bench/distributor.py
 	$(BIN)/python bench/cycle.py
-	$(BIN)/python bench/kubernetes.py
+	$(BIN)/python bench/kube_intake.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

@@ -302,3 +302,63 @@ def test_a_listed_server_s_node_counts_before_sco_s_labels_reach_it() -> None:
     assert need(pods, [fresh], part).nodes == 0  # not known as ours
     got = need(pods, [fresh], part, {"srv-9": CapacityClass.GUARANTEED})
     assert (got.nodes, got.guaranteed) == (1, 1)
+
+
+# ---------------------------------------------------------------- objects not of their shape
+# Regressions from bench/fuzz.py (issue 17): a pod or node with a field of another
+# JSON type (a list of selectors, a quantity that is not one, a node whose metadata
+# is a list, a Ready time that is a number) raised from inside `need`, so one object
+# stopped the whole partition's count. Now such a pod is reported unfit with why, such
+# a node is left out and reported, and the others are counted.
+
+
+@pytest.mark.parametrize(
+    ("spoil", "said"),
+    [
+        (lambda p: p["spec"].update(nodeSelector=["a"]), "AttributeError"),
+        (lambda p: p["spec"].update(tolerations=[3]), "AttributeError"),
+        (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update(cpu="1x"),
+         "ValueError"),
+        (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update(cpu="1e400"),
+         "no finite size"),
+        (lambda p: p.update(spec=["x"]), "AttributeError"),
+        (lambda p: p["status"].update(conditions=[None]), "AttributeError"),
+    ],
+)  # fmt: skip
+def test_an_unreadable_pod_is_reported_and_the_rest_counted(spoil: Any, said: str) -> None:
+    from sco.adapters.kubernetes.demand import KubePartition, need
+
+    part = KubePartition({"sco.io/partition": "gpu"}, ALLOCATABLE, spot_taint=True)
+    bad = pending("bad", "1", "1Gi")
+    spoil(bad)
+    got = need([bad, pending("good", "1", "1Gi")], [], part)
+    assert got.counted == 1
+    assert got.new_nodes == 1
+    ((name, why),) = got.unfit
+    assert name == "ns/bad"
+    assert why.startswith("cannot be read: ")
+    assert said in why
+
+
+def test_an_unreadable_node_is_left_out_and_reported() -> None:
+    from sco.adapters.kubernetes.demand import KubePartition, need
+
+    part = KubePartition(labels={"sco.io/partition": "gpu"}, allocatable=ALLOCATABLE)
+    broken = node("broken")
+    broken["status"]["allocatable"] = {"cpu": "many"}
+    pods = [running("web", "n1", "6", "8Gi"), running("db", "broken", "1", "1Gi")]
+    got = need(pods, [node("n1"), broken, {"metadata": []}, "n3"], part)
+    assert got.busy == 1
+    assert [n for n, _ in got.unreadable_nodes] == ["broken", "?", "?"]
+
+
+@pytest.mark.parametrize("at", [1700000000, "yesterday", "", None, ["2026-01-01T00:00:00Z"]])
+def test_a_ready_node_with_an_unreadable_time_says_zero(at: Any) -> None:
+    from sco.adapters.kubernetes.pods import ready_since, server_of
+
+    n = node("n1")
+    n["status"]["conditions"][0]["lastTransitionTime"] = at
+    assert ready_since(n) == 0.0
+    assert ready_since({"status": {"conditions": "Ready"}}) is None
+    assert server_of({"spec": ["openstack:///x"]}) == ""
+    assert server_of({"spec": {"providerID": 7}}) == ""

@@ -213,11 +213,16 @@ def test_placement_metrics_follow_the_partitions(tmp_path: Path, fleet_url: str)
     cost = value("sco_partition_cost_per_hour", partition="p0")
     assert cost is not None
     assert cost > 0
+    # When each partition's last cycle ended, by the replica's clock (the soak reads it).
+    ended = value("sco_partition_last_cycle_timestamp_seconds", partition="p0")
+    assert ended is not None
+    assert c.clock.now() - 60 <= ended <= c.clock.now() + 1
     r.tend_leases()
     assert value("sco_partition_leader", partition="p0", replica="solo") == 1
     r._drop("p0", "released")
     assert value("sco_placement_state", partition="p0", state="placed") is None
     assert value("sco_partition_ready_units", partition="p0") is None
+    assert value("sco_partition_last_cycle_timestamp_seconds", partition="p0") is None
     r.tend_leases()  # it takes p0 back (the only replica): a leader again
     assert value("sco_partition_leader", partition="p0", replica="solo") == 1
 

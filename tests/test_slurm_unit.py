@@ -396,3 +396,62 @@ def test_jobs_in_other_states_are_not_read() -> None:
     cancelled["cpus"] = None
     jobs = parse_jobs({"jobs": [cancelled, job(1, "PENDING")]}, "squeue")
     assert [j.job_id for j in jobs] == [1]
+
+
+# ---------------------------------------------------------------- output not of its shape
+# Regressions from bench/fuzz.py (issue 17): optional fields of another type raised
+# TypeError, ValueError or AttributeError from the parsers (caught only as an unnamed
+# SchedulerUnavailable), and a job asking for 2**63 nodes raised OverflowError in the
+# packing. Now each is a SlurmBadOutput naming the tool and the field, and a job asking
+# for more nodes than the partition's most is unfit.
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("end_time", {"set": True}, "'end_time' is dict"),
+        ("job_resources", [], "'job_resources' is list"),
+        ("tres_req_str", ["cpu=1"], "'tres_req_str' is list"),
+        ("features", 3, "'features' is int"),
+        ("cpus", 10**400, "'cpus' is out of range"),
+        ("end_time", 10**400, "'end_time' is out of range"),
+        ("tres_req_str", "mem=" + "9" * 400 + "M", "no finite size"),
+    ],
+)
+def test_a_job_field_of_another_kind_is_named(field: str, value: Any, said: str) -> None:
+    bad = job(1, "RUNNING") | {field: value}
+    with pytest.raises(SlurmBadOutput, match=rf"squeue: jobs\[0\]: .*{said}"):
+        parse_jobs({"jobs": [bad]}, "squeue")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("state_flags", True, "'state_flags' is bool"),
+        ("state_flags", [1], "'state_flags' is not a list of strings"),
+        ("alloc_cpus", "1", "'alloc_cpus' is str"),
+        ("last_busy", 1.5, "'last_busy' is float"),
+        ("slurmd_start_time", "x", "'slurmd_start_time' is str"),
+        ("partitions", "batch", "'partitions' is str"),
+    ],
+)
+def test_a_node_field_of_another_kind_is_named(field: str, value: Any, said: str) -> None:
+    with pytest.raises(SlurmBadOutput, match=rf"sinfo: nodes\[0\]: {said}"):
+        parse_nodes({"nodes": [node("sco-a") | {field: value}]}, "sinfo")
+
+
+def test_errors_of_any_shape_are_reported() -> None:
+    with pytest.raises(SlurmBadOutput, match="reported errors: {'error': 'x'}"):
+        parse_nodes({"nodes": [], "errors": {"error": "x"}}, "sinfo")
+
+
+def test_gres_counts_are_ascii_digits() -> None:
+    got = parse_jobs({"jobs": [job(1, gres="gres:gpu:²")]}, "t")[0]
+    assert got.per_node.gres == {"gpu": 1}
+
+
+def test_a_job_wanting_more_nodes_than_the_partition_has_is_unfit() -> None:
+    many = parse_jobs({"jobs": [job(1, nodes=2**63), job(2)]}, "t")
+    got = need(PART, many, [], 1000.0, max_nodes=8)
+    assert got.unfit_jobs == (1,)
+    assert got.target == 1

@@ -17,6 +17,8 @@ Acting, each labelled by its reason code (`sco.decide.acquirer.Reason`):
 - `sco_pool_excluded{partition, pool}`: 1 while the partition plans the pool as
   excluded or degraded (the watcher's word, acted on);
 - `sco_cycle_seconds{partition}`: how long a cycle took;
+- `sco_partition_last_cycle_timestamp_seconds{partition}`: when the partition's
+  last cycle ended (on the replica leading it);
 - `sco_partition_instances{partition}`: live instances held;
 - `sco_partition_handback{partition}`: 1 while the partition is being handed back;
 - `sco_unfit_work{partition}`: jobs or pods waiting that no node of the partition
@@ -112,6 +114,12 @@ class PlacementMetrics:
             buckets=CYCLE_BUCKETS,
             registry=r,
         )
+        self.last_cycle = Gauge(
+            "sco_partition_last_cycle_timestamp_seconds",
+            "When the partition's last cycle ended, in seconds since the epoch.",
+            ["partition"],
+            registry=r,
+        )
         self.held = Gauge(
             "sco_partition_instances",
             "Live instances the partition holds.",
@@ -173,6 +181,7 @@ class PlacementMetrics:
         p = report.partition
         self.degraded.labels(p).set(1 if report.degraded else 0)
         self.cycle.labels(p).observe(report.took_s)
+        self.last_cycle.labels(p).set(report.at + report.took_s)
         if report.placement is None:
             return  # the cycle could not observe: nothing else is known
         self.state.labels(p, "placed").set(report.placement.placed)
@@ -210,7 +219,8 @@ class PlacementMetrics:
             with contextlib.suppress(KeyError):
                 self.state.remove(partition, state)
         gauges = (self.floor, self.target, self.ready, self.cost, self.unfit, self.scored)
-        for metric in (self.delay, self.degraded, self.held, self.handback, self.cycle, *gauges):
+        cycles = (self.cycle, self.last_cycle)
+        for metric in (self.delay, self.degraded, self.held, self.handback, *cycles, *gauges):
             with contextlib.suppress(KeyError):
                 metric.remove(partition)
         for cls, state in self._instances.pop(partition, set()):

@@ -40,6 +40,7 @@ from sco.adapters.kubernetes.pods import (
     is_daemon,
     is_unschedulable,
     node_room,
+    placement_refusal,
     pod_name,
     pods_by_node,
     quantity,
@@ -87,6 +88,7 @@ class Need:
     counted: int  # pending pods a node of the partition could run
     unfit: tuple[tuple[str, str], ...]  # (namespace/name, why) of pods none could
     new_nodes: int  # of `nodes`, those to add
+    unreadable_nodes: tuple[tuple[str, str], ...] = ()  # (name, why): not counted
 
 
 def need(
@@ -98,9 +100,10 @@ def need(
     """`servers`: the partition's servers by id, with their class. A node is the
     partition's when it carries its labels or is one of those servers (before sco's
     labels have reached it); its class is its server's, else its label's."""
-    pods = list(pods)
     known = servers or {}
     spot, guaranteed = part.shape(CapacityClass.SPOT), part.shape(CapacityClass.GUARANTEED)
+    pods, unfit = _readable_pods(pods, (spot, guaranteed))
+    nodes, unreadable = _readable_nodes(nodes, part.labels)
     # A cordoned node is leaving and a node not Ready takes nothing: neither counts.
     ours = [
         n for n in nodes if (server_of(n) in known or _carries(n, part.labels)) and _schedulable(n)
@@ -113,7 +116,6 @@ def need(
     s_free, s_busy = _rooms(s_nodes, running)
     g_only: list[Json] = []
     rest: list[Json] = []
-    unfit: list[tuple[str, str]] = []
     for pod in pods:
         if not is_unschedulable(pod):
             continue
@@ -138,7 +140,68 @@ def need(
         counted=g_got.counted + r_got.counted,
         unfit=tuple(unfit),
         new_nodes=new,
+        unreadable_nodes=tuple(unreadable),
     )
+
+
+# What reading a pod or node whose fields are not of their JSON types raises: such an
+# object is reported and left out, and never stops the count of the others. (The API
+# server validates what it stores; this is for what it should never send.)
+_UNREADABLE = (TypeError, AttributeError, ValueError, KeyError, IndexError, ArithmeticError)
+
+
+def _readable_pods(
+    pods: Iterable[Json], shapes: Sequence[NodeShape]
+) -> tuple[list[Json], list[tuple[str, str]]]:
+    """The pods every field sco reads of can be read, and (name, why) of the others."""
+    ok: list[Json] = []
+    bad: list[tuple[str, str]] = []
+    for pod in pods:
+        try:
+            if not isinstance(pod, Mapping):
+                raise TypeError(f"a pod is {type(pod).__name__}, not an object")
+            request_of(pod)
+            is_daemon(pod)
+            pods_by_node([pod])
+            if is_unschedulable(pod):
+                for shape in shapes:
+                    placement_refusal(pod, shape)
+        except _UNREADABLE as e:
+            bad.append((_name(pod), f"cannot be read: {type(e).__name__}: {str(e)[:200]}"))
+        else:
+            ok.append(pod)
+    return ok, bad
+
+
+def _readable_nodes(
+    nodes: Iterable[Json], labels: Mapping[str, str]
+) -> tuple[list[Json], list[tuple[str, str]]]:
+    ok: list[Json] = []
+    bad: list[tuple[str, str]] = []
+    for node in nodes:
+        try:
+            if not isinstance(node, Mapping):
+                raise TypeError(f"a node is {type(node).__name__}, not an object")
+            if not isinstance(node["metadata"]["name"], str):
+                raise TypeError("metadata.name is not a string")
+            _carries(node, labels)
+            _schedulable(node)
+            _class_of(node)
+            node_room(node)
+        except _UNREADABLE as e:
+            name = _name(node).split("/", 1)[1]
+            bad.append((name, f"cannot be read: {type(e).__name__}: {str(e)[:200]}"))
+        else:
+            ok.append(node)
+    return ok, bad
+
+
+def _name(obj: object) -> str:
+    """namespace/name of a pod (or a node's name), as far as it can be read."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return "/?"
+    return f"{meta.get('namespace', '')}/{meta.get('name', '?')}"
 
 
 def _rooms(nodes: Sequence[Json], running: Mapping[str, list[Json]]) -> tuple[list[Size], set[int]]:
@@ -218,6 +281,7 @@ class KubernetesDemandSource:
         self.specs = {s.partition.name: s for s in specs}
         self.core = core
         self._reported: set[str] = set()
+        self._reported_nodes: set[str] = set()
 
     def partitions(self) -> Sequence[Partition]:
         return [s.partition for s in self.specs.values()]
@@ -243,6 +307,10 @@ class KubernetesDemandSource:
                 for v in self._listing(partition)
             }
         n = need(self._pods.items(), self._nodes.items(), spec.kube, servers)
+        for name, why in n.unreadable_nodes:
+            if name not in self._reported_nodes:
+                self._reported_nodes.add(name)
+                log.warning("partition %s: node %s not counted: %s", partition, name, why)
         fresh = [(name, why) for name, why in n.unfit if name not in self._reported]
         if fresh:
             self._reported.update(name for name, _ in fresh)

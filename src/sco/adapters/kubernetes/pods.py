@@ -23,6 +23,7 @@ client's models: ten thousand pods are read in a fraction of a second this way).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -73,10 +74,14 @@ class Intake:
 
 
 def quantity(text: str | int | float) -> float:
-    """A Kubernetes quantity ("500m", "1Gi", "2") as a number."""
+    """A Kubernetes quantity ("500m", "1Gi", "2") as a number; ValueError if it is not
+    one, or of no finite size."""
     from kubernetes.utils import parse_quantity  # the `kubernetes` extra
 
-    return float(parse_quantity(text))
+    value = float(parse_quantity(text))
+    if not math.isfinite(value):
+        raise ValueError(f"quantity {text!r} has no finite size")
+    return value
 
 
 def request_of(pod: Json) -> Size:
@@ -215,8 +220,9 @@ def intake(pods: Iterable[Json], shape: NodeShape, free: Sequence[Size] = ()) ->
 def server_of(node: Json) -> str:
     """The server a node is, from its `providerID` (the OpenStack cloud provider's
     `openstack:///<id>`, or `openstack://<region>/<id>`); "" if none."""
-    pid = (node.get("spec") or {}).get("providerID") or ""
-    return str(pid).rsplit("/", 1)[-1]
+    spec = node.get("spec")
+    pid = spec.get("providerID") if isinstance(spec, Mapping) else None
+    return pid.rsplit("/", 1)[-1] if isinstance(pid, str) else ""
 
 
 def is_daemon(pod: Json) -> bool:
@@ -247,9 +253,21 @@ def pods_by_node(pods: Iterable[Json]) -> dict[str, list[Json]]:
 
 
 def ready_since(node: Json) -> float | None:
-    """When the node last became Ready (0 when it does not say); None if it is not."""
-    for c in (node.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "Ready" and c.get("status") == "True":
-            at = c.get("lastTransitionTime")
-            return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp() if at else 0.0
+    """When the node last became Ready (0 when it does not say, or says it unreadably);
+    None if it is not."""
+    status = node.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for c in conditions if isinstance(conditions, list) else ():
+        if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True":
+            return _time(c.get("lastTransitionTime"))
     return None
+
+
+def _time(at: object) -> float:
+    """An API server timestamp (RFC 3339) as seconds; 0 when absent or unreadable."""
+    if not isinstance(at, str) or not at:
+        return 0.0
+    try:
+        return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

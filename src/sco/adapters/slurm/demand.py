@@ -73,10 +73,12 @@ def need(
     nodes: Sequence[SlurmNode],
     now: float,
     servers: Collection[str] | None = None,
+    max_nodes: int | None = None,
 ) -> Need:
     """Nodes the partition's jobs want now (pure: what was read, and now). `servers`
     names the nodes whose servers are listed: a node whose server is gone is not room
-    (Slurm thinks it idle until slurmd's timeout)."""
+    (Slurm thinks it idle until slurmd's timeout). A job asking for more than
+    `max_nodes` (the partition's most) could never run there: it is unfit."""
     mine = [
         n
         for n in nodes
@@ -101,7 +103,8 @@ def need(
     def slices(group: Sequence[Job]) -> list[Size]:
         out: list[Size] = []
         for j in group:
-            if not j.per_node.fits(spec.shape):
+            too_many = max_nodes is not None and j.node_count > max_nodes
+            if too_many or not j.per_node.fits(spec.shape):
                 unfit.append(j.job_id)
                 continue
             out.extend([j.per_node] * j.node_count)
@@ -145,17 +148,18 @@ class SlurmDemandSource:
         servers = None
         if self._listing is not None:
             servers = {node_name(v.server_id) for v in self._listing(partition)}
-        n = need(spec.slurm, jobs, nodes, now, servers)
+        n = need(spec.slurm, jobs, nodes, now, servers, max_nodes=spec.max_units)
         fresh = [j for j in n.unfit_jobs if j not in self._reported]
         if fresh:
             self._reported.update(fresh)
             log.warning(
                 "partition %s: jobs %s ask more of a node than its shape has "
-                "(%g CPUs, %g MB): not counted",
+                "(%g CPUs, %g MB) or more nodes than its most (%d): not counted",
                 partition,
                 fresh,
                 spec.slurm.shape.cpus,
                 spec.slurm.shape.memory_mb,
+                spec.max_units,
             )
         target = min(spec.max_units, max(spec.min_target_units, n.target))
         return Demand(

@@ -6,6 +6,7 @@ tool and the field: sco never guesses at demand from output it cannot read.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -78,12 +79,22 @@ class SlurmNode:
         return Size(self.cpus - self.alloc_cpus, self.memory_mb - self.alloc_memory_mb)
 
 
+# Slurm prints no integer wider than 64 bits; a wider one is not Slurm's (and not a float).
+_INT_LIMIT = 2**64
+
+
 def _get(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in doc:
         raise SlurmBadOutput(f"{where}: no {key!r}")
     value = doc[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise SlurmBadOutput(f"{where}: {key!r} is {type(value).__name__}, not the kind expected")
+    return _in_range(value, key, where)
+
+
+def _in_range(value: Any, key: str, where: str) -> Any:
+    if isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT:
+        raise SlurmBadOutput(f"{where}: {key!r} is out of range ({len(str(value))} digits)")
     return value
 
 
@@ -96,11 +107,48 @@ def _list(doc: Any, key: str, where: str) -> list[dict[str, Any]]:
             raise SlurmBadOutput(f"{where}: {key}[{k}] is not an object")
     errors = doc.get("errors") or []
     if errors:
-        raise SlurmBadOutput(f"{where}: the tool reported errors: {errors[:1]}")
+        first = errors[0] if isinstance(errors, list) else errors
+        raise SlurmBadOutput(f"{where}: the tool reported errors: {str(first)[:200]}")
     return items
 
 
-_TRES = re.compile(r"(\w+)=([0-9.]+)([KMGT]?)")
+# Optional fields: absent or null is the default; any other type is an error naming it.
+
+
+def _opt(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+        raise SlurmBadOutput(f"{where}: {key!r} is {type(value).__name__}, not the kind expected")
+    return _in_range(value, key, where)
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _opt_int(doc: dict[str, Any], key: str, where: str) -> int:
+    return int(_opt(doc, key, int, where) or 0)
+
+
+def _opt_time(doc: dict[str, Any], key: str, where: str) -> float:
+    """A time in seconds since the epoch (an integer in Slurm's JSON); 0 when unset."""
+    return float(_opt(doc, key, int, where) or 0)
+
+
+def _opt_str(doc: dict[str, Any], key: str, where: str) -> str:
+    return str(_opt(doc, key, str, where) or "")
+
+
+def _opt_strings(doc: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    items = _opt(doc, key, list, where) or []
+    if not all(isinstance(i, str) for i in items):
+        raise SlurmBadOutput(f"{where}: {key!r} is not a list of strings")
+    return tuple(items)
+
+
+_TRES = re.compile(r"(\w+)=([0-9]+(?:\.[0-9]+)?)([KMGT]?)")
 _UNIT_MB = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024}
 
 
@@ -121,7 +169,8 @@ def _gres(text: str) -> dict[str, int]:
             fields = fields[1:]
         if not fields:
             continue
-        count = fields[-1] if len(fields) > 1 and fields[-1].isdigit() else "1"
+        last = fields[-1]
+        count = last if len(fields) > 1 and last.isascii() and last.isdigit() else "1"
         out[fields[0]] = out.get(fields[0], 0) + int(count)
     return out
 
@@ -139,35 +188,36 @@ def parse_jobs(doc: Any, where: str) -> list[Job]:
             continue
         node_count = max(1, int(_get(j, "node_count", int, at)))
         cpus = float(_get(j, "cpus", int, at))
-        tres = _tres(str(j.get("tres_req_str") or ""))
+        tres = _tres(_opt_str(j, "tres_req_str", at))
         memory = tres.get("mem", 0.0)
         per_node_mem = j.get("memory_per_node")
         if isinstance(per_node_mem, int) and not isinstance(per_node_mem, bool):
-            memory = float(per_node_mem) * node_count
+            memory = float(_in_range(per_node_mem, "memory_per_node", at)) * node_count
+        if not math.isfinite(memory):
+            raise SlurmBadOutput(f"{at}: 'tres_req_str' has a memory of no finite size")
         limit = j.get("time_limit")
-        end = j.get("end_time")
+        end = _opt_time(j, "end_time", at)
         running = _get(j, "job_state", str, at) != "PENDING"
-        resources = j.get("job_resources") or {}
+        resources = _opt(j, "job_resources", dict, at) or {}
+        allocated = _opt(resources, "allocated_nodes", list, f"{at}.job_resources") or []
         nodes = tuple(
-            str(n.get("nodename"))
-            for n in (resources.get("allocated_nodes") or [])
-            if isinstance(n, dict) and n.get("nodename")
+            str(n.get("nodename")) for n in allocated if isinstance(n, dict) and n.get("nodename")
         )
         jobs.append(
             Job(
                 job_id=int(_get(j, "job_id", int, at)),
                 state=str(j["job_state"]),
-                reason=str(j.get("state_reason") or ""),
+                reason=_opt_str(j, "state_reason", at),
                 partition=str(_get(j, "partition", str, at)),
                 node_count=node_count,
                 per_node=Size(
                     cpus / node_count,
                     memory / node_count,
-                    _gres(str(j.get("tres_per_node") or "")),
+                    _gres(_opt_str(j, "tres_per_node", at)),
                 ),
-                features=str(j.get("features") or ""),
+                features=_opt_str(j, "features", at),
                 requeue=bool(j.get("requeue", True)),
-                end_time=float(end) if running and isinstance(limit, int) and end else None,
+                end_time=end if running and isinstance(limit, int) and end else None,
                 nodes=nodes,
             )
         )
@@ -178,21 +228,22 @@ def parse_nodes(doc: Any, where: str) -> list[SlurmNode]:
     nodes: list[SlurmNode] = []
     for k, n in enumerate(_list(doc, "nodes", where)):
         at = f"{where}: nodes[{k}]"
-        features = str(n.get("active_features") or n.get("features") or "")
+        features = _opt_str(n, "active_features", at) or _opt_str(n, "features", at)
+        started = _opt_time(n, "slurmd_start_time", at)
         nodes.append(
             SlurmNode(
                 name=str(_get(n, "name", str, at)),
                 state=str(_get(n, "state", str, at)).lower(),
-                flags=frozenset(str(f) for f in n.get("state_flags") or []),
+                flags=frozenset(_opt_strings(n, "state_flags", at)),
                 features=frozenset(f for f in features.split(",") if f),
-                reason=str(n.get("reason") or ""),
+                reason=_opt_str(n, "reason", at),
                 cpus=int(_get(n, "cpus", int, at)),
-                alloc_cpus=int(n.get("alloc_cpus") or 0),
-                memory_mb=int(n.get("real_memory") or 0),
-                alloc_memory_mb=int(n.get("alloc_memory") or 0),
-                partitions=tuple(str(p) for p in n.get("partitions") or []),
-                last_busy=float(n.get("last_busy") or 0),
-                registered_at=float(n["slurmd_start_time"]) if n.get("slurmd_start_time") else None,
+                alloc_cpus=_opt_int(n, "alloc_cpus", at),
+                memory_mb=_opt_int(n, "real_memory", at),
+                alloc_memory_mb=_opt_int(n, "alloc_memory", at),
+                partitions=_opt_strings(n, "partitions", at),
+                last_busy=_opt_time(n, "last_busy", at),
+                registered_at=started or None,
             )
         )
     return nodes

@@ -249,6 +249,7 @@ def _kept(views: Any, partition: str | None) -> bool:
 def check_cloud(cloud: Mapping[tuple[str, str], Answer], judge: Judge) -> None:
     provider = _provider(cloud)
     clear = (ProviderError,)
+
     def discover() -> bool:
         provider.discover()
         return True

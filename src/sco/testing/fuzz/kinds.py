@@ -5,6 +5,7 @@ from __future__ import annotations
 from sco.testing.fuzz import AppHooks, Target
 from sco.testing.fuzz.cloud import cloud_target
 from sco.testing.fuzz.files import config_target, demand_target, region_target, traces_target
+from sco.testing.fuzz.schedulers import kube_target, slurm_target
 from sco.testing.fuzz.streams import events_target
 
 
@@ -16,4 +17,6 @@ def targets(hooks: AppHooks) -> list[Target]:
         traces_target(),
         events_target(),
         cloud_target(),
+        slurm_target(),
+        kube_target(),
     ]

@@ -14,7 +14,7 @@ packing needs, proven by HiGHS on the exact integer program of the packing
 (`optimum_bound`, computed apart from the intake and not timed); beside it,
 `units_lower_bound_sums` is what the resource sums alone demand (`lower_bound`).
 
-    .venv/bin/python bench/kubernetes.py [--pods 10000] [--nodes 2000] [--seed 0]
+    .venv/bin/python bench/kube_intake.py [--pods 10000] [--nodes 2000] [--seed 0]
 """
 
 from __future__ import annotations
