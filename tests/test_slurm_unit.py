@@ -5,6 +5,7 @@ the floor keeper honouring work that asks for guaranteed capacity. The daemons: 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 from typing import Any
@@ -441,7 +442,7 @@ def test_a_node_field_of_another_kind_is_named(field: str, value: Any, said: str
 
 
 def test_errors_of_any_shape_are_reported() -> None:
-    with pytest.raises(SlurmBadOutput, match="reported errors: {'error': 'x'}"):
+    with pytest.raises(SlurmBadOutput, match=re.escape("reported errors: {'error': 'x'}")):
         parse_nodes({"nodes": [], "errors": {"error": "x"}}, "sinfo")
 
 
