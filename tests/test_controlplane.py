@@ -240,6 +240,34 @@ def test_config_file_that_is_not_there_or_not_yaml(tmp_path: Path) -> None:
         load(bad)
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("0:\n  00:00: 3\n", "section 0 is not a name"),
+        ("2024-01-01: x\n", "section 2024-01-01 is not a name"),
+        ("state:\n  1: x\n", r"state\[1\]: Keys should be strings"),
+        (b"\xff\xfe: 1\n", "not UTF-8 text"),
+        ("[" * 3000 + "]" * 3000, "not YAML"),
+        ("a: !!float ''\n", "not YAML"),
+    ],
+)
+def test_config_files_fuzzing_found(tmp_path: Path, text: str | bytes, said: str) -> None:
+    """Regressions from bench/fuzz.py (issue 17): a top-level key YAML reads as a
+    number or a date was a TypeError ("keywords must be strings") and a traceback;
+    bytes that are not UTF-8, nesting past the parser's recursion and a malformed
+    scalar were tracebacks too. Each is now one line and exit status 2."""
+    bad = tmp_path / "sco.yaml"
+    if isinstance(text, bytes):
+        bad.write_bytes(text)
+    else:
+        bad.write_text(text)
+    out = sco("config", "check", bad)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert re.search(said, out.stderr), out.stderr
+    assert out.stderr.startswith("sco: error: ")
+
+
 # ---------------------------------------------------------------- a simulated region
 
 

@@ -443,7 +443,12 @@ def create_app(
             metrics.waiting.dec()
             feed.unregister(row.instance_id, ev)
 
-    @app.post("/v1/contract/ack", response_model=AckOut, responses={401: {}, 409: {}, 429: {}})
+    # 400: a body that is not text at all (bytes that are not UTF-8), which FastAPI
+    # refuses before validation; found by bench/fuzz.py (schemathesis) undocumented.
+    unreadable = {"description": "The body cannot be read: not UTF-8 JSON."}
+    acks: dict[int | str, dict[str, Any]] = {400: unreadable, 401: {}, 409: {}, 429: {}}
+
+    @app.post("/v1/contract/ack", response_model=AckOut, responses=acks)
     async def ack(
         request: Request,
         answer: Ack,

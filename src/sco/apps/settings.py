@@ -525,6 +525,10 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise SettingsError(f"{path}: must be a mapping of sections (state, events, ...)")
+    for key in raw:
+        if not isinstance(key, str):
+            # YAML 1.1 reads some bare keys as numbers or dates (00:00 is 0, 1_0 is 10).
+            raise SettingsError(f"{path}: section {key} is not a name (quote it if it is one)")
     return raw
 
 

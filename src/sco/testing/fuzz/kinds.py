@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sco.testing.fuzz import AppHooks, Target
+from sco.testing.fuzz.api import api_target
 from sco.testing.fuzz.cloud import cloud_target
 from sco.testing.fuzz.files import config_target, demand_target, region_target, traces_target
 from sco.testing.fuzz.schedulers import kube_target, slurm_target
@@ -19,4 +20,5 @@ def targets(hooks: AppHooks) -> list[Target]:
         cloud_target(),
         slurm_target(),
         kube_target(),
+        api_target(hooks),
     ]
