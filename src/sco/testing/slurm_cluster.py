@@ -254,9 +254,17 @@ class SlurmCluster:
 
     def restart_ctld(self) -> None:
         """slurmctld stopped (SIGTERM) and started again on its saved state."""
+        self.stop_ctld(signal.SIGTERM)
+        self.start_ctld()
+
+    def stop_ctld(self, sig: int = signal.SIGTERM) -> None:
+        """slurmctld stopped with `sig` (SIGKILL: a crash); the nodes' slurmd go on."""
         if self._ctld is not None:
-            self._ctld.send_signal(signal.SIGTERM)
+            self._ctld.send_signal(sig)
             self._ctld.wait(timeout=30)
+
+    def start_ctld(self) -> None:
+        """slurmctld started on its saved state; returns once it answers."""
         self._start_ctld()
 
     def stop(self) -> None:
