@@ -6,9 +6,10 @@ Scenarios (each starts the services it needs and stops them):
   down, the broker down for 60 s, chDB unavailable, 2 s of clock skew between
   replicas, the database unreachable for 30 s, the PostgreSQL primary lost
   (sco.testing.faults.controlplane says how each is measured);
-- the scenarios in sco.testing.faults' other modules, where present: slurmctld
-  restarted, a distributor replica killed, OpenBao unreachable at credential
-  refresh, a full disk under the embedded SQLite state.
+- the scenarios in sco.testing.faults' other modules: slurmctld restarted, a
+  distributor replica killed, OpenBao unreachable at credential refresh, a full
+  disk under the embedded SQLite state (slurm, openbao and disk share one Nova
+  test stack).
 
 Prints one JSON line per fault, then the total:
 {"faults", "lost_transitions", "lost_events", "duplicate_creates", "leaked_servers",
@@ -20,15 +21,21 @@ Prints one JSON line per fault, then the total:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import inspect
 import json
-import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from sco.testing.faults import FaultResult, total
+from sco.testing.faults.watch import HALLS, SLOTS
+from sco.testing.openstack_stack import NovaStack
+from sco.testing.services import stop_on_signals
 
 SCENARIOS = ("controlplane", "slurm", "distributor", "openbao", "disk")
+SHARED_PORT = 19740  # the Nova stack slurm, openbao and disk share
 
 
 def main() -> None:
@@ -39,21 +46,28 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, help="keep every service's files and logs here")
     args = ap.parse_args()
     results: list[FaultResult] = []
-    for name in args.scenarios:
-        try:
+    with contextlib.ExitStack() as shared:
+        stack: NovaStack | None = None  # one Nova test stack for the scenarios that take one
+        for name in args.scenarios:
             module = importlib.import_module(f"sco.testing.faults.{name}")
-        except ModuleNotFoundError:
-            print(f"[bench/faults] no scenario {name} in this checkout", file=sys.stderr)
-            continue
-        kwargs = {"only": args.faults} if name == "controlplane" and args.faults else {}
-        with tempfile.TemporaryDirectory(prefix=f"sco-faults-{name}-") as tmp:
-            folder = args.workdir / name if args.workdir else Path(tmp)
-            folder.mkdir(parents=True, exist_ok=True)
-            for result in module.run(folder, short=args.short, **kwargs):
-                results.append(result)
-                print(json.dumps(result.as_dict(), sort_keys=True), flush=True)
+            kwargs: dict[str, Any] = {}
+            if name == "controlplane" and args.faults:
+                kwargs["only"] = args.faults
+            if "stack" in inspect.signature(module.run).parameters:
+                if stack is None:
+                    tmp = Path(shared.enter_context(tempfile.TemporaryDirectory()))
+                    stack = NovaStack(tmp / "nova", SHARED_PORT, HALLS, SLOTS).up()
+                    shared.callback(stack.down)
+                kwargs["stack"] = stack
+            with tempfile.TemporaryDirectory(prefix=f"sco-faults-{name}-") as tmp:
+                folder = args.workdir / name if args.workdir else Path(tmp)
+                folder.mkdir(parents=True, exist_ok=True)
+                for result in module.run(folder, short=args.short, **kwargs):
+                    results.append(result)
+                    print(json.dumps(result.as_dict(), sort_keys=True), flush=True)
     print(json.dumps(total(results), sort_keys=True))
 
 
 if __name__ == "__main__":
-    main()
+    with stop_on_signals():
+        main()

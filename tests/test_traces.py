@@ -111,3 +111,78 @@ def test_region_file_is_checked(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as e:
         load_traces(tmp_path)
     assert e.value.field == "halls"
+
+
+# ---------------------------------------------------------------- what fuzzing found
+# Regressions from bench/fuzz.py (issue 17): each of these files made the reader raise
+# something other than TraceError (ValueError from int("²"), OverflowError from a
+# float, csv.Error, UnicodeDecodeError, RecursionError, PyYAML's constructors' own
+# errors), or accept a trace whose times are not finite.
+
+CSV_HEAD = "date,availability\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "said"),
+    [
+        ("a.csv", CSV_HEAD + "2023-02-15 22:08:16,²\n", "not a count"),
+        ("a.csv", CSV_HEAD + "2023-02-15 22:08:16+25:00,1\n", "not a timestamp"),
+        ("a.csv", CSV_HEAD + '"' + "x" * 200_000 + '",1\n', "csv"),
+        ("a.csv", b"date,availability\n\xff\xfe,1\n", "not UTF-8"),
+        ("a.json", '{"metadata": {"gap_seconds": 1e400}, "data": [1, 2]}', "gap_seconds"),
+        ("a.json", '{"metadata": {"gap_seconds": NaN}, "data": [1, 2]}', "gap_seconds"),
+        ("a.json", '{"metadata": {"gap_seconds": 60}, "data": [1e400]}', "whole number"),
+        ("a.json", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("a.json", '{"metadata": {"gap_seconds": 1e308}, "data": [1, 2, 3]}', "finite"),
+    ],
+)
+def test_unreadable_traces_are_trace_errors(
+    tmp_path: Path, name: str, data: str | bytes, said: str
+) -> None:
+    path = tmp_path / name
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data)
+    with pytest.raises(TraceError, match=said):
+        load_traces(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("guaranteed_price_per_h: !!float ''\n", "a value cannot be read"),
+        ("halls: 2024-02-30\n", "a value cannot be read"),
+        ("halls: !!bool x\n", "a value cannot be read"),
+        ("halls: " + "1" * 5000 + "\n", "a value cannot be read"),
+    ],
+)
+def test_an_unreadable_sim_region_file_is_a_trace_error(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    write_json_trace(tmp_path, "a", [1, 2, 3])
+    (tmp_path / "region.yaml").write_text(text)
+    with pytest.raises(TraceError, match=said):
+        load_traces(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b"\xff: 1\n", "not UTF-8"),
+        (b"- " * 3000 + b"x\n", "nested too deeply"),
+        (b"partitions: !!float ''\n", "a value cannot be read"),
+    ],
+)
+def test_unreadable_region_and_demand_files_are_their_errors(
+    tmp_path: Path, data: bytes, said: str
+) -> None:
+    from sco.adapters.demandfile.intake import DemandFileError, read_demand_file
+    from sco.adapters.openstack.config import RegionFileError, load_region
+
+    path = tmp_path / "f.yaml"
+    path.write_bytes(data)
+    with pytest.raises(RegionFileError, match=said):
+        load_region(path)
+    with pytest.raises(DemandFileError, match=said):
+        read_demand_file(path, "r1")

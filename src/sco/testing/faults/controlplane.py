@@ -34,6 +34,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -69,7 +70,6 @@ PARTITIONS = 6
 TARGET = 2
 STALL_S = 30.0
 LEASE_TTL_S = 15.0
-FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 _SERIES = re.compile(
     r'^(sco_cycle_seconds_count|sco_partition_degraded)\{partition="([^"]+)"\} (.*)$'
 )
@@ -399,7 +399,11 @@ def clock_skew(hold_s: float) -> Fault:
         a, b = REPLICAS
         w.run.stop(b)
         # Wall clock only: a faked monotonic clock hangs Python's timed waits.
-        skewed = {"LD_PRELOAD": FAKETIME, "FAKETIME": "+2s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+        skewed = {
+            "LD_PRELOAD": faketime_library(),
+            "FAKETIME": "+2s",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
         w.start_replica(b, env=skewed)
         wait_for(lambda: _leaders(w) == {a, b}, 60, "both replicas leading")
         killed = time.time()
@@ -413,6 +417,19 @@ def clock_skew(hold_s: float) -> Fault:
         return killed
 
     return Fault("clock_skew_2s_and_a_replica_lost", inject)
+
+
+def faketime_library() -> str:
+    """libfaketime's path, installed from Debian if it is not (scripts/faults)."""
+    from sco.testing.openstack_stack import ROOT
+
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "faults" / "install.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
 
 
 def db_unreachable(hold_s: float) -> Fault:
