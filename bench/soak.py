@@ -3,9 +3,9 @@
 Starts a two-node Patroni cluster (synchronous replication), a Kafka-protocol
 broker (tansu) and the Nova test stack (three halls of two fake computes, four
 spot slots each), then, from one sco.yaml, three `sco run` replicas, `sco
-watch`, `sco history load` (chDB) and `sco score --every 60s`. Six partitions of
-target 2 (floor 1) cycle every 2 s (policy.interval_s); leases live 15 s
-(leases.ttl_s). Once the fleet is at target, for `--minutes`:
+watch` and `sco history load --score-every 60s` (chDB, which one process holds).
+Six partitions of target 2 (floor 1) cycle every 2 s (policy.interval_s); leases
+live 15 s (leases.ttl_s). Once the fleet is at target, for `--minutes`:
 
 - every `--kill-every-s` a replica is killed with SIGKILL, and a new one (a new
   name: a restarted process is a new replica) starts `--restart-after-s` later,
@@ -39,7 +39,7 @@ Measures:
   sample / RSS at its first sample after `--warmup-s` (300) of its life, - 1.
   Processes that lived `--warmup-s` + 300 s or more are reported (restarted
   replicas from their own start); `memory_growth_max` is over the processes
-  that lived through the whole run (the first replica, watch, history, score).
+  that lived through the whole run (the first replica, watch, history).
   Target <= 5 %.
 - handover_s: per SIGTERM, for each partition the stopped replica held, from
   the SIGTERM to another replica holding it (leases table, polled every 50 ms).
@@ -478,9 +478,7 @@ class Soak:
         month_s = 30 * 86400
         leaderless_month_s = len(FIRST) * 30 * mean * share
         growth = self.memory.growth(self.args.warmup_s, self.args.measure_s)
-        full = [
-            g["growth_pct"] for n, g in growth.items() if n in (SPARED, "watch", "history", "score")
-        ]
+        full = [g["growth_pct"] for n, g in growth.items() if n in (SPARED, "watch", "history")]
         fo = self.failover
         fo_gaps = (
             {p: _r(self.cycles.leaderless_s(p, fo["at"])) for p in sorted(self.cycles.done)}
@@ -596,7 +594,8 @@ def measure(
     run = ControlPlaneRun(folder / "cp", config, dict(os.environ))
     soak: Soak | None = None
     try:
-        start_control_plane(run, score_every="60s", replicas=FIRST)
+        # chDB history: the scorer in the loader, as the README says to run them.
+        start_control_plane(run, score_every="60s", replicas=FIRST, scorer_in_loader=True)
         soak = Soak(run, stack, cluster, url, args)
         wait_for(soak.at_target, 600, f"{soak.want} spot servers ready", every_s=1.0)
         log(f"{soak.want} spot servers ready; soaking for {args.minutes:g} min")

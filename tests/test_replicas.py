@@ -324,3 +324,42 @@ def test_a_cycle_failing_the_same_way_logs_its_traceback_once(
     assert len(again) == failures - 1
     assert again[-1].startswith(f"partition p0: cycle failed again ({failures} in a row)")
     assert "cycles succeed again after 4 failed" in caplog.text
+
+
+def test_a_dead_replicas_leases_are_all_taken_at_their_expiry(
+    tmp_path: Path, fleet_url: str
+) -> None:
+    """Soak (issue 17): a replica killed with SIGKILL left its partitions leaderless up
+    to 2.4 s past the lease TTL: the replica with room took one lease per controller it
+    built (a second lease waited for the first controller), and looked only at its
+    next tend interval. Now it takes every lease it may before building controllers,
+    and its next tend is at the first expiry of a lease held elsewhere."""
+    c = Cluster(tmp_path, fleet_url)
+    for name in ("r1", "r2", "r3"):
+        c.start(name)
+    c.step(60, ["r1", "r2", "r3"])
+    r1, r3 = c.replicas["r1"], c.replicas["r3"]
+    orphaned = set(r3.held)
+    assert len(orphaned) == 2
+    expiry = max(r3.held[p].expires_at for p in orphaned)
+    r1.leases.forget_replica("r2")  # r2 and r3 both gone: r1 has room for all six
+    c.replicas["r2"].shutdown()
+    r1.tend_leases()
+    # Not yet expired: r1 knows when to look again.
+    assert r1._until_next_tend() == pytest.approx(min(1.0, expiry - c.clock.now() + 0.01))
+    built: list[str] = []
+    kit_controller = r1._kit.controller
+
+    def controller(partition):  # type: ignore[no-untyped-def]
+        # When each controller is built, every lease taken this round is already held.
+        built.append(partition.name)
+        assert orphaned <= set(r1.held), (partition.name, set(r1.held))
+        return kit_controller(partition)
+
+    r1._kit.controller = controller  # type: ignore[method-assign]
+    c.clock.set(expiry + 0.01)
+    r1.leases.forget_replica("r3")
+    r1.tend_leases()
+    assert orphaned <= set(r1.held)
+    assert orphaned <= set(built)
+    assert r1._until_next_tend() == 1.0  # nothing held elsewhere now

@@ -222,16 +222,28 @@ def history() -> None:
 @click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
 @click.option("--history", "url", default=None, help="Pool history: chdb://PATH or http://...")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="http.history_port.")
-def history_load(config: Path | None, state: str | None, url: str | None, port: int | None) -> None:
+@click.option(
+    "--score-every",
+    default=None,
+    help="Also score pools this often (5m), in this process: on chDB, instead of `sco score "
+    "--every` (one process holds the engine).",
+)
+def history_load(
+    config: Path | None, state: str | None, url: str | None, port: int | None,
+    score_every: str | None,
+) -> None:  # fmt: skip
     """Load the event log into pool history, continuously and idempotently (an event
     loaded twice counts once)."""
     from sco.apps.signals import load_history
 
+    every_s = parse_duration(score_every, "--score-every") if score_every else None
+    if every_s is not None and every_s <= 0:
+        raise BadInput("--score-every: must be > 0")
     settings = _settings(
         config, {"state.url": _state(state), "history.url": url, "http.history_port": port}
     )
     with _start_errors():
-        load_history(settings, _verbose())
+        load_history(settings, _verbose(), every_s)
 
 
 # ---------------------------------------------------------------- operators

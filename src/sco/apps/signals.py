@@ -129,11 +129,13 @@ def watch(settings: Settings, verbose: int = 0) -> None:
         store.close()
 
 
-def load_history(settings: Settings, verbose: int = 0) -> None:
-    """The history loader, until stopped: the event log into pool history."""
+def load_history(settings: Settings, verbose: int = 0, score_every_s: float | None = None) -> None:
+    """The history loader, until stopped: the event log into pool history; with
+    `score_every_s`, the scorer too, on the same pool history (on chDB, the one
+    process that opens the engine)."""
     store = open_store(settings)
     events = open_events(settings, store)
-    history = open_history(settings)
+    history = open_history(settings, hold=True)
     try:
         with process("history-load", settings, settings.http.history_port, verbose) as proc:
             loaded = Counter(
@@ -147,12 +149,14 @@ def load_history(settings: Settings, verbose: int = 0) -> None:
             loader = HistoryLoader(events.log, history)
             progress = Progress()
             proc.checks(progress.live, progress.ready)
+            scoring = _Scoring(proc, settings, store, history, score_every_s)
 
             def step() -> int:
                 before = loader.parked
                 n = loader.poll(10_000)
                 loaded.inc(n)
                 parked.inc(loader.parked - before)
+                scoring.when_due()
                 return n
 
             click.echo(
@@ -166,11 +170,42 @@ def load_history(settings: Settings, verbose: int = 0) -> None:
         store.close()
 
 
+class _Scoring:
+    """The scorer inside the history loader (`--score-every`): a pass when one is due,
+    between loads; a failed pass is counted and logged, and the loader goes on."""
+
+    def __init__(
+        self, proc: Process, settings: Settings, store: Any, history: Any, every_s: float | None
+    ) -> None:
+        self.settings, self.store, self.history, self.every_s = settings, store, history, every_s
+        self.next_at = time.monotonic()
+        self.runs = Counter(
+            "sco_score_runs", "Scoring passes.", ["outcome"], registry=proc.registry
+        )
+        self.generation = Gauge(
+            "sco_score_generation", "The last score generation written.", registry=proc.registry
+        )
+
+    def when_due(self) -> None:
+        if self.every_s is None or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.every_s
+        try:
+            gen = _score_once(self.settings, self.store, self.history)
+        except StartError as e:
+            self.runs.labels("failed").inc()
+            log.warning("score: %s; next pass in %.0fs", e, self.every_s)
+            return
+        self.runs.labels("ok").inc()
+        self.generation.set(gen)
+
+
 def score(settings: Settings, every_s: float | None, verbose: int = 0) -> int:
     """Score pools from history into a new generation in fleet state: once, or every
     `every_s` until stopped. Returns the generations written; raises StartError when
     a one-shot pass cannot read history."""
     store = open_store(settings)
+    history: Any = None  # every pass's, when looping (on chDB, held between passes)
     try:
         with process(
             "score", settings, settings.http.score_port if every_s else 0, verbose
@@ -186,7 +221,9 @@ def score(settings: Settings, every_s: float | None, verbose: int = 0) -> int:
             written = 0
             while True:
                 try:
-                    n = _score_once(settings, store)
+                    if every_s is not None and history is None:
+                        history = open_history(settings, hold=True)
+                    n = _score_once(settings, store, history)
                 except StartError as e:
                     runs.labels("failed").inc()
                     progress.failed(e)
@@ -201,21 +238,27 @@ def score(settings: Settings, every_s: float | None, verbose: int = 0) -> int:
                 if every_s is None or proc.stop.wait(every_s):
                     return written
     finally:
+        if history is not None:
+            history.close()
         store.close()
 
 
-def _score_once(settings: Settings, store: Any) -> int:
+def _score_once(settings: Settings, store: Any, history: Any = None) -> int:
+    """One pass, on `history` (None: pool history opened for the pass and closed)."""
     pools = {p.id: p for p in _pools(store)}
     if not pools:
         raise StartError("fleet state has no pools yet: start `sco run` first")
-    history = open_history(settings)
+    own = history is None
+    if own:
+        history = open_history(settings)
     try:
         try:
             scores = score_now(history, store, pools, SystemClock().now(), settings.policy.scorer)
         except Exception as e:
             raise StartError(f"history.url: cannot read pool history: {type(e).__name__}") from e
     finally:
-        history.close()
+        if own:
+            history.close()
     gen = scores[0].generation if scores else 0
     best = sorted(scores, key=lambda s: -s.value)[:3]
     click.echo(

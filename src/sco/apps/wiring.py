@@ -117,8 +117,9 @@ def _regions(settings: Settings, store: SqlFleetStore) -> list[str] | None:
     return regions or None
 
 
-def open_history(settings: Settings) -> Any:
-    """Pool history in ClickHouse or chDB (`sco.adapters.clickhouse.ClickHouseHistory`)."""
+def open_history(settings: Settings, hold: bool = False) -> Any:
+    """Pool history in ClickHouse or chDB (`sco.adapters.clickhouse.ClickHouseHistory`);
+    `hold`: a long-running process keeps chDB open between calls."""
     try:
         from sco.adapters.clickhouse.history import ClickHouseHistory, HistoryUnavailable
     except ModuleNotFoundError:
@@ -130,6 +131,7 @@ def open_history(settings: Settings) -> Any:
             h.database,
             h.username,
             h.password.get_secret_value() if h.password else None,
+            hold=hold,
         )
     except HistoryUnavailable as e:
         raise StartError(f"history.url: cannot reach pool history: {e}") from None
@@ -396,10 +398,9 @@ def _scheduler_figures(p: PartitionSettings, region: str) -> tuple[Any, int, int
 
 def _kube_client(name: str, c: KubernetesClusterSettings) -> Any:
     """A `CoreV1Api` for the cluster, once it has answered a list of nodes and of pods."""
+    from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
-
-    from kubernetes import client, config
 
     cfg = client.Configuration()
     where = f"kubernetes.{name}"

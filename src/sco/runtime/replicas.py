@@ -154,6 +154,7 @@ class ReplicaRunner:
         self._tended_at = time.monotonic()
         self._tend_ok = False
         self._unreachable_since: float | None = None  # monotonic; None while it answers
+        self._next_expiry: float | None = None  # when a lease held elsewhere expires
 
     @property
     def signals(self) -> FleetSignals:
@@ -230,24 +231,56 @@ class ReplicaRunner:
             self.leases.release(lease)
 
     def _take(self, share: int, now: float) -> None:
+        """Up to the fair share of free leases: every lease first, then a controller for
+        each (building one takes a while: a second lease must not wait for it)."""
         free = [p for p in self.partitions if p not in self.held]
+        taken: list[tuple[str, Lease]] = []
+        held_elsewhere = False
         for name in sorted(free, key=lambda p: _spread(self.config.name, p)):
             if len(self.held) >= share:
-                return
+                break
             if self.loops.busy(name):
                 continue  # its last controller is finishing a cycle: not two at once
             lease = self.leases.acquire(name, self.config.name, self.config.lease_ttl_s, now)
             if lease is None:
+                held_elsewhere = True
                 continue
             # With leases kept elsewhere (Kubernetes) the database learns the token here.
             self.store.raise_fence(name, lease.token)
-            controller = self._kit.controller(self.partitions[name])
             with self._lock:
                 self.held[name] = lease
+            taken.append((name, lease))
+        # Room left, and leases held elsewhere: look again when the first of them
+        # expires (a dead replica's), not a tend interval later.
+        self._next_expiry = self._expiry_of_others() if held_elsewhere else None
+        for name, lease in taken:
+            controller = self._kit.controller(self.partitions[name])
+            with self._lock:
                 self.controllers[name] = controller
             self._note(name, "acquired", lease.token)
             if self._threads:
                 self.loops.start(name, controller)
+
+    def _expiry_of_others(self) -> float | None:
+        """When the first lease of one of this replica's partitions held by another
+        replica expires, if it is in the future."""
+        now = self.clock.now()
+        times = [
+            lease.expires_at
+            for lease in self.leases.leases()
+            if lease.partition in self.partitions
+            and lease.holder != self.config.name
+            and lease.expires_at >= now
+        ]
+        return min(times, default=None)
+
+    def _until_next_tend(self) -> float:
+        """A tend interval, or less: until just after the next lease that may become
+        free expires."""
+        every = self.config.lease_every_s
+        if self._next_expiry is None:
+            return every
+        return min(every, max(0.0, self._next_expiry - self.clock.now()) + 0.01)
 
     def _drop(self, name: str, why: str) -> None:
         with self._lock:
@@ -306,7 +339,7 @@ class ReplicaRunner:
         if self.pump is not None:
             self.pump.start()
         try:
-            while not stop.wait(self.config.lease_every_s):
+            while not stop.wait(self._until_next_tend()):
                 try:
                     self.tend_leases()
                 except Exception:

@@ -228,20 +228,28 @@ REPLICAS = ("ra", "rb")
 
 
 def start_control_plane(
-    run: ControlPlaneRun, score_every: str, replicas: Sequence[str] = REPLICAS
+    run: ControlPlaneRun,
+    score_every: str,
+    replicas: Sequence[str] = REPLICAS,
+    scorer_in_loader: bool = False,
 ) -> None:
     """`sco run` replicas (two unless named), `sco watch`, `sco history load` and `sco
-    score --every`, each serving /metrics on a free port."""
+    score --every`, each serving /metrics on a free port; `scorer_in_loader`: `sco
+    history load --score-every` instead of a scorer of its own (chDB, for good)."""
     from sco.testing.kafka_broker import free_port
 
     for name in replicas:
         port = free_port()
         run.start(name, "run", "--replica", name, "--metrics-port", str(port), port=port)
-    for name, args in (
-        ("watch", ["watch"]),
-        ("history", ["history", "load"]),
-        ("score", ["score", "--every", score_every]),
-    ):
+    processes = [("watch", ["watch"])]
+    if scorer_in_loader:
+        processes.append(("history", ["history", "load", "--score-every", score_every]))
+    else:
+        processes += [
+            ("history", ["history", "load"]),
+            ("score", ["score", "--every", score_every]),
+        ]
+    for name, args in processes:
         port = free_port()
         run.start(name, *args, "--port", str(port), port=port)
 

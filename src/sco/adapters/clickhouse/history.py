@@ -6,20 +6,28 @@ keyed by (pool, at, event_id), read with FINAL, so loading an event twice
 counts it once.
 
 chDB is an engine inside the process that opens it, and one process at a
-time may open a folder. The history loader and the scorer are separate
-processes, so on chDB every call opens the engine, works and closes it,
-under an exclusive lock on `<folder>.lock` (about 40 ms a call): the two
-take turns. Several histories in one process share a folder through separate
-databases. A ClickHouse server keeps one client.
+time may open a folder: processes take turns under an exclusive lock on
+`<folder>.lock`. Each opening of the engine on a folder with tables costs about
+1.3 MB that closing it does not give back (chDB 4.4), so a long-running process
+holds the engine open (`hold`): it hands the folder over only when another
+process asks for it (an exclusive lock on `<folder>.want`, taken while waiting),
+between two of its calls, and opens it again at its next call. A one-shot
+process (`hold=False`) opens and closes the engine for each call, about 40 ms.
+On chDB, the scorer belongs in the loader's process (`sco history load
+--score-every`): then nothing changes hands and memory stays flat. Several
+histories in one process share a folder through separate databases. A
+ClickHouse server keeps one client.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sco.decide.scorer import PoolStats
 from sco.domain.events import RECLAIM_KINDS, LifecycleEvent
@@ -37,6 +45,9 @@ _COLUMNS = [
     "value",
 ]
 _LEAVING = ("noticed", "draining", "terminating", "gone", "failed")
+HANDOFF_EVERY_S = 0.2  # how often a holder looks for another process waiting
+
+log = logging.getLogger(__name__)
 
 
 class HistoryUnavailable(Exception):
@@ -50,7 +61,10 @@ class ClickHouseHistory:
         database: str = "sco",
         username: str | None = None,
         password: str | None = None,
+        hold: bool = False,
     ) -> None:
+        """`hold`: on chDB, keep the engine open between calls (a long-running
+        process), handing the folder over when another process asks for it."""
         if not database.isidentifier():
             raise ValueError(f"database must be an identifier, got {database!r}")
         self.dsn = dsn
@@ -60,9 +74,16 @@ class ClickHouseHistory:
         }
         self._folder = dsn[len("chdb://") :] if dsn.startswith("chdb://") else None
         self._client: Any = None if self._folder is not None else self._connect()
+        self.hold = hold and self._folder is not None
+        self.opened = 0  # times this process opened the chDB engine
+        self._engine: _Engine | None = None  # chDB open in this process, its lock held
+        self._use = threading.Lock()
+        self._stop = threading.Event()
         with self._session() as client:
             client.command(f"CREATE DATABASE IF NOT EXISTS {database}")
             client.command(self._ddl())
+        if self.hold:
+            threading.Thread(target=self._hand_over, name="chdb-handoff", daemon=True).start()
 
     def _connect(self) -> Any:
         import clickhouse_connect  # heavy and optional: only when history is used
@@ -74,19 +95,56 @@ class ClickHouseHistory:
 
     @contextmanager
     def _session(self) -> Iterator[Any]:
-        """A client for one call: the server's, or chDB opened under the folder's lock."""
+        """A client for one call: the server's, or chDB (opened under the folder's lock
+        unless this process holds it already)."""
         if self._folder is None:
             yield self._client
             return
-        Path(self._folder).parent.mkdir(parents=True, exist_ok=True)
-        with open(f"{self._folder.rstrip('/')}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            client = self._connect()
+        with self._use:
+            if self._engine is None:
+                self._engine = self._open(self._folder)
             try:
-                yield client
+                yield self._engine.client
             finally:
-                client.close()
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                if not self.hold:
+                    self._shut()
+
+    def _open(self, folder: str) -> _Engine:
+        """Wait for the folder (saying so on `.want`, which a holder gives way to), then
+        open chDB on it."""
+        base = folder.rstrip("/")
+        Path(base).parent.mkdir(parents=True, exist_ok=True)
+        lock = open(f"{base}.lock", "a")  # noqa: SIM115 (held across calls: closed in _shut)
+        try:
+            with open(f"{base}.want", "a") as want:
+                fcntl.flock(want, fcntl.LOCK_EX)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            client = self._connect()
+        except BaseException:
+            lock.close()
+            raise
+        self.opened += 1
+        return _Engine(client, lock, f"{base}.want")
+
+    def _shut(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            try:
+                engine.client.close()
+            finally:
+                engine.lock.close()  # closing the file releases its lock
+
+    def _hand_over(self) -> None:
+        """While holding chDB: between calls, close it if another process waits."""
+        while not self._stop.wait(HANDOFF_EVERY_S):
+            if not self._use.acquire(blocking=False):
+                continue  # a call is under way
+            try:
+                if self._engine is not None and self._engine.wanted():
+                    log.debug("chDB %s: handed over to another process", self._folder)
+                    self._shut()
+            finally:
+                self._use.release()
 
     def _ddl(self) -> str:
         return f"""CREATE TABLE IF NOT EXISTS {self.table} (
@@ -102,6 +160,9 @@ class ClickHouseHistory:
             ) ENGINE = ReplacingMergeTree ORDER BY (pool, at, event_id)"""
 
     def close(self) -> None:
+        self._stop.set()
+        with self._use:
+            self._shut()
         if self._client is not None:
             self._client.close()
 
@@ -198,6 +259,25 @@ class ClickHouseHistory:
                 headroom_n=int(headroom_n),
             )
         return [PoolStats(pool, **fields) for pool, fields in sorted(stats.items())]
+
+
+class _Engine:
+    """chDB open in this process: its client, and the folder's lock (held while open)."""
+
+    def __init__(self, client: Any, lock: IO[str], want: str) -> None:
+        self.client = client
+        self.lock = lock
+        self.want = want
+
+    def wanted(self) -> bool:
+        """Whether another process is waiting for the folder (it holds `.want`)."""
+        with open(self.want, "a") as want:
+            try:
+                fcntl.flock(want, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(want, fcntl.LOCK_UN)
+            return False
 
 
 def _safe(dsn: str) -> str:
