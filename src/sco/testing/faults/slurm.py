@@ -14,7 +14,8 @@ slurmctld is killed (SIGKILL: a crash, its state as last saved), stays down 30 s
   cycle from the kill to the end of recovery (one partition's scheduler must not
   hold up another);
 - jobs_lost: submitted jobs neither queued, running nor completed afterwards
-  (slurmd keeps running jobs while slurmctld is away);
+  (slurmd keeps running jobs while slurmctld is away), and how soon after the
+  restart both are seen running again;
 - lost_transitions, duplicate_creates, leaked_servers: sco.testing.chaos.audit
   of fleet state against Nova; lost_events: committed events missing from the
   embedded event log;
@@ -169,6 +170,7 @@ def _fault(
         log(f"slurmctld killed; hpc holds {len(hpc_before)} servers")
         time.sleep(hold_s)
         hpc_during = _servers_of(stack, "hpc")
+        restart_at = time.time()
         cluster.start_ctld()
         up_at = time.time()
         log(f"slurmctld answering again after {up_at - down_at:.0f} s")
@@ -178,13 +180,20 @@ def _fault(
             return healthy if healthy is not None and at_target() else None
 
         recovered_at = float(wait_for(recovered, 180, "hpc cycling undegraded at target"))
+
+        def running_again() -> float | None:
+            queue = cluster.squeue()
+            return time.time() if all(queue.get(j) == "RUNNING" for j in jobs) else None
+
+        jobs_again_at = wait_for(running_again, 120, "the jobs running again", every_s=0.5)
         stop.set()
     finally:
         stop.set()
         watch.stop()
     queue = cluster.squeue()
     lost_jobs = [j for j in jobs if j not in queue and j not in cluster.completed()]
-    degraded_during = [bad for _, bad in watch.cycles("hpc", down_at + 2 * INTERVAL_S, up_at)]
+    # Cycles that ended while slurmctld was away (not the ones as it came back).
+    degraded_during = [bad for _, bad in watch.cycles("hpc", down_at + 2 * INTERVAL_S, restart_at)]
     stalled = watch.stalled(["web"], down_at, recovered_at, 3 * INTERVAL_S, ok_only=True)
     missing = missing_events(url, 30)
     found = settled_audit(url, lambda: stack.servers(tags="sco"))
@@ -205,7 +214,7 @@ def _fault(
             "hpc_cycles_while_down": len(degraded_during),
             "hpc_servers_lost_while_down": len(hpc_before - hpc_during),
             "jobs_lost": len(lost_jobs),
-            "jobs_running_after": sum(1 for j in jobs if queue.get(j) == "RUNNING"),
+            "jobs_running_again_s": round(float(jobs_again_at) - up_at, 1),
             "web_reclaims": len(reclaims),
             "stalled": stalled,
             "tracebacks": fault_log.count("Traceback"),
