@@ -15,8 +15,8 @@ demo: $(STAMP)
 	$(BIN)/sco demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check --no-cache src tests bench
+	$(BIN)/ruff format --no-cache --check src tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/sco
@@ -63,6 +63,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/distributor.py
 	$(BIN)/python bench/cycle.py
 	$(BIN)/python bench/kube_intake.py
+	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/fuzz.py
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

@@ -290,3 +290,44 @@ def test_watcher_on_kafka_excludes_after_a_burst_of_reclaims_and_parks_bad_recor
         origin = by_place[(int(h["original_partition"]), int(h["original_offset"]))]
         assert origin.value() == msg.value()
         assert msg.key() == POOLS[1].id.encode()
+
+
+def test_a_producer_fenced_after_an_outage_is_replaced(tmp_path: Path) -> None:
+    """Regression (fault matrix, issue 17): with the broker away longer than the
+    delivery timeout, the idempotent producer's records timed out and the broker then
+    fenced it (PRODUCER_FENCED on every record, a delivery error not marked fatal):
+    every relay after the outage failed until the process restarted, and the events
+    waited in the outbox. Now a fenced producer is replaced and the next append lands."""
+    from sco.testing.faults.proxy import FaultProxy
+
+    upstream = free_port()
+    proxy = FaultProxy(("127.0.0.1", upstream)).start()
+    broker = TansuBroker(tmp_path / "tansu").start(upstream, advertised_port=proxy.port)
+    log = KafkaEventLog(
+        f"127.0.0.1:{proxy.port}", topic_prefix="fence.", new_topic_partitions=1,
+        delivery_timeout_s=2,
+    )  # fmt: skip
+    try:
+        log.append([ev(0, "r1/h/f")])
+        proxy.set("refuse")
+        with pytest.raises(EventLogUnavailable):
+            log.append([ev(1, "r1/h/f")])
+        time.sleep(3)  # past the delivery timeout: the broker forgets the producer
+        proxy.set("pass")
+        errors: list[str] = []
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                log.append([ev(2, "r1/h/f")])
+                break
+            except EventLogUnavailable as e:
+                errors.append(str(e))
+                assert time.monotonic() < deadline, errors
+                time.sleep(0.5)
+        assert len(errors) <= 2, errors  # a fenced append, then a new producer's
+        got = read_all(log, {"reader": 2})["reader"]
+        assert {parse_event(r.payload).event_id for r in got} >= {"e0", "e2"}
+    finally:
+        log.close()
+        broker.stop()
+        proxy.stop()

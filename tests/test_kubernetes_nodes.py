@@ -174,6 +174,7 @@ def test_demand_follows_pending_pods_through_the_informers(api: KubeApi, tmp_pat
     then the nodes the partition needs, within its max; pods no node of it can run
     are reported, not counted."""
     from kubernetes import client, config
+
     from sco.adapters.kubernetes import demand as kd
     from sco.domain.demand import Partition, SchedulerKind
     from sco.ports import SchedulerUnavailable

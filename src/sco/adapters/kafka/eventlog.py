@@ -92,6 +92,22 @@ _PERMANENT = frozenset(
     }
 )
 # A commit that lost to a rebalance: the partitions' new owners read the records again.
+# What an idempotent producer answers once its producer id or epoch is no longer the
+# broker's (its records timed out while the broker was away, and the broker fenced
+# it): it takes no more records, and a delivery error says so without being marked
+# fatal. A new producer, with a new id, does.
+_NEW_PRODUCER = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.INVALID_PRODUCER_ID_MAPPING,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError._FENCED,
+        KafkaError._FATAL,
+    }
+)
+
 _REBALANCED = frozenset(
     {
         KafkaError.ILLEGAL_GENERATION,
@@ -346,9 +362,10 @@ class KafkaEventLog:
     def _producer_error(
         self, what: str, errors: Sequence[KafkaError], of: int = 0
     ) -> EventLogError:
-        if any(e.fatal() for e in errors):
-            # An idempotent producer that hit a fatal error takes no more records; a new
-            # one (new producer id) does, and the caller's retry goes there.
+        if any(e.fatal() or e.code() in _NEW_PRODUCER for e in errors):
+            # An idempotent producer that was fenced takes no more records; a new one
+            # (new producer id) does, and the caller's retry goes there.
+            log.warning("%s: a new Kafka producer: the last one was fenced", what)
             self._producer.purge()
             self._producer = Producer(self._producer_config)
         counts = Counter(f"{e.name()} ({e.str()})" for e in errors)

@@ -1,6 +1,6 @@
 """Fuzzing every input sco reads (issue 17): the cases, and the judges of what a
 parser did with them. `bench/fuzz.py` drives them at scale; `tests/test_fuzz.py`
-runs a few hundred cases of each kind.
+runs a hundred cases of each kind.
 
 The rules a parser is held to:
 
