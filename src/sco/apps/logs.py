@@ -9,13 +9,52 @@ score, history-load), so lines from the whole control plane can be mixed.
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import orjson
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 LEVELS["error"] = logging.ERROR
+
+# Lines that differ only in their numbers (ports, milliseconds, counts) repeat.
+_NUMBERS = re.compile(r"\d+")
+
+
+class RepeatFilter(logging.Filter):
+    """Let the first of a run of alike lines through and hold the rest for `every_s`:
+    a broker or an API that stays down for minutes is then a line a minute, not
+    twenty a second (librdkafka retries every 50 ms, the outbox relay every 0.2 s),
+    and the next line that passes says how many it stands for."""
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._clock = clock
+        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self._clock()
+        key = (record.name, record.levelno, _NUMBERS.sub("#", record.getMessage()))
+        first, held = self._seen.get(key, (float("-inf"), 0))
+        if now - first < self.every_s:
+            self._seen[key] = (first, held + 1)
+            return False
+        if len(self._seen) > 10_000:
+            self._forget(now)
+        self._seen[key] = (now, 0)
+        if held:
+            record.msg = f"{record.getMessage()} (and {held} like it in {now - first:.0f}s)"
+            record.args = None
+        return True
+
+    def _forget(self, now: float) -> None:
+        for key, (first, _) in list(self._seen.items()):
+            if now - first >= self.every_s:
+                del self._seen[key]
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,6 +84,7 @@ def setup(component: str, level: str = "info", fmt: str = "text") -> None:
         handler.setFormatter(
             logging.Formatter(f"%(asctime)s %(levelname)s {component} %(name)s: %(message)s")
         )
+    handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
