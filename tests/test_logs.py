@@ -37,6 +37,13 @@ def test_different_lines_loggers_and_levels_pass() -> None:
     assert f.filter(_record("relay failed: broker down", name="sco.y"))
     assert f.filter(_record("relay failed: broker down", level=logging.ERROR))
     assert not f.filter(_record("relay failed: broker down"))
+    # Numbers in names make other lines; information is never held.
+    assert f.filter(_record("partition %s degraded", "p1"))
+    assert f.filter(_record("partition %s degraded", "p2"))
+    assert f.filter(_record("partition hpc-%d degraded", 3))
+    assert f.filter(_record("partition hpc-%d degraded", 4))
+    for _ in range(3):
+        assert f.filter(_record("plan generation 7", level=logging.INFO))
 
 
 def test_it_forgets_old_lines_so_its_memory_stays_bounded() -> None:
@@ -44,5 +51,5 @@ def test_it_forgets_old_lines_so_its_memory_stays_bounded() -> None:
     f = RepeatFilter(every_s=1, clock=lambda: now[0])
     for i in range(20_000):
         now[0] = i * 0.001
-        f.filter(_record(f"line {chr(0x4E00 + i)}"))
+        f.filter(_record(f"line {chr(0x4E00 + i)}"))  # no digits: each its own
     assert len(f._seen) <= 10_001

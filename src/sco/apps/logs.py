@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,12 +21,13 @@ import orjson
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 LEVELS["error"] = logging.ERROR
 
-# Lines that differ only in their numbers (ports, milliseconds, counts) repeat.
-_NUMBERS = re.compile(r"\d+")
+# Warnings that differ only in their numbers (ports, milliseconds, counts) repeat;
+# a number that is part of a name (p1, hpc-2, ipv4) makes another line.
+_NUMBERS = re.compile(r"(?<![\w-])\d+")
 
 
 class RepeatFilter(logging.Filter):
-    """Let the first of a run of alike lines through and hold the rest for `every_s`:
+    """Let the first of a run of alike warnings through and hold the rest for `every_s`:
     a broker or an API that stays down for minutes is then a line a minute, not
     twenty a second (librdkafka retries every 50 ms, the outbox relay every 0.2 s),
     and the next line that passes says how many it stands for."""
@@ -35,17 +37,21 @@ class RepeatFilter(logging.Filter):
         self.every_s = every_s
         self._clock = clock
         self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
+        self._lock = threading.Lock()  # handlers call filters outside their own lock
 
     def filter(self, record: logging.LogRecord) -> bool:
-        now = self._clock()
+        if record.levelno < logging.WARNING:
+            return True
         key = (record.name, record.levelno, _NUMBERS.sub("#", record.getMessage()))
-        first, held = self._seen.get(key, (float("-inf"), 0))
-        if now - first < self.every_s:
-            self._seen[key] = (first, held + 1)
-            return False
-        if len(self._seen) > 10_000:
-            self._forget(now)
-        self._seen[key] = (now, 0)
+        with self._lock:
+            now = self._clock()
+            first, held = self._seen.get(key, (float("-inf"), 0))
+            if now - first < self.every_s:
+                self._seen[key] = (first, held + 1)
+                return False
+            if len(self._seen) > 10_000:
+                self._forget(now)
+            self._seen[key] = (now, 0)
         if held:
             record.msg = f"{record.getMessage()} (and {held} like it in {now - first:.0f}s)"
             record.args = None
