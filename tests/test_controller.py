@@ -324,3 +324,78 @@ def test_what_a_node_s_leaving_cuts_short_is_in_its_last_event(tmp_path: Path) -
     gone_from_a = [r for r in last.values() if r.pool.endswith("/a") and r.to_state == "gone"]
     assert gone_from_a, last
     assert all("job 7 cannot be requeued" in r.reason for r in gone_from_a), gone_from_a
+
+
+class ForgetfulNodes:
+    """The region's node plane, but the scheduler no longer lists some servers' nodes, as
+    a slurmctld that lost their registration in a crash."""
+
+    def __init__(self, region: SimRegion) -> None:
+        self.region = region
+        self.forgotten: set[str] = set()
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        views = self.region.nodes(partition)
+        return {s: v for s, v in views.items() if s not in self.forgotten}
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        self.region.drain(partition, server_id, drain_by, reason)
+
+
+def test_a_ready_node_its_scheduler_lost_is_failed_deleted_and_replaced(tmp_path: Path) -> None:
+    w = World(tmp_path, target=2)
+    c = w.controller()
+    c.config = dataclasses.replace(c.config, node_lost_after_s=60.0)
+    forgetful = ForgetfulNodes(w.region)
+    c.nodes = forgetful
+    c.cycle()
+    w.at(150.0)
+    c.cycle()
+    ready = [i for i in w.records() if i.state is State.READY]
+    assert len(ready) == 2
+    lost = ready[0]
+    assert lost.server_id is not None
+    forgetful.forgotten.add(lost.server_id)
+    for t in (165.0, 180.0, 195.0):  # within the grace: a scheduler may blink
+        w.at(t)
+        assert c.cycle().created == 0
+    assert w.store.instance(lost.id).state is State.READY
+    w.at(225.0)
+    report = c.cycle()
+    assert report.created == 1, "replaced once the grace has passed"
+    rows = w.store.history(lost.id)
+    assert [(r.to_state, r.trigger) for r in rows[-2:]] == [
+        ("failed", "node_lost"),
+        ("terminating", "delete_sent"),
+    ]
+    assert "not listed, or down" in rows[-2].reason
+    w.at(400.0)
+    c.cycle()
+    assert w.store.instance(lost.id).state is State.GONE
+    assert lost.server_id not in {s.server_id for s in w.region.list("p1")}
+    assert sum(1 for i in w.records() if i.state is State.READY) == 2
+
+
+def test_a_node_back_in_its_scheduler_within_the_grace_stays(tmp_path: Path) -> None:
+    w = World(tmp_path, target=1)
+    c = w.controller()
+    c.config = dataclasses.replace(c.config, node_lost_after_s=60.0)
+    forgetful = ForgetfulNodes(w.region)
+    c.nodes = forgetful
+    c.cycle()
+    w.at(150.0)
+    c.cycle()
+    (node,) = w.records()
+    assert node.server_id is not None
+    forgetful.forgotten.add(node.server_id)
+    w.at(180.0)
+    c.cycle()
+    forgetful.forgotten.clear()
+    w.at(200.0)
+    c.cycle()
+    forgetful.forgotten.add(node.server_id)  # lost again: the grace starts over
+    w.at(230.0)
+    c.cycle()
+    w.at(250.0)
+    assert c.cycle().created == 0
+    assert w.store.instance(node.id).state is State.READY

@@ -31,6 +31,7 @@ class Trigger(StrEnum):
     SERVER_ACTIVE = "server_active"
     SERVER_ERROR = "server_error"
     NODE_JOINED = "node_joined"
+    NODE_LOST = "node_lost"  # a ready node out of its scheduler (absent, down) too long
     RECLAIM_NOTICE = "reclaim_notice"
     DRAIN_REQUESTED = "drain_requested"  # sco removes it, or a noticed node starts leaving
     DELETE_SENT = "delete_sent"
@@ -64,10 +65,11 @@ EDGES: Mapping[tuple[State, Trigger], State] = {
     (S.ACTIVE, T.DRAIN_REQUESTED): S.DRAINING,
     (S.ACTIVE, T.DELETE_SENT): S.TERMINATING,
     (S.ACTIVE, T.SERVER_VANISHED): S.GONE,
-    # A ready node is reclaimed, removed by sco, or fails.
+    # A ready node is reclaimed, removed by sco, fails, or its scheduler loses it.
     (S.READY, T.RECLAIM_NOTICE): S.NOTICED,
     (S.READY, T.DRAIN_REQUESTED): S.DRAINING,
     (S.READY, T.SERVER_ERROR): S.FAILED,
+    (S.READY, T.NODE_LOST): S.FAILED,
     (S.READY, T.SERVER_VANISHED): S.GONE,
     # A noticed node drains before its deadline, or is gone first.
     (S.NOTICED, T.DRAIN_REQUESTED): S.DRAINING,

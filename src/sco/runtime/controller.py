@@ -61,6 +61,10 @@ class ControllerConfig:
     pool_refresh_s: float = 600.0  # planning may use pool reservation counts this old;
     # a create always re-reads them before it reserves
     measured_cold_start_n: int = 5  # readies in history before their median is the cold start
+    # A ready node its scheduler has not listed as up for this long (a slurmctld that
+    # lost its registration in a crash, a kubelet gone) is capacity no work reaches:
+    # it fails, and its server is deleted and replaced.
+    node_lost_after_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,7 @@ class PartitionController:
         self._owed = 0  # spot reclaimed and not yet replaced: creates count as replacements
         self._seen: set[str] = set()  # server ids some listing showed
         self._quiet: dict[str, tuple[Instance, ServerView, NodeView]] = {}
+        self._unjoined: dict[str, float] = {}  # server id -> first cycle its READY node was not
         self._batch: dict[PoolId, int] = {}  # a pool's batch after refusals (default: max)
         self._refused_at: dict[PoolId, float] = {}  # the last create a pool refused
         self._refusals: Counter[PoolId] = Counter()
@@ -318,6 +323,7 @@ class PartitionController:
         # no transition gives none now: large fleets are mostly quiet.
         quiet = self._quiet
         calm: dict[str, tuple[Instance, ServerView, NodeView]] = {}
+        unjoined: dict[str, float] = {}
         for view in servers:
             seen_requests.add(view.request_id)
             inst = by_server.get(view.server_id)
@@ -357,8 +363,14 @@ class PartitionController:
                 if seen:
                     changes.extend(seen)
                     continue
-            calm[view.server_id] = looked
+            lost = self._lost(inst, looked[2], now, unjoined)
+            if lost is not None:
+                changes.append(lost)
+                continue
+            if view.server_id not in unjoined:
+                calm[view.server_id] = looked  # one not joined is looked at every cycle
         self._quiet = calm
+        self._unjoined = unjoined
         listed = {v.server_id for v in servers}
         for sid in by_server.keys() - listed:
             inst = by_server[sid]
@@ -502,6 +514,22 @@ class PartitionController:
             go(Trigger.NODE_JOINED, "node joined its scheduler")
             self._cycle.delays.append(self._ready_delay(inst, view, node, now))
         return out
+
+    def _lost(
+        self, inst: Instance, node: NodeView, now: float, unjoined: dict[str, float]
+    ) -> Change | None:
+        """A READY node its scheduler has not listed as up since `node_lost_after_s` ago
+        fails (it is deleted and replaced). Counted from the first cycle this controller
+        saw it so, which a new leader starts again: late, never early."""
+        if inst.state is not State.READY or node.joined or inst.server_id is None:
+            return None
+        since = self._unjoined.get(inst.server_id, now)
+        unjoined[inst.server_id] = since
+        if now - since < self.config.node_lost_after_s:
+            return None
+        del unjoined[inst.server_id]
+        why = f"node out of its scheduler (not listed, or down) for {now - since:.0f}s"
+        return step(inst, Trigger.NODE_LOST, now, why)
 
     @staticmethod
     def _ready_delay(inst: Instance, view: ServerView, node: NodeView, now: float) -> float:

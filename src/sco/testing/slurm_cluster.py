@@ -374,6 +374,12 @@ class SlurmCluster:
         rows = [line.split() for line in out.splitlines() if line.strip()]
         return {r[0]: (r[1], r[2] if len(r) > 2 else "") for r in rows}
 
+    def describe(self, job_ids: Iterable[int]) -> str:
+        """What scontrol says of the jobs and sinfo of the nodes, for a failure's message."""
+        jobs = [self._run("scontrol", "show", "job", str(j), check=False).stdout for j in job_ids]
+        nodes = self._run("sinfo", "-N", "-o", "%N %T %E", check=False).stdout
+        return "\n".join([*jobs, nodes])
+
     def job_nodes(self, job_id: int) -> str:
         out = self._run("squeue", "-h", "-j", str(job_id), "-o", "%N", check=False).stdout
         return out.strip()
