@@ -247,7 +247,8 @@ def _retyped(node: Any, how: int) -> Any:
     if isinstance(node, bool):
         return [int(node), str(node).lower(), None, [node]][how]
     if isinstance(node, int | float):
-        return [str(node), float(node), bool(node), [node]][how]
+        as_float = float(node) if abs(node) < 2**1023 else math.inf if node > 0 else -math.inf
+        return [str(node), as_float, bool(node), [node]][how]
     if isinstance(node, str):
         conversions: list[Callable[[str], Any]] = [
             lambda s: int(s) if s.isascii() and s.isdigit() else len(s),
