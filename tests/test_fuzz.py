@@ -5,6 +5,7 @@ through the real `sco` command, which exits 0 or 2 with one line saying why."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from sco.testing.fuzz import draw_cases, run_commands, run_target
 from sco.testing.fuzz.kinds import targets
+from sco.testing.fuzz.values import _retyped
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "fuzz.py"
 
@@ -51,3 +53,10 @@ def test_the_sco_command_exits_0_or_2_saying_why(kind: str) -> None:
     tally = run_commands(target, draw_cases(target, 4, seed=11), workers=2)
     assert tally.command_cases == 4
     assert tally.findings == [], [f.as_dict() for f in tally.findings[:3]]
+
+
+def test_an_integer_past_a_float_is_retyped_as_an_infinity() -> None:
+    # Found by the 50,000-case run: float(10**400) stopped it with an OverflowError.
+    assert _retyped(10**400, 1) == math.inf
+    assert _retyped(-(10**400), 1) == -math.inf
+    assert _retyped(3, 1) == 3.0
