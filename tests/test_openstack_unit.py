@@ -557,6 +557,31 @@ def test_user_data_from_the_region_file_goes_with_every_create(tmp_path: Path) -
         load_region(region)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("hall", "''"), ("hall", "a/b"), ("flavor", "' '"), ("aggregate", "x/y"), ("region", "''")],
+)
+def test_a_name_that_cannot_make_a_pool_id_is_a_region_file_error(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    # bench/fuzz.py (issue 17): an empty hall reached the domain's Pool and its
+    # ValueError, not the region file's error naming the field.
+    from sco.adapters.openstack.config import RegionFileError, load_region
+
+    pool = {"hall": "h", "flavor": "f", "aggregate": "h"}
+    top = {"region": "r"}
+    (pool if field in pool else top)[field] = value
+    region = tmp_path / "region.yaml"
+    region.write_text(
+        f"region: {top['region']}\nimage: i\npools: [{{hall: {pool['hall']}, "
+        f"flavor: {pool['flavor']}, aggregate: {pool['aggregate']}, class: spot, "
+        "price_per_h: 1}]\n"
+    )
+    where = field if field == "region" else f"pools.0.{field}"
+    with pytest.raises(RegionFileError, match=rf"{where}: .*must be a name"):
+        load_region(region)
+
+
 # ---------------------------------------------------------------- answers not of their shape
 # Regressions from bench/fuzz.py (issue 17): each of these answers raised a KeyError,
 # TypeError or AttributeError from deep in the adapter, which the controller logged as

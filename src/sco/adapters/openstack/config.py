@@ -33,6 +33,13 @@ class RegionFileError(ValueError):
     """The region file is missing or wrong; the message names the field."""
 
 
+def _name(value: str | None) -> str | None:
+    """Region, hall, flavor and aggregate make a pool's id (`region/hall/flavor`)."""
+    if value is not None and (not value.strip() or "/" in value):
+        raise ValueError(f"must be a name, not empty and without '/': {value!r}")
+    return value
+
+
 class PoolSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -47,6 +54,8 @@ class PoolSpec(BaseModel):
     # create-to-ready time when known (otherwise measured from history).
     notice_s: float = Field(default=0.0, ge=0)
     cold_start_s: float | None = Field(default=None, ge=0)
+
+    _names = field_validator("hall", "flavor", "aggregate")(_name)
 
     @property
     def aggregate_name(self) -> str:
@@ -88,6 +97,8 @@ class RegionSpec(BaseModel):
     # Sent with every create (cloud-init): how a server joins its scheduler. Read once.
     user_data_file: Path | None = None
     user_data: str = Field(default="", exclude=True)
+
+    _names = field_validator("region")(_name)
 
     @field_validator("pools")
     @classmethod
