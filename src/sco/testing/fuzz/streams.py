@@ -122,7 +122,9 @@ def events_target() -> Target:
         store = SqlFleetStore(sqlite_url(folder / "state.sqlite"))
         store.upsert_pools(POOLS)
         events = SqlEventLog(store.engine)
-        history = ClickHouseHistory(f"chdb://{folder / 'history'}")
+        # Held open, as `sco history load` holds it: chDB keeps memory and threads at
+        # every opening (the run died at 5,000 cases, 859 threads, none left to start).
+        history = ClickHouseHistory(f"chdb://{folder / 'history'}", hold=True)
         watcher = ExclusionWatcher(events, store, POOLS)
         loader = HistoryLoader(events, history)
         serial = cases = parked_so_far = 0
