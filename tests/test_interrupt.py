@@ -204,7 +204,9 @@ def test_sigterm_stops_the_nova_stack_of_a_bench(tmp_path: Path) -> None:
 
 def test_sigint_stops_a_half_started_patroni_cluster(tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
-    watch = Watch(_start(["bench/failover.py", "--after-s", "5"], log))
+    # Writing for long after the failover, so the signal lands while the bench runs even
+    # on a loaded machine (with 5 s, a slow look at the processes found it finished).
+    watch = Watch(_start(["bench/failover.py", "--after-s", "120"], log))
     try:
 
         def patroni_folder() -> bool:
