@@ -177,6 +177,23 @@ def test_a_body_that_is_not_utf8_is_refused_not_a_crash(store: SqlFleetStore) ->
     assert "\\x80" not in r.text
 
 
+def test_a_version_past_64_bits_is_refused_not_a_crash(store: SqlFleetStore) -> None:
+    # Found by bench/fuzz.py (issue 17): SQLite's OverflowError answered 500.
+    _inst, token = _node(store)
+    with TestClient(create_app(store.contracts, DistributorConfig())) as client:
+        r = client.post(
+            "/v1/contract/ack", headers=_auth(token), json={"version": 2**63, "status": "left"}
+        )
+        assert r.status_code == 422
+        # An ETag of digits that are not ASCII ("²") is no version: a plain read.
+        assert (
+            client.get(
+                "/v1/contract", headers=_auth(token) | {"If-None-Match": '"²"'.encode()}
+            ).status_code
+            == 200
+        )
+
+
 def test_with_fleet_state_away_reads_go_on_and_acks_wait(
     store: SqlFleetStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -235,7 +235,8 @@ def listen_for_changes(engine: Engine, poke: Callable[[], None], stop: threading
 
 
 class Ack(BaseModel):
-    version: int = Field(ge=1, description="The contract version this answers.")
+    # Versions are the database's 64-bit integers: a larger one is no version of ours.
+    version: int = Field(ge=1, le=2**63 - 1, description="The contract version this answers.")
     status: Literal["drained", "left", "failed"]
     detail: str = Field(default="", max_length=2000, description="What the agent did.")
 
@@ -313,7 +314,7 @@ def _version_of(if_none_match: str | None) -> int | None:
     if not if_none_match:
         return None
     text = if_none_match.strip().removeprefix("W/").strip('"')
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def create_app(
