@@ -235,8 +235,9 @@ def listen_for_changes(engine: Engine, poke: Callable[[], None], stop: threading
 
 
 class Ack(BaseModel):
-    # Versions are the database's 64-bit integers: a larger one is no version of ours.
-    version: int = Field(ge=1, le=2**63 - 1, description="The contract version this answers.")
+    # No version of ours reaches 2**53: past it, a JSON number is not exact in every
+    # client (nor in a schema validator), and past 64 bits the database cannot hold it.
+    version: int = Field(ge=1, le=2**53, description="The contract version this answers.")
     status: Literal["drained", "left", "failed"]
     detail: str = Field(default="", max_length=2000, description="What the agent did.")
 
