@@ -342,8 +342,11 @@ class ForgetfulNodes:
         self.region.drain(partition, server_id, drain_by, reason)
 
 
-def test_a_ready_node_its_scheduler_lost_is_failed_deleted_and_replaced(tmp_path: Path) -> None:
-    w = World(tmp_path, target=2)
+def _forgetful_world(
+    tmp_path: Path, target: int
+) -> tuple[World, PartitionController, ForgetfulNodes]:
+    """A partition at target, READY, whose scheduler may forget nodes (60 s grace)."""
+    w = World(tmp_path, target=target)
     c = w.controller()
     c.config = dataclasses.replace(c.config, node_lost_after_s=60.0)
     forgetful = ForgetfulNodes(w.region)
@@ -351,6 +354,11 @@ def test_a_ready_node_its_scheduler_lost_is_failed_deleted_and_replaced(tmp_path
     c.cycle()
     w.at(150.0)
     c.cycle()
+    return w, c, forgetful
+
+
+def test_a_ready_node_its_scheduler_lost_is_failed_deleted_and_replaced(tmp_path: Path) -> None:
+    w, c, forgetful = _forgetful_world(tmp_path, target=2)
     ready = [i for i in w.records() if i.state is State.READY]
     assert len(ready) == 2
     lost = ready[0]
@@ -377,14 +385,7 @@ def test_a_ready_node_its_scheduler_lost_is_failed_deleted_and_replaced(tmp_path
 
 
 def test_a_node_back_in_its_scheduler_within_the_grace_stays(tmp_path: Path) -> None:
-    w = World(tmp_path, target=1)
-    c = w.controller()
-    c.config = dataclasses.replace(c.config, node_lost_after_s=60.0)
-    forgetful = ForgetfulNodes(w.region)
-    c.nodes = forgetful
-    c.cycle()
-    w.at(150.0)
-    c.cycle()
+    w, c, forgetful = _forgetful_world(tmp_path, target=1)
     (node,) = w.records()
     assert node.server_id is not None
     forgetful.forgotten.add(node.server_id)

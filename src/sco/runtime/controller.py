@@ -524,10 +524,9 @@ class PartitionController:
         if inst.state is not State.READY or node.joined or inst.server_id is None:
             return None
         since = self._unjoined.get(inst.server_id, now)
-        unjoined[inst.server_id] = since
         if now - since < self.config.node_lost_after_s:
+            unjoined[inst.server_id] = since
             return None
-        del unjoined[inst.server_id]
         why = f"node out of its scheduler (not listed, or down) for {now - since:.0f}s"
         return step(inst, Trigger.NODE_LOST, now, why)
 
