@@ -2,21 +2,71 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sco.adapters.sqlstate.store import sqlite_url
 from sco.testing import services
+from sco.testing.openstack_stack import NovaStack, echo
 from sco.testing.postgres import PostgresServer
+
+# The halls of the Nova test stack the OpenStack, Slurm, Kubernetes, contract and
+# security tiers share: two computes each, four spot slots a compute.
+NOVA_HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
+NOVA_SLOTS = 4
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM and SIGHUP end the session as Ctrl-C does, fixtures torn down (by
     default they kill pytest at once, and every service a fixture started stays up)."""
     services.install()
+
+
+# The modules on the shared Nova stack. Under xdist they are one unit of work, run
+# on one worker, so the session starts one stack.
+NOVA_MODULES = frozenset(
+    {
+        "test_contracts_e2e.py",
+        "test_kubernetes_e2e.py",
+        "test_openstack_nova.py",
+        "test_security.py",
+        "test_slurm.py",
+    }
+)
+
+
+def _on_stack(nodeid: str) -> bool:
+    return Path(nodeid.split("::", 1)[0]).name in NOVA_MODULES
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules on the shared Nova stack run one after another: first under xdist,
+    so the longest unit of work starts at once; last in a plain run, so none of the
+    other tests (some with Nova stacks of their own) runs beside the stack."""
+    for item in items:
+        if "nova_stack" in getattr(item, "fixturenames", ()) and not _on_stack(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the shared Nova stack: list its module in NOVA_MODULES"
+            )
+    first = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda i: (_on_stack(i.nodeid) != first, order[id(i)]))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist hands out whole modules, and the Nova stack's modules as one."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "nova-stack" if _on_stack(nodeid) else nodeid.split("::", 1)[0]
+
+    return ByModule(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +81,28 @@ def postgres() -> Iterator[PostgresServer]:
     server = PostgresServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def nova_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
+    """One Nova test stack for the session (starting one takes most of a minute)."""
+    port = int(os.environ.get("SCO_TEST_OS_BASE_PORT", "18800"))
+    s = NovaStack(tmp_path_factory.mktemp("nova"), port, NOVA_HALLS, NOVA_SLOTS)
+    started = time.monotonic()
+    try:
+        s.up()
+        echo(f"nova stack ready in {time.monotonic() - started:.1f} s")
+        yield s
+    finally:
+        s.down()
+
+
+@pytest.fixture(scope="module")
+def stack(nova_stack: NovaStack) -> Iterator[NovaStack]:
+    """The shared Nova stack, empty for the module and left empty after it."""
+    nova_stack.clear()
+    yield nova_stack
+    nova_stack.clear()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

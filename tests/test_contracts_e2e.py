@@ -7,16 +7,13 @@ never falls below its floor. Every piece runs as the process a user runs."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from sco.adapters.openstack.resources import META_NODE_TOKEN
@@ -26,7 +23,6 @@ from sco.testing.chaos import audit
 from sco.testing.controlplane import wait_for
 from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port
 
-HALLS = {"hall-a": ["a1", "a2"]}
 FLOOR, TARGET = 3, 5
 RECORD = (
     "import os, sys; open(sys.argv[1], 'a').write("
@@ -35,20 +31,9 @@ RECORD = (
 )
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
-    port = int(os.environ.get("SCO_TEST_CONTRACTS_OS_BASE_PORT", "19500"))
-    s = NovaStack(tmp_path_factory.mktemp("nova-contracts"), port, HALLS, 4)
-    try:
-        s.up()
-        yield s
-    finally:
-        s.down()
-
-
 def _config(tmp: Path, stack: NovaStack, port: int) -> Path:
     region = tmp / "region.yaml"
-    region.write_text(yaml.safe_dump(stack.region()))
+    region.write_text(yaml.safe_dump(stack.region(halls=["hall-a"])))
     doc = {
         "state": {"url": f"sqlite:///{tmp / 'state.sqlite'}"},
         "provider": {

@@ -67,10 +67,7 @@ from sco.testing.postgres import PostgresServer
 
 CLOUD = "sco-test"
 MICROVERSION = "2.90"
-HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
-SLOTS = 4
-
-REGION = region_spec(list(HALLS))
+REGION = region_spec(["hall-a", "hall-b"])  # the shared stack's halls (conftest)
 
 
 @dataclass
@@ -113,21 +110,15 @@ class Cloud:
 
 
 @pytest.fixture(scope="module")
-def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
-    folder = tmp_path_factory.mktemp("nova")
-    port = int(os.environ.get("SCO_TEST_OS_BASE_PORT", "18800"))
-    stack = NovaStack(folder, port, HALLS, SLOTS)
+def cloud(tmp_path_factory: pytest.TempPathFactory, stack: NovaStack) -> Iterator[Cloud]:
+    folder = tmp_path_factory.mktemp("nova-tier")
     old = os.environ.get("OS_CLIENT_CONFIG_FILE")
-    started = time.monotonic()
     try:
-        stack.up()
-        echo(f"nova tier: stack ready in {time.monotonic() - started:.1f} s")
         os.environ["OS_CLIENT_CONFIG_FILE"] = str(stack.clouds_yaml)  # for _provider()
         region_file = folder / "region.yaml"
         region_file.write_text(yaml.safe_dump(REGION))
         yield Cloud(folder, stack.clouds_yaml, region_file, stack.conn)
     finally:
-        stack.down()
         if old is None:
             os.environ.pop("OS_CLIENT_CONFIG_FILE", None)
         else:
@@ -682,9 +673,20 @@ def test_chaos_light_replicas_take_over_without_duplicates(
         return [s for s in clean.servers(tags="sco") if s["status"] == "ACTIVE"]
 
     try:
-        wait_for(lambda: len(active()) == 4 and len(holders()) == 4, 180, "4 servers, 4 leases")
+        # The replica that heartbeats first takes every lease, then hands back what is
+        # above its share once the other one is live: wait for both to lead.
+        wait_for(
+            lambda: (
+                len(active()) == 4
+                and len(holders()) == 4
+                and set(holders().values()) == {"first", "second"}
+            ),
+            180,
+            "4 servers, 4 leases shared by both replicas",
+        )
+        assert first.poll() is None
+        assert second.poll() is None
         held = holders()
-        assert set(held.values()) == {"first", "second"}, held
         victim_partitions = {p for p, h in held.items() if h == "first"}
         clean.delete(active()[0]["id"])  # a reclaim, while...
         killed_at = time.time()

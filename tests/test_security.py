@@ -49,22 +49,8 @@ from sco.testing.openbao import FakeBao
 from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port
 from sco.testing.postgres import PostgresServer
 
-HALLS = {"hall-a": ["a1", "a2"]}
 MICROVERSION = "2.90"
 SPOT_A = "lab/hall-a/spot.small"
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
-    port = int(os.environ.get("SCO_TEST_SECURITY_OS_BASE_PORT", "19300"))
-    s = NovaStack(tmp_path_factory.mktemp("nova-security"), port, HALLS, 4)
-    started = time.monotonic()
-    try:
-        s.up()
-        echo(f"security tier: stack ready in {time.monotonic() - started:.1f} s")
-        yield s
-    finally:
-        s.down()
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +148,7 @@ def test_a_foreign_server_survives_sco_and_the_operators_reclaimer(
         {"sco": "admin:sco", "mallory": "mallory:mallory", "operator": "admin"},
     )
     region = tmp_path / "region.yaml"
-    region.write_text(yaml.safe_dump(stack.region(guaranteed=False)))
+    region.write_text(yaml.safe_dump(stack.region(guaranteed=False, halls=["hall-a"])))
     state = f"sqlite:///{tmp_path / 'state.sqlite'}"
     partition = "fx"
     theirs = _mallory_server(stack, _connect(clouds, "mallory"), partition)
@@ -431,7 +417,7 @@ def test_no_secret_reaches_logs_state_events_metrics_or_contracts(
     # is refused, so sco works only with what OpenBao gave it.
     bao = FakeBao(canaries["OpenBao token"], {"token": f"admin#{provider_canary}:sco"}).start()
     clouds = _clouds(stack, tmp_path, {"sco": "invalid-unless-from-openbao"})
-    region = stack.region(guaranteed=False)
+    region = stack.region(guaranteed=False, halls=["hall-a"])
     region["credential"] = {"openbao": {"url": bao.url, "path": "sco/openstack"}}
     region_file = tmp_path / "region.yaml"
     region_file.write_text(yaml.safe_dump(region))

@@ -258,8 +258,23 @@ class NovaStack:
         self._registered = None
         nova_sh("down", str(self.folder), env=self.env)
 
-    def region(self, name: str = "lab", guaranteed: bool = True) -> dict[str, Any]:
-        return region_spec(list(self.halls), name, guaranteed)
+    def region(
+        self, name: str = "lab", guaranteed: bool = True, halls: list[str] | None = None
+    ) -> dict[str, Any]:
+        """A region file for the stack's halls, or for some of them."""
+        return region_spec(halls or list(self.halls), name, guaranteed)
+
+    def clear(self, timeout_s: float = 120) -> None:
+        """Delete every project's servers and wait until Placement holds nothing: a
+        stack tests share is handed on empty."""
+        for s in self.servers(all_tenants="1"):
+            self.conn.compute.delete(f"/servers/{s['id']}", microversion="2.90")
+        _wait(lambda: not self.servers(all_tenants="1"), timeout_s)
+        _wait(self._placement_empty, timeout_s)
+
+    def _placement_empty(self) -> bool:
+        r = self.conn.placement.get("/usages?project_id=admin", microversion="1.39")
+        return r.status_code == 200 and not any(r.json()["usages"].values())
 
     def servers(self, **params: str) -> list[dict[str, Any]]:
         r = self.conn.compute.get("/servers/detail", params=params, microversion="2.90")

@@ -264,8 +264,9 @@ class SlurmCluster:
             self._ctld.wait(timeout=30)
 
     def start_ctld(self) -> None:
-        """slurmctld started on its saved state; returns once it answers."""
-        self._start_ctld()
+        """slurmctld started on its saved state, unless it runs; returns once it answers."""
+        if self._ctld is None or self._ctld.poll() is not None:
+            self._start_ctld()
 
     def stop(self) -> None:
         services.forget(self._registered)
