@@ -76,6 +76,7 @@ class Cloud:
     clouds_yaml: Path
     region_file: Path
     conn: Any
+    stack: NovaStack
 
     def servers(self, **params: str) -> list[dict[str, Any]]:
         r = self.conn.compute.get("/servers/detail", params=params, microversion=MICROVERSION)
@@ -98,15 +99,7 @@ class Cloud:
         assert r.status_code == 200, r.text
 
     def clear(self) -> None:
-        """Delete every server and wait until Placement holds nothing."""
-        for s in self.servers():
-            self.delete(s["id"])
-        wait_for(lambda: not self.servers(), 120, "all servers deleted")
-        wait_for(self._placement_empty, 120, "placement usages back to 0")
-
-    def _placement_empty(self) -> bool:
-        r = self.conn.placement.get("/usages?project_id=admin", microversion="1.39")
-        return not any(r.json()["usages"].values())
+        self.stack.clear()
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +110,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, stack: NovaStack) -> Iterato
         os.environ["OS_CLIENT_CONFIG_FILE"] = str(stack.clouds_yaml)  # for _provider()
         region_file = folder / "region.yaml"
         region_file.write_text(yaml.safe_dump(REGION))
-        yield Cloud(folder, stack.clouds_yaml, region_file, stack.conn)
+        yield Cloud(folder, stack.clouds_yaml, region_file, stack.conn, stack)
     finally:
         if old is None:
             os.environ.pop("OS_CLIENT_CONFIG_FILE", None)
