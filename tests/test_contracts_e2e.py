@@ -189,8 +189,7 @@ def test_a_reclaim_with_notice_is_drained_by_agents_and_replaced_before_the_dead
             except subprocess.TimeoutExpired:
                 p.kill()
         store.close()
-        for s in stack.servers():
-            stack.conn.compute.delete(f"/servers/{s['id']}", microversion="2.90")
+        stack.clear()
 
 
 def _timeline(store: SqlFleetStore, victims: list[str]) -> dict[str, dict[str, Any]]:
@@ -246,6 +245,4 @@ def test_a_capacity_trace_replayed_onto_the_cloud_takes_servers_back(
     finally:
         run.terminate()
         run.wait(timeout=60)
-        for s in stack.servers():
-            stack.conn.compute.delete(f"/servers/{s['id']}", microversion="2.90")
-        wait_for(lambda: not stack.servers(), 120, "every server deleted")
+        stack.clear()

@@ -186,9 +186,7 @@ def test_pending_pods_bring_up_labelled_nodes_that_leave_with_them(
         kubelets.stop()
         proc.terminate()
         proc.wait(timeout=60)
-        for s in stack.servers():
-            stack.conn.compute.delete(f"/servers/{s['id']}", microversion="2.90")
-        wait_for(lambda: not stack.servers(), 120, "every server deleted")
+        stack.clear()
     out = log.read_text()
     assert not kubelets.errors, kubelets.errors[:3]
     assert proc.returncode == 0, out[-3000:]

@@ -73,10 +73,16 @@ REGION = region_spec(["hall-a", "hall-b"])  # the shared stack's halls (conftest
 @dataclass
 class Cloud:
     folder: Path
-    clouds_yaml: Path
     region_file: Path
-    conn: Any
     stack: NovaStack
+
+    @property
+    def clouds_yaml(self) -> Path:
+        return self.stack.clouds_yaml
+
+    @property
+    def conn(self) -> Any:
+        return self.stack.conn
 
     def servers(self, **params: str) -> list[dict[str, Any]]:
         r = self.conn.compute.get("/servers/detail", params=params, microversion=MICROVERSION)
@@ -110,7 +116,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, stack: NovaStack) -> Iterato
         os.environ["OS_CLIENT_CONFIG_FILE"] = str(stack.clouds_yaml)  # for _provider()
         region_file = folder / "region.yaml"
         region_file.write_text(yaml.safe_dump(REGION))
-        yield Cloud(folder, stack.clouds_yaml, region_file, stack.conn, stack)
+        yield Cloud(folder, region_file, stack)
     finally:
         if old is None:
             os.environ.pop("OS_CLIENT_CONFIG_FILE", None)

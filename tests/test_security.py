@@ -98,12 +98,6 @@ def _sco(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def _clear(stack: NovaStack) -> None:
-    for s in _everyone(stack):
-        stack.conn.compute.delete(f"/servers/{s['id']}", microversion=MICROVERSION)
-    wait_for(lambda: not _everyone(stack), 120, "every server deleted")
-
-
 # ---------------------------------------------------------------- foreign servers
 
 
@@ -250,7 +244,7 @@ def test_a_foreign_server_survives_sco_and_the_operators_reclaimer(
         f"foreign server: left alone by sco run (reported once, sco_foreign_servers 1) "
         f"and by the operator's sweep, which deleted sco's noticed {noticed}"
     )
-    _clear(stack)
+    stack.clear()
 
 
 def _scrape(port: int) -> str:
@@ -600,4 +594,4 @@ def test_no_secret_reaches_logs_state_events_metrics_or_contracts(
         f"every row of {len(tables)} tables, pool history, 5 /metrics, {contracts} contracts, the "
         f"status page, config check, the servers): {scan.bytes:,} bytes, nothing found"
     )
-    _clear(stack)
+    stack.clear()

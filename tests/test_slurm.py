@@ -61,9 +61,7 @@ def boot(stack: NovaStack, cluster: SlurmCluster) -> Iterator[SlurmBoot]:
     yield b
     b.stop()
     cluster.start_ctld()  # a test that failed with it stopped fails alone
-    for s in stack.servers():  # clean: every server deleted, every node gone
-        stack.conn.compute.delete(f"/servers/{s['id']}", microversion="2.90")
-    wait_for(lambda: not stack.servers(), 120, "every server deleted")
+    stack.clear()  # clean: every server deleted, every node gone
     b.step()
     for name in list(cluster.nodes):
         cluster.remove_node(name)
