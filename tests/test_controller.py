@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
-from sco.ports import HistoryRow, NewRequest, NodeView, Reservation
+from sco.ports import HistoryRow, NewRequest, NodeView, Reservation, ServerView
 from sco.runtime.clock import CountingIds, ManualClock
 from sco.runtime.controller import ControllerConfig, PartitionController
 from sco.testing.builders import instance, write_json_trace, write_yaml
@@ -306,6 +306,9 @@ class NotedNodes:
             s: dataclasses.replace(v, note="job 7 cannot be requeued") for s, v in views.items()
         }
 
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        self.region.tend(partition, servers)
+
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         self.region.drain(partition, server_id, drain_by, reason)
 
@@ -337,6 +340,9 @@ class ForgetfulNodes:
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         views = self.region.nodes(partition)
         return {s: v for s, v in views.items() if s not in self.forgotten}
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        self.region.tend(partition, servers)
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         self.region.drain(partition, server_id, drain_by, reason)

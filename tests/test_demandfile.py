@@ -333,6 +333,17 @@ def test_duplicate_partition_names(tmp_path: Path) -> None:
     assert "'a'" in str(err)
 
 
+@pytest.mark.parametrize("second", ["a-b", "A.B", "a_b", "a..b"])
+def test_partition_names_that_would_share_a_feature_or_label_collide(
+    tmp_path: Path, second: str
+) -> None:
+    """Defect 6 of issue 25: `a.b` and `a-b` became one Slurm feature, and each
+    partition's clean-up deleted the other's idle nodes."""
+    err = error_of_parts(tmp_path, part("a.b"), part(second))
+    assert err.field == "partitions[1].name"
+    assert "collides with 'a.b'" in str(err)
+
+
 def test_unknown_kind(tmp_path: Path) -> None:
     err = error_of_parts(tmp_path, part("a", kind="nomad"))
     assert err.field == "partitions[0].kind"

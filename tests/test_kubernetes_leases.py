@@ -136,13 +136,45 @@ def test_the_database_fences_tokens_taken_on_kubernetes(tmp_path: Path) -> None:
     leases = KubernetesLeases(FakeCoordination(), "sco")
     old = leases.acquire("p1", "old", 15, now=0)
     assert old is not None
-    store.raise_fence("p1", old.token)
-    store.fence = lambda p: old.token
+    old_fence = store.claim_fence("p1", "old", old.token)
+    assert old_fence == old.token
+    store.fence = lambda p: old_fence
     store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "ok")])
     new = leases.acquire("p1", "new", 15, now=100)
     assert new is not None
-    store.raise_fence("p1", new.token)
+    assert store.claim_fence("p1", "new", new.token) == new.token
     with pytest.raises(FencedOut):
+        store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "stale")])
+    store.close()
+
+
+def test_a_lease_that_counts_from_one_again_writes_above_what_the_database_saw(
+    tmp_path: Path,
+) -> None:
+    """Defect 4 of issue 25: a new Kubernetes Lease (recreated, or leases moved from
+    the database to Kubernetes) starts at token 1 while the database keeps the largest
+    token it saw: every write was refused, and the partition stalled silently."""
+    store = SqlFleetStore(sqlite_url(tmp_path / "fleet.db"))
+    pool = spot_pool(zone="a")
+    store.upsert_pools([pool])
+    for token in (1, 2, 7):  # the database-kept leases counted to 7
+        store.claim_fence("p1", f"db-{token}", token)
+    stale = FakeCoordination()
+    leases = KubernetesLeases(stale, "sco")
+    lease = leases.acquire("p1", "r1", 15, now=0)
+    assert lease is not None
+    assert lease.token == 1
+    fence = store.claim_fence("p1", "r1", lease.token)
+    assert fence == 8, "above everything the database refused nothing for"
+    store.fence = lambda p: fence
+    store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "ok")])
+    assert store.claim_fence("p1", "r1", lease.token) == 8, "its own claim, kept"
+    del stale.leases["sco-p1"]  # the Lease is recreated: it counts from 1 again
+    other = leases.acquire("p1", "r2", 15, now=1)
+    assert other is not None
+    assert other.token == 1
+    assert store.claim_fence("p1", "r2", other.token) == 9
+    with pytest.raises(FencedOut):  # r1 is an older holder now: refused
         store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "stale")])
     store.close()
 

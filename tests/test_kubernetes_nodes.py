@@ -5,7 +5,7 @@ sco may not disrupt survives sco's own moves but not a reclaim."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ import pytest
 
 from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, RECLAIM, KubernetesNodes
+from sco.ports import NodeView
 from sco.runtime.clock import ManualClock
 from sco.testing.controlplane import wait_for
 from sco.testing.kube_api import KubeApi
@@ -21,6 +22,13 @@ from sco.testing.kube_api import KubeApi
 
 def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
     wait_for(check, timeout_s, what, every_s=0.02)
+
+
+def look(nodes: KubernetesNodes, partition: str = "web") -> Mapping[str, NodeView]:
+    """One cycle's worth, as the controller does it: the scheduler's work, then a read."""
+    listing = nodes._listing
+    nodes.tend(partition, listing(partition) if listing is not None else None)
+    return nodes.nodes(partition)
 
 
 pytest.importorskip("kubernetes")
@@ -87,8 +95,8 @@ def test_a_node_joins_by_provider_id_when_ready(
     api.put("nodes", node("n-booting", "srv-1", ready=False))
     api.put("nodes", node("n-ready", "srv-2"))
     api.put("nodes", node("not-ours", ""))
-    until(lambda: len(nodes.nodes("web")) == 2, "two nodes with provider ids")
-    got = nodes.nodes("web")
+    until(lambda: len(look(nodes)) == 2, "two nodes with provider ids")
+    got = look(nodes)
     assert not got["srv-1"].joined
     assert got["srv-2"].joined
     assert got["srv-2"].joined_at == datetime(2026, 12, 1, 0, 0, 10, tzinfo=UTC).timestamp()
@@ -102,15 +110,15 @@ def test_a_budget_holds_the_eviction_until_a_replacement_is_ready(
     api.put("pods", pod("web-1", "n1"))
     api.put("pods", pod("web-2", "n2"))
     api.put("poddisruptionbudgets", budget(2))
-    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    until(lambda: "srv-1" in look(nodes), "n1")
     nodes.drain("web", "srv-1", drain_by=2_000.0, reason="over_target")
     until(lambda: api.objects["nodes"][("", "n1")]["spec"].get("unschedulable") is True, "cordon")
     for _ in range(3):  # refused while only two web pods are ready
-        assert not nodes.nodes("web")["srv-1"].drained
+        assert not look(nodes)["srv-1"].drained
     assert ("prod", "web-1") in api.objects["pods"]
     api.put("pods", pod("web-3", "n3"))  # the replacement is ready
-    until(lambda: not nodes.nodes("web")["srv-1"].busy, "web-1 evicted", timeout_s=5)
-    assert nodes.nodes("web")["srv-1"].drained
+    until(lambda: not look(nodes)["srv-1"].busy, "web-1 evicted", timeout_s=5)
+    assert look(nodes)["srv-1"].drained
     assert api.evictions == 1
     assert clock.now() < 2_000.0 - 30.0  # well before the deadline
 
@@ -122,13 +130,13 @@ def test_at_the_deadline_what_remains_is_deleted(
     api.put("nodes", node("n1", "srv-1"))
     api.put("pods", pod("web-1", "n1"))
     api.put("poddisruptionbudgets", budget(1))
-    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    until(lambda: "srv-1" in look(nodes), "n1")
     nodes.drain("web", "srv-1", drain_by=1_100.0, reason=RECLAIM)
-    nodes.nodes("web")
+    look(nodes)
     assert ("prod", "web-1") in api.objects["pods"]  # the budget refuses
     clock.set(1_100.0 - 30.0)  # the grace before the deadline
-    until(lambda: nodes.nodes("web")["srv-1"].drained, "drained at the deadline")
-    assert "pods deleted at the deadline: prod/web-1" in nodes.nodes("web")["srv-1"].note
+    until(lambda: look(nodes)["srv-1"].drained, "drained at the deadline")
+    assert "pods deleted at the deadline: prod/web-1" in look(nodes)["srv-1"].note
     assert api.evictions == 0
 
 
@@ -140,11 +148,11 @@ def test_do_not_disrupt_holds_against_sco_but_not_against_a_reclaim(
     api.put("nodes", node("n2", "srv-2"))
     api.put("pods", pod("train-1", "n1", app="train", **{DO_NOT_DISRUPT: "true"}))
     api.put("pods", pod("train-2", "n2", app="train", **{DO_NOT_DISRUPT: "true"}))
-    until(lambda: len(nodes.nodes("web")) == 2, "both nodes")
+    until(lambda: len(look(nodes)) == 2, "both nodes")
     nodes.drain("web", "srv-1", drain_by=9_000.0, reason="over_target")
     nodes.drain("web", "srv-2", drain_by=9_000.0, reason=RECLAIM)
-    until(lambda: nodes.nodes("web")["srv-2"].drained, "the reclaimed node drained")
-    moved = nodes.nodes("web")["srv-1"]
+    until(lambda: look(nodes)["srv-2"].drained, "the reclaimed node drained")
+    moved = look(nodes)["srv-1"]
     assert not moved.drained
     assert f"left alone ({DO_NOT_DISRUPT}): prod/train-1" in moved.note
     assert ("prod", "train-1") in api.objects["pods"]
@@ -160,11 +168,11 @@ def test_an_unreachable_api_server_is_unavailable_not_a_crash(
     nodes, _ = plane
     api.put("nodes", node("n1", "srv-1"))
     api.put("pods", pod("web-1", "n1"))
-    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    until(lambda: "srv-1" in look(nodes), "n1")
     nodes.drain("web", "srv-1", drain_by=9_000.0, reason="over_target")
     api.stop()
     with pytest.raises(SchedulerUnavailable, match="kubernetes"):
-        nodes.nodes("web")
+        look(nodes)
     with pytest.raises(SchedulerUnavailable):
         nodes.drain("web", "srv-1", drain_by=9_000.0)
 
@@ -249,7 +257,7 @@ def test_a_node_is_labelled_as_its_server_and_goes_when_its_server_does(
     api.put("nodes", node("n2", "srv-2"))
     api.put("nodes", node("theirs", "srv-9"))  # a server of no partition of ours
     until(lambda: len(base._nodes.items()) == 3, "three nodes")
-    assert set(nodes.nodes("web")) == {"srv-1", "srv-2"}
+    assert set(look(nodes)) == {"srv-1", "srv-2"}
     n1 = api.objects["nodes"][("", "n1")]
     assert n1["metadata"]["labels"] == {
         "sco.io/partition": "web",
@@ -265,10 +273,10 @@ def test_a_node_is_labelled_as_its_server_and_goes_when_its_server_does(
     assert not n2["spec"].get("taints")  # guaranteed: never tainted
     version = n1["metadata"]["resourceVersion"]
     until(lambda: base._nodes.get("", "n1") == n1, "the informer saw the labels")
-    nodes.nodes("web")
+    look(nodes)
     assert api.objects["nodes"][("", "n1")]["metadata"]["resourceVersion"] == version  # no rewrite
     listed.pop(0)  # srv-1 is gone
-    until(lambda: set(nodes.nodes("web")) == {"srv-2"}, "srv-1 left")
+    until(lambda: set(look(nodes)) == {"srv-2"}, "srv-1 left")
     until(lambda: ("", "n1") not in api.objects["nodes"], "n1's Node deleted")
     assert ("", "theirs") in api.objects["nodes"]
 
@@ -281,8 +289,8 @@ def test_a_pod_sco_may_not_disrupt_pins_its_node(
     api.put("nodes", node("n2", "srv-2"))
     api.put("pods", pod("train-1", "n1", app="train", **{DO_NOT_DISRUPT: "true"}))
     api.put("pods", pod("web-1", "n2"))
-    until(lambda: len(nodes._pods.items()) == 2 and len(nodes.nodes("web")) == 2, "both")
-    got = nodes.nodes("web")
+    until(lambda: len(nodes._pods.items()) == 2 and len(look(nodes)) == 2, "both")
+    got = look(nodes)
     assert got["srv-1"].pinned
     assert not got["srv-2"].pinned
     assert got["srv-2"].busy
@@ -297,12 +305,12 @@ def test_a_drain_shorter_than_the_grace_evicts_before_it_deletes(
     api.put("nodes", node("n1", "srv-1"))
     api.put("pods", pod("web-1", "n1"))
     api.put("poddisruptionbudgets", budget(1))
-    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    until(lambda: "srv-1" in look(nodes), "n1")
     nodes.drain("web", "srv-1", drain_by=clock.now() + 20.0, reason="over_target")
-    nodes.nodes("web")
+    look(nodes)
     assert ("prod", "web-1") in api.objects["pods"]  # held by the budget, not deleted
     clock.advance(10.0)
-    until(lambda: nodes.nodes("web")["srv-1"].drained, "deleted half way to the deadline")
+    until(lambda: look(nodes)["srv-1"].drained, "deleted half way to the deadline")
 
 
 def test_a_restarted_sco_goes_on_with_the_drains_it_began(
@@ -314,13 +322,33 @@ def test_a_restarted_sco_goes_on_with_the_drains_it_began(
     api.put("nodes", node("n1", "srv-1"))
     api.put("pods", pod("web-1", "n1"))
     api.put("poddisruptionbudgets", budget(1))
-    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    until(lambda: "srv-1" in look(nodes), "n1")
     nodes.drain("web", "srv-1", drain_by=1_100.0, reason=RECLAIM)
     notes = api.objects["nodes"][("", "n1")]["metadata"]["annotations"]
     assert notes == {"sco.io/drain-by": "1100.000", "sco.io/drain-reason": RECLAIM}
     again = KubernetesNodes(nodes.core, nodes._nodes, nodes._pods, clock, grace_s=30.0)
     until(lambda: again._nodes.get("", "n1")["metadata"].get("annotations"), "the informer")
-    assert not again.nodes("web")["srv-1"].drained  # the budget holds the eviction
+    assert not look(again)["srv-1"].drained  # the budget holds the eviction
     clock.set(1_070.0)
-    until(lambda: again.nodes("web")["srv-1"].drained, "deleted at the deadline's grace")
-    assert "pods deleted at the deadline: prod/web-1" in again.nodes("web")["srv-1"].note
+    until(lambda: look(again)["srv-1"].drained, "deleted at the deadline's grace")
+    assert "pods deleted at the deadline: prod/web-1" in look(again)["srv-1"].note
+
+
+def test_reading_nodes_evicts_and_deletes_nothing(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    """Defect 2 of issue 25: a dry run reads the node plane, and reading evicted pods."""
+    nodes, clock = plane
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("pods", pod("web-1", "n1"))
+    until(lambda: "srv-1" in nodes.nodes("web"), "n1")
+    nodes.drain("web", "srv-1", drain_by=clock.now() + 60.0, reason=RECLAIM)
+    until(lambda: bool(nodes.nodes("web")["srv-1"].leaving), "the informer saw the cordon")
+    clock.advance(120.0)  # past the deadline: what remains is due to be deleted
+    for _ in range(3):
+        got = nodes.nodes("web")["srv-1"]
+    assert ("prod", "web-1") in api.objects["pods"]
+    assert got.busy
+    assert not got.drained
+    assert got.reclaim_by == 1_060.0
+    until(lambda: look(nodes)["srv-1"].drained, "the leader's cycle deletes it")

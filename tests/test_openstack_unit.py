@@ -25,6 +25,7 @@ from sco.adapters.openstack.resources import (
     headroom_from_summaries,
     partition_tag,
     server_metadata,
+    server_tags,
     server_views,
 )
 from sco.adapters.standalone import ServersAsNodes
@@ -706,3 +707,31 @@ def test_a_server_without_id_is_skipped_not_a_crash() -> None:
 def test_a_notice_at_no_finite_time_means_leave_now(deadline: str) -> None:
     view = server_views([_server("ACTIVE", **{META_RECLAIM_AT: deadline})], "p1").views[0]
     assert view.notice_deadline == 0.0
+
+
+def test_another_installation_s_servers_are_never_listed_as_ours() -> None:
+    """Defect 6 of issue 25: two installations in one project, each with a partition
+    `p1`, adopted (and deleted) each other's servers: tags carried no installation."""
+    ours = dict(_server("ACTIVE"), id="s-ours", tags=["sco", "sco:p=p1", "sco:i=blue"])
+    theirs = dict(_server("ACTIVE"), id="s-theirs", tags=["sco", "sco:p=p1", "sco:i=green"])
+    legacy = dict(_server("ACTIVE"), id="s-legacy", tags=["sco", "sco:p=p1"])
+    table = {"/servers/detail": {"servers": [ours, theirs, legacy]}}
+    blue = _fresh(table)
+    blue.installation = "blue"
+    assert [v.server_id for v in blue.list("p1")] == ["s-ours"]
+    default = _fresh(table)  # a server tagged before installations had names
+    assert [v.server_id for v in default.list("p1")] == ["s-legacy"]
+    assert server_tags("p1", "req-1", "blue")[-1] == "sco:i=blue"
+    assert server_metadata("p1", "r/h/f", "spot", "req-1", 1, "blue")["sco:installation"] == "blue"
+
+
+def test_a_named_installation_s_slurm_feature_is_its_own() -> None:
+    from sco.adapters.slurm.nodes import node_features, partition_feature, slurm_conf_lines
+
+    assert partition_feature("hpc") == "sco-hpc"  # unchanged for the default installation
+    assert partition_feature("hpc", "blue") == "sco_blue_hpc"
+    assert partition_feature("blue-hpc") != partition_feature("hpc", "blue")
+    assert "sco_blue_hpc" in node_features("hpc", "spot", "r/h/f", "blue")
+    assert slurm_conf_lines("hpc", ["batch"], 2, 1024, installation="blue")[0] == (
+        "NodeSet=sco_blue_hpc Feature=sco_blue_hpc"
+    )

@@ -407,7 +407,9 @@ def test_drain_of_another_partitions_node_is_ignored(tmp_path: Path) -> None:
     region.advance_to(10.0)
     region.drain("other", sid, drain_by=40.0)
     region.advance_to(100.0)
-    assert region.nodes(P)[sid] == NodeView(joined=True, drained=False, joined_at=10.0)
+    assert region.nodes(P)[sid] == NodeView(
+        joined=True, drained=False, joined_at=10.0, leaving=False
+    )
 
 
 def test_delete_removes_the_server_after_delete_s(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -28,8 +28,9 @@ from sco.decide.binpack import Size, pack
 from sco.decide.hedge import HedgeConfig, plan
 from sco.domain.demand import Demand, Partition, SchedulerKind
 from sco.domain.snapshot import PoolView
-from sco.ports import SchedulerUnavailable, ServerStatus, ServerView
+from sco.ports import NodeView, SchedulerUnavailable, ServerStatus, ServerView
 from sco.runtime.clock import ManualClock
+from sco.runtime.dryrun import DryRunNodes
 from sco.testing.builders import guaranteed_pool, snapshot, spot_pool
 
 SHAPE = Size(2, 1000)
@@ -245,6 +246,12 @@ class FakeTools:
         self.calls.append(("delete", name))
 
 
+def look(plane: SlurmNodes, partition: str = "hpc") -> Mapping[str, NodeView]:
+    """One cycle's worth, as the controller does it: the scheduler's work, then a read."""
+    plane.tend(partition, plane._listing(partition))
+    return plane.nodes(partition)
+
+
 def _plane(tools: FakeTools, servers: list[str], clock: ManualClock) -> SlurmNodes:
     view = SlurmView(tools, ["batch"], ttl_s=0)  # type: ignore[arg-type]
     listing = [ServerView(s, "hpc", "r/h/f", "req", 1, ServerStatus.ACTIVE, 0.0) for s in servers]
@@ -263,33 +270,33 @@ def test_a_reclaim_drains_then_requeues_what_cannot_finish_just_before_the_deadl
         [node("sco-s1", state="allocated", alloc_cpus=2)],
     )
     plane = _plane(tools, ["s1"], clock)
-    assert plane.nodes("hpc")["s1"].joined
-    assert plane.nodes("hpc")["s1"].busy
+    assert look(plane)["s1"].joined
+    assert look(plane)["s1"].busy
     plane.drain("hpc", "s1", deadline, "reclaim_notice")
     assert tools.calls[0] == ("drain", "sco-s1", "sco: reclaim by 2001-09-09T01:48:40Z")
-    plane.nodes("hpc")
+    look(plane)
     assert [c for c in tools.calls if c[0] == "requeue"] == []  # not yet: 120 s to go
     clock.set(deadline - 29)
-    plane.nodes("hpc")
+    look(plane)
     assert [c for c in tools.calls if c[0] == "requeue"] == [("requeue", "1")]
-    views = plane.nodes("hpc")
+    views = look(plane)
     assert len([c for c in tools.calls if c[0] == "requeue"]) == 1, "once"
     assert "job 3 cannot be requeued" in views["s1"].note, "reported, for the node's event"
     assert not [c for c in tools.calls if c[0] == "down"]
     clock.set(deadline)
-    plane.nodes("hpc")
+    look(plane)
     assert ("down", "sco-s1", "sco: reclaim by 2001-09-09T01:48:40Z") in tools.calls
-    plane.nodes("hpc")
+    look(plane)
     assert len([c for c in tools.calls if c[0] == "down"]) == 1
     # Requeued and pending again: eligible at once, not after Slurm's credential wait.
     tools.doc_jobs[0] = job(1, "PENDING")
-    plane.nodes("hpc")
+    look(plane)
     assert ("start_now", "1") in tools.calls
     # It runs again on a node whose reclaim is due too: requeued again.
     tools.doc_nodes.append(node("sco-s2", state="allocated", alloc_cpus=2))
     tools.doc_jobs[0] = job(1, "RUNNING", on=["sco-s2"], end=int(deadline + 600))
     plane.drain("hpc", "s2", deadline, "reclaim_notice")
-    plane.nodes("hpc")
+    look(plane)
     assert len([c for c in tools.calls if c[0] == "requeue"]) == 2
 
 
@@ -302,7 +309,7 @@ def test_sco_s_own_moves_only_drain() -> None:
     plane = _plane(tools, ["s1"], clock)
     plane.drain("hpc", "s1", clock.now() + 60, "over_target")
     clock.set(clock.now() + 3600)
-    plane.nodes("hpc")
+    look(plane)
     assert ("drain", "sco-s1", "sco: over_target by 2001-09-09T01:47:40Z") in tools.calls
     assert not [c for c in tools.calls if c[0] == "requeue"]
 
@@ -317,17 +324,43 @@ def test_nodes_of_servers_that_are_gone_are_deleted_and_others_left_alone() -> N
             node("someone-else", features="other"),
         ],
     )
-    views = _plane(tools, ["s1"], clock).nodes("hpc")
+    views = look(_plane(tools, ["s1"], clock))
     assert ("delete", "sco-gone") in tools.calls
     assert ("delete", "someone-else") not in tools.calls
     assert views["s1"].joined
+
+
+def test_reading_nodes_changes_nothing_and_a_dry_run_only_reads() -> None:
+    """Defect 2 of issue 25: `sco run --dry-run` read the node plane through `nodes()`,
+    which requeued jobs, took nodes down and deleted forgotten ones on a real cluster."""
+    clock = ManualClock(1_000_000_000.0)
+    deadline = clock.now() + 10
+    tools = FakeTools(
+        [job(1, "RUNNING", on=["sco-s1"], end=int(deadline + 600))],
+        [
+            node("sco-s1", state="allocated", alloc_cpus=2, flags=["DRAIN"]),
+            node("sco-gone", state="down", flags=["NOT_RESPONDING"]),
+        ],
+    )
+    tools.doc_nodes[0]["reason"] = "sco: reclaim by 2001-09-09T01:46:50Z"
+    clock.set(deadline + 1)  # past the deadline: requeue and DOWN are due
+    plane = _plane(tools, ["s1"], clock)
+    dry = DryRunNodes(plane, [])
+    for _ in range(2):
+        dry.tend("hpc", plane._listing("hpc"))
+        views = dry.nodes("hpc")
+    assert tools.calls == []
+    assert views["s1"].leaving
+    assert views["s1"].reclaim_by == deadline
+    look(plane)  # the leader's cycle does the work
+    assert {c[0] for c in tools.calls} == {"requeue", "down", "delete"}
 
 
 def test_an_unreadable_slurm_degrades_the_partition() -> None:
     tools = FakeTools([], [])
     tools.fail = SlurmUnavailable("c: squeue: Unable to contact slurm controller")
     with pytest.raises(SchedulerUnavailable, match="Unable to contact"):
-        _plane(tools, [], ManualClock(0.0)).nodes("hpc")
+        look(_plane(tools, [], ManualClock(0.0)))
 
 
 def test_node_names_and_features_are_what_slurm_accepts() -> None:

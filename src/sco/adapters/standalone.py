@@ -41,9 +41,15 @@ class ServersAsNodes:
                 joined=v.status is ServerStatus.ACTIVE,
                 drained=v.server_id in drained,
                 joined_at=v.active_at,
+                # Its order lives in this process: a restarted one is told again.
+                leaving=v.server_id in drained,
+                reclaim_by=None,
             )
             for v in views
         }
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        """No scheduler to keep time for."""
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
         with self._lock:
@@ -67,6 +73,9 @@ class AgentNodes:
             )
             for v in self._listing(partition)
         }
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        """The agents keep time on their nodes, from their contracts."""
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         """Nothing to send: the transition to DRAINING changed the node's contract,

@@ -418,7 +418,10 @@ def slurm_conf(config: Path | None, partition: str) -> None:
     click.echo(f"MaxNodeCount={max(64, found[0].max_units * 2)}")
     if gres:
         click.echo(f"GresTypes={','.join(sorted(s.gres))}")
-    for line in slurm_conf_lines(partition, s.partitions, s.cpus, s.memory_mb, pools, gres):
+    lines = slurm_conf_lines(
+        partition, s.partitions, s.cpus, s.memory_mb, pools, gres, settings.installation
+    )
+    for line in lines:
         click.echo(line)
 
 

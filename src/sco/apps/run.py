@@ -37,11 +37,14 @@ from sco.runtime.realtime import RealtimeRunner, line, summary
 log = logging.getLogger(__name__)
 
 
-def start_openstack(settings: ProviderSettings, creates: bool) -> Any:
+def start_openstack(
+    settings: ProviderSettings, creates: bool, installation: str = "default"
+) -> Any:
     """Load the region file, connect, resolve every pool, take sco's projects and
     read headroom once, so a wrong cloud, credential, project, endpoint, flavor or
     aggregate stops us here. `creates`: the command creates servers (its credential
-    must then be scoped to one of sco's projects)."""
+    must then be scoped to one of sco's projects); `installation`: whose servers
+    these are among the installations sharing the project."""
     from sco.adapters.openstack import RegionError, open_provider
     from sco.adapters.openstack.config import RegionFileError, load_region
     from sco.adapters.openstack.scope import ScopeError
@@ -57,7 +60,7 @@ def start_openstack(settings: ProviderSettings, creates: bool) -> Any:
     except RegionFileError as e:
         raise StartError(f"provider.region_file: {e}") from None
     clouds_file = str(settings.clouds_file) if settings.clouds_file else None
-    provider = open_provider(region, cloud, SystemClock(), clouds_file)
+    provider = open_provider(region, cloud, SystemClock(), clouds_file, installation)
     try:
         provider.discover()
         provider.claim(settings.projects, creates, settings.roles)
@@ -105,7 +108,7 @@ def run_controllers(
     per process). A dry run takes no lease and acts on nothing. Returns the cycles run."""
     require(settings, "provider.cloud", "provider.region_file", partitions=True)
     policy = policy_factory(settings)
-    provider = start_openstack(settings.provider, creates=True)
+    provider = start_openstack(settings.provider, creates=True, installation=settings.installation)
     clock = SystemClock()
     region, pools = provider.region.region, list(provider.pools())
     if dry_run:

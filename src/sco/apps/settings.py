@@ -397,6 +397,17 @@ class Settings(BaseSettings):
         frozen=True,
     )
 
+    installation: str = Field(
+        default="default",
+        min_length=1,
+        max_length=40,
+        pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$",
+        description="This sco's name among the installations that share a cloud project or "
+        "a scheduler cluster (lowercase letters, digits and '-'): every server sco creates is "
+        "tagged with it, and sco lists, adopts and deletes only servers with its own. Two "
+        "installations in one project must have different names; servers tagged by sco "
+        "before installations had names belong to `default`.",
+    )
     state: StateSettings = Field(default_factory=StateSettings)
     events: EventsSettings = Field(default_factory=EventsSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)

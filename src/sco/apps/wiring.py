@@ -290,6 +290,7 @@ def _slurm(
                 Size(s.cpus, s.memory_mb, dict(s.gres)),
                 s.requeue_lead_s,
                 s.idle_keep_s,
+                settings.installation,
             )
             partition, floor, budget, target = _scheduler_figures(p, region)
             demand_specs.append(
@@ -335,7 +336,7 @@ def _kubernetes(
     for name, members in sorted(by_cluster.items()):
         c = settings.kubernetes_cluster(name)
         core = _kube_client(name, c)
-        parts = {p.name: _kube_partition(p) for p in members}
+        parts = {p.name: _kube_partition(p, settings.installation) for p in members}
         demand_specs = []
         for p in members:
             partition, floor, budget, target = _scheduler_figures(p, region)
@@ -433,15 +434,21 @@ def _kube_client(name: str, c: KubernetesClusterSettings) -> Any:
     return core
 
 
-def _kube_partition(p: PartitionSettings) -> Any:
+def _kube_partition(p: PartitionSettings, installation: str) -> Any:
+    """The partition's labels default to `sco.io/partition=<name>`, and for a named
+    installation also `sco.io/installation=<name>`: sco deletes a Node only when it
+    carries all of them, so another sco's nodes in the cluster are never its own."""
     from sco.adapters.kubernetes.demand import KubePartition
     from sco.adapters.kubernetes.nodes import label_value
-    from sco.adapters.kubernetes.pods import PARTITION_LABEL
+    from sco.adapters.kubernetes.pods import INSTALLATION_LABEL, PARTITION_LABEL
 
     k = p.kubernetes
     assert k is not None
+    mine = {PARTITION_LABEL: label_value(p.name)}
+    if installation != "default":
+        mine[INSTALLATION_LABEL] = installation
     part = KubePartition(
-        labels=dict(k.labels) or {PARTITION_LABEL: label_value(p.name)},
+        labels=dict(k.labels) or mine,
         allocatable=dict(k.allocatable),
         spot_taint=k.spot_taint,
         daemonset_overhead=dict(k.daemonset_overhead),

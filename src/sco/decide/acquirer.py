@@ -62,6 +62,7 @@ class Reason(StrEnum):
     TIMED_OUT = "timed_out"  # the state's timeout elapsed
     NO_SERVER = "no_server"  # a failed record that never had a server: close it
     HANDBACK = "handback"  # the operator handed the partition back
+    UNTOLD = "drain_untold"  # a draining node's scheduler does not hold the order: again
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +74,14 @@ class Create:
 
 @dataclass(frozen=True, slots=True)
 class Drain:
+    """Tell a node to leave by `drain_by`; `again`: the record says so already (it is
+    draining) and only its scheduler is told, anew."""
+
     instance_id: str
     drain_by: float
     reason: Reason
     detail: str = ""
+    again: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,7 @@ def diff(
     removal: Reason = Reason.OVER_TARGET,
     busy: Set[str] = frozenset(),
     pinned: Set[str] = frozenset(),
+    untold: Set[str] = frozenset(),
 ) -> Actions:
     """What to create, drain, delete, expire and close so instances move toward `targets`.
 
@@ -132,7 +138,8 @@ def diff(
     nodes run work, the last to be taken away; `pinned` those whose nodes run work
     that only a reclaim may disrupt: never taken away to meet a target, and a drain
     sco began for its own reasons waits for that work rather than ending at its
-    deadline.
+    deadline; `untold` the draining instances whose schedulers do not hold their order
+    to leave (or not its reclaim deadline): they are told again.
     """
     now = snapshot.now
     acts = _Acc()
@@ -145,7 +152,7 @@ def diff(
             handled.add(inst.id)
     for inst in moving:
         if inst.id not in handled:
-            _leaving(inst, now, drained, pinned, acts)
+            _leaving(inst, now, drained, pinned, acts, untold)
     _toward_targets(snapshot, targets, cfg, handled, acts, removal, busy, pinned)
     return acts.freeze()
 
@@ -182,9 +189,18 @@ def _timed_out(inst: Instance, now: float, timeouts: Timeouts, acts: _Acc) -> bo
     return True
 
 
-def _leaving(inst: Instance, now: float, drained: Set[str], pinned: Set[str], acts: _Acc) -> None:
+def _leaving(
+    inst: Instance,
+    now: float,
+    drained: Set[str],
+    pinned: Set[str],
+    acts: _Acc,
+    untold: Set[str] = frozenset(),
+) -> None:
     """Instances on their way out: noticed, draining, failed."""
     if inst.state is State.NOTICED:
+        # The reclaim's deadline, the soonest notice's: a drain sco began for its own
+        # reasons had a deadline pinned work could hold; a reclaim's cannot be held.
         drain_by = inst.notice_deadline if inst.notice_deadline is not None else now
         acts.drains.append(Drain(inst.id, drain_by, Reason.RECLAIM_NOTICE))
     elif inst.state is State.DRAINING:
@@ -194,6 +210,17 @@ def _leaving(inst: Instance, now: float, drained: Set[str], pinned: Set[str], ac
             if inst.id in pinned and inst.notice_deadline is None:
                 return  # sco's own move: the pinned work holds it (a reclaim never waits)
             acts.deletes.append(Delete(inst.id, Trigger.DELETE_SENT, Reason.DRAIN_DEADLINE))
+        elif inst.id in untold and inst.drain_by is not None:
+            reclaim = inst.notice_deadline is not None
+            acts.drains.append(
+                Drain(
+                    inst.id,
+                    inst.drain_by,
+                    Reason.RECLAIM_NOTICE if reclaim else Reason.UNTOLD,
+                    "its scheduler does not hold the order to leave: told again",
+                    again=True,
+                )
+            )
     elif inst.state is State.FAILED:
         if inst.server_id is None:
             acts.closes.append(Close(inst.id, Reason.NO_SERVER, "no server was created"))

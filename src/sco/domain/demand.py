@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -25,6 +26,14 @@ class Partition:
 
     def accepts(self, flavor: str) -> bool:
         return not self.flavors or flavor in self.flavors
+
+
+def name_key(name: str) -> str:
+    """What a partition's (or an installation's) name becomes where not every character
+    may go: Slurm features, Kubernetes label values and Lease names keep letters and
+    digits, fold case, and write anything else as '-'. Two names with one key would
+    share a feature or a label, and each would take the other's nodes for its own."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 class DemandError(ValueError):

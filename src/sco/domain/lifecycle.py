@@ -71,12 +71,18 @@ EDGES: Mapping[tuple[State, Trigger], State] = {
     (S.READY, T.SERVER_ERROR): S.FAILED,
     (S.READY, T.NODE_LOST): S.FAILED,
     (S.READY, T.SERVER_VANISHED): S.GONE,
-    # A noticed node drains before its deadline, or is gone first.
+    # A noticed node drains before its deadline, or is gone first; a second notice with
+    # a sooner deadline moves its deadline up.
     (S.NOTICED, T.DRAIN_REQUESTED): S.DRAINING,
     (S.NOTICED, T.DELETE_SENT): S.TERMINATING,
     (S.NOTICED, T.SERVER_VANISHED): S.GONE,
     (S.NOTICED, T.EXPIRED): S.FAILED,
-    # A draining node is deleted once drained or at its deadline.
+    (S.NOTICED, T.RECLAIM_NOTICE): S.NOTICED,
+    # A draining node is deleted once drained or at its deadline. A reclaim notice
+    # reaching it (sco was removing it, or a sooner notice came) makes it a noticed
+    # node again: it is drained anew with the reclaim's deadline, which may cut work
+    # short where sco's own move would not.
+    (S.DRAINING, T.RECLAIM_NOTICE): S.NOTICED,
     (S.DRAINING, T.DELETE_SENT): S.TERMINATING,
     (S.DRAINING, T.SERVER_VANISHED): S.GONE,
     (S.DRAINING, T.EXPIRED): S.FAILED,

@@ -28,6 +28,7 @@ from sco.domain.snapshot import PartitionSnapshot, PoolView
 from sco.ports import (
     Clock,
     DemandSource,
+    FencedOut,
     FleetStore,
     InsufficientCapacity,
     NewRequest,
@@ -187,19 +188,30 @@ class PartitionController:
     def _cycle_once(self) -> CycleReport:
         now = self.clock.now()
         self._cycle = _CycleTally()
+        name = self.partition.name
         try:
-            servers = self.provider.list(self.partition.name)
-            nodes = self.nodes.nodes(self.partition.name)
-            demand = self.demand.demand(self.partition.name, now)
+            servers: Sequence[ServerView] | None = self.provider.list(name)
+            cloud_error = ""
+        except ProviderError as e:
+            servers, cloud_error = None, str(e)
+        try:
+            # The scheduler's deadline work first, cloud or no cloud: a reclaim's jobs
+            # are requeued and its node taken out in time even while the cloud (or sco's
+            # credential for it) is away, for the reclaimer deletes at the deadline.
+            self.nodes.tend(name, servers)
+            if servers is None:
+                raise ProviderError(cloud_error)
+            nodes = self.nodes.nodes(name)
+            demand = self.demand.demand(name, now)
         except (ProviderError, SchedulerUnavailable) as e:
-            log.warning("partition %s: observe failed, not acting: %s", self.partition.name, e)
+            log.warning("partition %s: observe failed, not acting: %s", name, e)
             return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
         records = self._load()
         self._keep_notes(servers, nodes)
         synced = self._sync(records, servers, nodes, now)
         self.signals.refresh(now)
         handback = self.signals.intent(self.partition.name) == HANDBACK
-        drained, busy, pinned = _node_sets(self._live(), nodes)
+        drained, busy, pinned, untold = _node_sets(self._live(), nodes)
         snapshot = self._snapshot(now, demand, handback, busy)
         if handback:
             decision = Decision({}, {}, ("handback: the operator asked for everything back",))
@@ -209,7 +221,9 @@ class PartitionController:
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
         if handback:
             pinned = frozenset()  # the operator's order outranks what the pods asked
-        actions = diff(snapshot, plan.targets(), self.config.act, drained, removal, busy, pinned)
+        actions = diff(
+            snapshot, plan.targets(), self.config.act, drained, removal, busy, pinned, untold
+        )
         self._note_no_room(plan.targets(), snapshot, now)
         # Replacements are owed only while the plan is short of what is live.
         short = sum(plan.targets().values()) - sum(1 for i in self._live() if i.is_live)
@@ -288,8 +302,10 @@ class PartitionController:
         try:
             self.store.record(changes, settle)
         except StateConflict as e:
-            log.warning("partition %s: %s; reloading", self.partition.name, e)
             self._records = None
+            if isinstance(e, FencedOut):
+                raise  # another leader writes now: this controller stops (its runner says so)
+            log.warning("partition %s: %s; reloading", self.partition.name, e)
             return 0
         assert self._records is not None
         for ch in changes:
@@ -434,13 +450,14 @@ class PartitionController:
         by pool and kind, and each spot one is owed a replacement."""
         for ch in changes:
             if ch.trigger in _RECLAIMED and ch.before is not None:
-                if ch.trigger is Trigger.SERVER_VANISHED and ch.before.state is State.NOTICED:
-                    continue  # noticed before: counted at the notice
+                if ch.before.notice_deadline is not None:
+                    continue  # noticed before: counted at the first notice
                 kind = "notice" if ch.trigger is Trigger.RECLAIM_NOTICE else "vanished"
                 self._cycle.reclaims[(ch.after.pool, kind)] += 1
                 if ch.after.is_spot:
                     self.signals.note_reclaim(ch.after.pool, ch.after.id, ch.at)
-                    self._owed += 1
+                    if ch.before.state in LIVE:  # capacity it was: a replacement is owed
+                        self._owed += 1
 
     def _unanswered(self, requested: Mapping[str, list[Instance]], now: float) -> list[Change]:
         """REQUESTED records no listed server answers, once the listing grace has passed:
@@ -501,7 +518,7 @@ class PartitionController:
         if view.status is ServerStatus.ERROR and inst.state in _CAN_ERROR:
             go(Trigger.SERVER_ERROR, view.fault or "server in ERROR")
             return out
-        if view.notice_deadline is not None and inst.state in _CAN_NOTICE:
+        if _notice_is_news(inst, view.notice_deadline):
             go(
                 Trigger.RECLAIM_NOTICE,
                 f"reclaim notice: leave by {view.notice_deadline:.0f}",
@@ -629,6 +646,9 @@ class PartitionController:
         )
         try:
             self.store.save_plan(plan)
+        except FencedOut:
+            self._plan_loaded = False
+            raise
         except StateConflict as e:
             log.warning("partition %s: %s; reloading plan", self.partition.name, e)
             self._plan_loaded = False
@@ -661,22 +681,30 @@ class PartitionController:
             why = self._noted(inst, c.detail or c.reason)
             changes.append(step(inst, Trigger.SERVER_GONE, now, why, code=c.reason))
             acted[("close", c.reason)] += 1
+        tell: list[tuple[str, float, str]] = []  # (server, deadline, reason) to drain
         for d in actions.drains:
             inst = records[d.instance_id]
             if inst.server_id:
-                self.nodes.drain(self.partition.name, inst.server_id, d.drain_by, str(d.reason))
+                tell.append((inst.server_id, d.drain_by, str(d.reason)))
+            acted[("drain", d.reason)] += 1
+            if d.again:
+                continue  # draining already: only its scheduler is told
             why = d.detail or f"{d.reason}: leave by {d.drain_by:.0f}"
             changes.append(
                 step(inst, Trigger.DRAIN_REQUESTED, now, why, code=d.reason, drain_by=d.drain_by)
             )
-            acted[("drain", d.reason)] += 1
         deletes = [(records[x.instance_id], x) for x in actions.deletes]
         for i, x in deletes:
             changes.append(
                 step(i, x.trigger, now, self._noted(i, x.detail or x.reason), code=x.reason)
             )
             acted[("delete", x.reason)] += 1
+        # The intent is recorded first, then the scheduler and the cloud are told: a
+        # write refused (a conflict, another leader) leaves no node drained that sco
+        # still counts as ready, and none deleted; one told late is told again (`untold`).
         n = self._commit(changes)
+        if n or not changes:
+            self._tell_drains(tell)
         if n:
             self._delete([i.server_id for i, _ in deletes if i.server_id])
         created_n = 0
@@ -685,6 +713,21 @@ class PartitionController:
             created_n += k
             n += recorded
         return n, created_n
+
+    def _tell_drains(self, tell: Sequence[tuple[str, float, str]]) -> None:
+        """Tell the scheduler of each drain just recorded; one it cannot take now is told
+        again on a later cycle, as its node does not hold the order."""
+        for server_id, drain_by, reason in tell:
+            try:
+                self.nodes.drain(self.partition.name, server_id, drain_by, reason)
+            except SchedulerUnavailable as e:
+                log.warning(
+                    "partition %s: drain of %s not sent, will resend: %s",
+                    self.partition.name,
+                    server_id,
+                    e,
+                )
+                return
 
     def _keep_notes(self, servers: Sequence[ServerView], nodes: Mapping[str, NodeView]) -> None:
         """Remember what the scheduler said of each node until its server's end is
@@ -756,6 +799,8 @@ class PartitionController:
         )
         try:
             self.store.reserve(NewRequest(reservation, instances, fresh.version))
+        except FencedOut:
+            raise
         except StateConflict as e:
             log.info("partition %s: reservation lost a race: %s", self.partition.name, e)
             return 0, 0
@@ -850,9 +895,10 @@ class _CycleTally:
 
 def _node_sets(
     live: Sequence[Instance], nodes: Mapping[str, NodeView]
-) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """Draining instances whose nodes have left, instances whose nodes run work, and
-    those whose nodes run work only a reclaim may disrupt."""
+) -> tuple[frozenset[str], frozenset[str], frozenset[str], frozenset[str]]:
+    """Draining instances whose nodes have left, instances whose nodes run work, those
+    whose nodes run work only a reclaim may disrupt, and draining ones whose scheduler
+    does not hold the order to leave (or its reclaim deadline)."""
     drained = frozenset(
         i.id
         for i in live
@@ -862,7 +908,26 @@ def _node_sets(
     busy = frozenset(i.id for i in live if busy_servers and i.server_id in busy_servers)
     pinned_servers = {sid for sid, v in nodes.items() if v.pinned}
     pinned = frozenset(i.id for i in live if pinned_servers and i.server_id in pinned_servers)
-    return drained, busy, pinned
+    untold = frozenset(
+        i.id
+        for i in live
+        if i.state is State.DRAINING
+        and i.id not in drained
+        and _untold(i, nodes.get(i.server_id or ""))
+    )
+    return drained, busy, pinned, untold
+
+
+def _untold(inst: Instance, node: NodeView | None) -> bool:
+    """Whether a draining instance's node, which its scheduler knows, lacks the order to
+    leave, or holds a later deadline than the reclaim's (planes that cannot tell say
+    None, and are not told again)."""
+    if node is None or node.leaving is None:
+        return False
+    if not node.leaving:
+        return True
+    deadline = inst.notice_deadline
+    return deadline is not None and (node.reclaim_by is None or node.reclaim_by > deadline + 1.0)
 
 
 def _log_transition(ch: Change) -> None:
@@ -880,8 +945,16 @@ def _log_transition(ch: Change) -> None:
     )
 
 
+def _notice_is_news(inst: Instance, deadline: float | None) -> bool:
+    """A reclaim notice the record does not hold yet: the first one (whatever state the
+    instance is in, draining included), or one with a sooner deadline: the sooner wins."""
+    if deadline is None or inst.state not in _CAN_NOTICE:
+        return False
+    return inst.notice_deadline is None or deadline < inst.notice_deadline
+
+
 HANDBACK = "handback"
 _GONE = NodeView(joined=False, drained=False)
 _CAN_ERROR = frozenset({State.CREATING, State.ACTIVE, State.READY})
-_CAN_NOTICE = frozenset({State.CREATING, State.ACTIVE, State.READY})
+_CAN_NOTICE = frozenset({State.CREATING, State.ACTIVE, State.READY, State.NOTICED, State.DRAINING})
 _RECLAIMED = frozenset({Trigger.RECLAIM_NOTICE, Trigger.SERVER_VANISHED})

@@ -55,14 +55,18 @@ class DryRunProvider:
 
 @dataclass
 class DryRunNodes:
-    """Reads go to the real node plane; drains are only written down (a dry run must not
-    drain a real scheduler's node)."""
+    """Reads go to the real node plane; drains are only written down and the scheduler's
+    own deadline work is not done (a dry run must not drain a real scheduler's node,
+    requeue its jobs, take a node down or delete one)."""
 
     inner: SchedulerCluster
     intents: list[Intent]
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         return self.inner.nodes(partition)
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        """Left to the controllers that lead the partition."""
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         detail = f"partition {partition}, node of server {server_id}, by {drain_by:.0f}"

@@ -38,7 +38,7 @@ class PartitionLoops:
     """Start, wake and stop one loop per partition.
 
     `may_act(name)` is asked before each cycle (a replica acts only with lease
-    time to spare); `on_report` gets every cycle's report; `on_fenced(name)` is
+    time to spare); `on_report` gets every cycle's report; `on_fenced(name, error)` is
     called when the database refused a write (another replica leads now) and
     that partition's loop ends. `cycles` ends a loop after that many cycles.
     """
@@ -48,7 +48,7 @@ class PartitionLoops:
         interval_s: float,
         on_report: Callable[[CycleReport], None] = lambda _r: None,
         may_act: Callable[[str], bool] = lambda _n: True,
-        on_fenced: Callable[[str], None] = lambda _n: None,
+        on_fenced: Callable[[str, FencedOut], None] = lambda _n, _e: None,
         cycles: int | None = None,
     ) -> None:
         if interval_s <= 0:
@@ -144,8 +144,7 @@ class PartitionLoops:
                 try:
                     report = loop.controller.cycle()
                 except FencedOut as e:
-                    log.warning("partition %s: fenced out: %s", name, e)
-                    self.on_fenced(name)
+                    self.on_fenced(name, e)
                     return
                 except Exception as e:
                     # A bug in one partition's cycle must not stop it for good, nor others.

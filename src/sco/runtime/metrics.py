@@ -174,6 +174,13 @@ class PlacementMetrics:
             ["partition", "replica"],
             registry=r,
         )
+        self.fenced = Counter(
+            "sco_partition_fenced_total",
+            "Times the database refused this replica's write to the partition: another "
+            "writer holds a newer fencing token, and this replica's controller stopped.",
+            ["partition"],
+            registry=r,
+        )
         self._excluded: dict[str, set[str]] = {}
         self._instances: dict[str, set[tuple[str, str]]] = {}
 

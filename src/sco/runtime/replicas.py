@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 class FencedStore(FleetStore, Protocol):
     fence: Callable[[str], int]
 
-    def raise_fence(self, partition: str, token: int) -> None: ...
+    def claim_fence(self, partition: str, holder: str, token: int) -> int: ...
 
 
 class Membership(LeaseManager, Protocol):
@@ -91,6 +91,9 @@ class LeaseChange:
     partition: str
     event: str  # "acquired", "renewed", "lost", "released", "unprovable"
     token: int
+
+
+FENCED_STALL = 3  # a partition refused this many times in a row makes the replica unready
 
 
 def fair_share(partitions: int, replicas: int) -> int:
@@ -135,6 +138,9 @@ class ReplicaRunner:
         self._on_report = on_report
         self.partitions: dict[str, Partition] = {p.name: p for p in demand.partitions()}
         self.held: dict[str, Lease] = {}
+        self._fences: dict[str, int] = {}  # the token each held partition is written with
+        self.fenced: dict[str, int] = {}  # partition -> times its writes were refused
+        self._fenced_run: dict[str, int] = {}  # ... since its last cycle that ended well
         self.controllers: dict[str, PartitionController] = {}
         self._lock = threading.Lock()
         store.fence = self.token
@@ -146,7 +152,7 @@ class ReplicaRunner:
             interval_s,
             on_report=self._report,
             may_act=lambda name: name in self.actable(),
-            on_fenced=lambda name: self._drop(name, "lost"),
+            on_fenced=self._fenced,
             cycles=cycles,
         )
         self.pump = pump(self._signals_moved) if pump is not None else None
@@ -166,11 +172,12 @@ class ReplicaRunner:
         self.loops.wake_all()
 
     def token(self, partition: str) -> int:
+        """The fencing token this replica writes `partition` with (0: none)."""
         with self._lock:
-            lease = self.held.get(partition)
-        return lease.token if lease else 0
+            return self._fences.get(partition, 0) if partition in self.held else 0
 
     def _report(self, report: CycleReport) -> None:
+        self._fenced_run.pop(report.partition, None)
         if self.metrics is not None:
             self.metrics.observe(report)
         if self._on_report is not None:
@@ -245,19 +252,30 @@ class ReplicaRunner:
             if lease is None:
                 held_elsewhere = True
                 continue
-            # With leases kept elsewhere (Kubernetes) the database learns the token here.
-            self.store.raise_fence(name, lease.token)
+            # With leases kept elsewhere (Kubernetes) the database learns the token here,
+            # and a Lease that counts from 1 again writes above what it has seen.
+            fence = self.store.claim_fence(name, self.config.name, lease.token)
+            if fence != lease.token:
+                log.info(
+                    "replica %s: %s's lease has token %d, the database has seen larger: "
+                    "writing with %d",
+                    self.config.name,
+                    name,
+                    lease.token,
+                    fence,
+                )
             with self._lock:
                 self.held[name] = lease
+                self._fences[name] = fence
             taken.append((name, lease))
         # Room left, and leases held elsewhere: look again when the first of them
         # expires (a dead replica's), not a tend interval later.
         self._next_expiry = self._expiry_of_others() if held_elsewhere else None
-        for name, lease in taken:
+        for name, _ in taken:
             controller = self._kit.controller(self.partitions[name])
             with self._lock:
                 self.controllers[name] = controller
-            self._note(name, "acquired", lease.token)
+            self._note(name, "acquired", self.token(name))
             if self._threads:
                 self.loops.start(name, controller)
 
@@ -285,12 +303,27 @@ class ReplicaRunner:
     def _drop(self, name: str, why: str) -> None:
         with self._lock:
             lease = self.held.pop(name, None)
+            fence = self._fences.pop(name, 0)
             self.controllers.pop(name, None)
         self.loops.stop(name)
         if self.metrics is not None:
             self.metrics.forget(name)
+            self.metrics.leading(self.config.name, [name], ())  # not at the next tend: now
         if lease is not None:
-            self._note(name, why, lease.token)
+            self._note(name, why, fence)
+
+    def _fenced(self, name: str, e: FencedOut) -> None:
+        """The database refused a write of `name`'s: another writer holds a newer token.
+        The partition's controller stops at once (it acts on nothing more), the leader
+        metric drops, and the lease loop takes it up again only through a new claim."""
+        log.warning(
+            "replica %s: %s fenced out, its controller stops: %s", self.config.name, name, e
+        )
+        self.fenced[name] = self.fenced.get(name, 0) + 1
+        self._fenced_run[name] = self._fenced_run.get(name, 0) + 1
+        if self.metrics is not None:
+            self.metrics.fenced.labels(name).inc()
+        self._drop(name, "fenced")
 
     def _drop_all(self, why: str, say: bool = False) -> None:
         if self.held or say:
@@ -320,8 +353,7 @@ class ReplicaRunner:
         try:
             report = controller.cycle()
         except FencedOut as e:
-            log.warning("replica %s: %s fenced out: %s", self.config.name, name, e)
-            self._drop(name, "lost")
+            self._fenced(name, e)
             return None
         self._report(report)
         return report
@@ -363,9 +395,16 @@ class ReplicaRunner:
         return True, f"leading {len(self.held)} of {len(self.partitions)} partitions"
 
     def ready(self) -> tuple[bool, str]:
-        """Ready while the lease store answers (the replica can prove its leases)."""
+        """Ready while the lease store answers (the replica can prove its leases) and no
+        partition it takes keeps being refused by the database's fence."""
         if not self._tend_ok:
             return False, "the lease store is unreachable"
+        stalled = sorted(p for p, n in self._fenced_run.items() if n >= FENCED_STALL)
+        if stalled:
+            return False, (
+                f"writes to {', '.join(stalled)} refused {FENCED_STALL} times in a row "
+                "(another writer holds a newer fencing token)"
+            )
         return True, f"leading {len(self.held)} of {len(self.partitions)} partitions"
 
     def shutdown(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sco.domain.demand import Demand, Partition
-from sco.ports import DemandSource, NodeView, SchedulerCluster
+from sco.ports import DemandSource, NodeView, SchedulerCluster, ServerView
 
 
 class DemandRouter:
@@ -49,6 +49,9 @@ class NodeRouter:
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         return self._plane(partition).nodes(partition)
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        self._plane(partition).tend(partition, servers)
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         self._plane(partition).drain(partition, server_id, drain_by, reason)

@@ -441,7 +441,12 @@ class SlurmBoot:
                 continue
             meta = s["metadata"]
             name = node_name(sid)
-            features = node_features(meta["sco:partition"], meta["sco:class"], meta["sco:pool"])
+            features = node_features(
+                meta["sco:partition"],
+                meta["sco:class"],
+                meta["sco:pool"],
+                meta.get("sco:installation", "default"),
+            )
             self.cluster.add_node(name, features)
             self.booted[sid] = name
         for sid in list(self.booted):

@@ -31,7 +31,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sco.adapters.files import UnreadableFile, parse_yaml, read_text
-from sco.domain.demand import Demand, Partition, SchedulerKind
+from sco.domain.demand import Demand, Partition, SchedulerKind, name_key
 
 DAY_S = 86400.0
 
@@ -238,12 +238,19 @@ def demand_of(specs: Sequence[PartitionSpec], region: str, where: str) -> list[P
     DemandFileError naming `where` (the file) and the field."""
     path = where
     out: list[PartitionDemand] = []
-    names: set[str] = set()
+    names: dict[str, str] = {}  # key -> the name that has it
     for i, p in enumerate(specs):
         where = f"partitions[{i}]"
-        if p.name in names:
+        if p.name in names.values():
             raise DemandFileError(path, f"{where}.name", f"{p.name!r} appears twice")
-        names.add(p.name)
+        other = names.setdefault(name_key(p.name), p.name)
+        if other != p.name:
+            raise DemandFileError(
+                path,
+                f"{where}.name",
+                f"{p.name!r} collides with {other!r}: both are {name_key(p.name)!r} in a "
+                "Slurm feature, a Kubernetes label and a Lease name; rename one",
+            )
         target, floor = _series(p.target_units), _series(p.floor_units)
         if max(floor.values()) > p.max_units:
             raise DemandFileError(

@@ -108,30 +108,47 @@ class KubernetesNodes:
         self._listing = listing
         self._pools = {p.id: p for p in pools}
         self._drains: dict[str, _Drain] = {}  # server id -> its drain
+        self._left: dict[str, list[Any]] = {}  # server id -> pods its drain left, by `tend`
 
     # ------------------------------------------------------------ SchedulerCluster
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
-        """The partition's servers that are nodes, by server id. Raises
-        SchedulerUnavailable when the API server cannot be reached or refuses."""
+        """The partition's servers that are nodes, by server id; reads only (a dry run
+        calls it on a real cluster). Raises SchedulerUnavailable when the API server
+        cannot be reached or refuses."""
         with _unavailable():
             return self._nodes_now(partition)
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        """Go on with every drain (evictions; at the hard time, deletes), cloud or no
+        cloud; with a listing, also delete the Nodes of servers that are gone and put
+        back missing labels."""
+        with _unavailable():
+            by_server = self._by_server()
+            if servers is not None and self._listing is not None:
+                listed = {v.server_id: v for v in servers}
+                self._forget_gone(partition, listed, by_server)
+                by_server = {sid: n for sid, n in by_server.items() if sid in listed}
+                for sid, node in by_server.items():
+                    self._label(partition, listed[sid], node)
+            self._resume_drains(by_server)
+            for sid, d in list(self._drains.items()):
+                if sid in by_server:
+                    self._left[sid] = self._advance(d, self._pods_on(d.node))
 
     def _nodes_now(self, partition: str) -> Mapping[str, NodeView]:
         by_server = self._by_server()
         if self._listing is not None:
-            listed = {v.server_id: v for v in self._listing(partition)}
-            self._forget_gone(partition, listed, by_server)
+            listed = {v.server_id for v in self._listing(partition)}
             by_server = {sid: n for sid, n in by_server.items() if sid in listed}
-            for sid, node in by_server.items():
-                self._label(partition, listed[sid], node)
-        self._resume_drains(by_server)
         running = pods_by_node(self._pods.items())
+        left, self._left = self._left, {}
         for sid, d in self._drains.items():
             if sid in by_server:
                 # What runs on a draining node is read from the server, not the cache:
-                # a pod the cache has not seen yet must not let its node pass as drained.
-                running[d.node] = self._advance(d, self._pods_on(d.node))
+                # a pod the cache has not seen yet must not let its node pass as drained
+                # (what `tend` just left there, or a fresh list).
+                running[d.node] = left[sid] if sid in left else self._pods_on(d.node)
         out: dict[str, NodeView] = {}
         for sid, node in by_server.items():
             name = node["metadata"]["name"]
@@ -139,6 +156,7 @@ class KubernetesNodes:
             work = [p for p in running.get(name, []) if not is_daemon(p)]
             drain = self._drains.get(sid)
             cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+            order = _order(node)
             out[sid] = NodeView(
                 joined=ready_at is not None,
                 drained=cordoned and drain is not None and not work,
@@ -146,6 +164,8 @@ class KubernetesNodes:
                 busy=bool(work),
                 pinned=any(_protected(p) for p in work),
                 note=_note(drain),
+                leaving=cordoned and order is not None,
+                reclaim_by=order[0] if order is not None and order[1] == RECLAIM else None,
             )
         every = self._by_server()
         self._drains = {s: d for s, d in self._drains.items() if s in every}
@@ -341,6 +361,17 @@ def label_value(text: str) -> str:
     """A label value: at most 63 of letters, digits, '-', '_' and '.', alphanumeric at
     both ends."""
     return _LABEL_UNSAFE.sub("-", text)[:63].strip("-_.")
+
+
+def _order(node: Json) -> tuple[float, str] | None:
+    """(deadline, reason code) of the order to leave sco put on a Node, if any."""
+    notes = (node.get("metadata") or {}).get("annotations") or {}
+    if DRAIN_BY not in notes:
+        return None
+    try:
+        return float(notes[DRAIN_BY]), str(notes.get(DRAIN_REASON, ""))
+    except (TypeError, ValueError):
+        return None
 
 
 def _protected(pod: Any) -> bool:

@@ -15,6 +15,7 @@ from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.connect import CloudSessions
 from sco.adapters.openstack.provider import OpenStackProvider, RegionError
 from sco.adapters.openstack.resilience import GuardConfig
+from sco.adapters.openstack.resources import DEFAULT_INSTALLATION
 from sco.adapters.openstack.secrets import CloudsYamlSecrets, OpenBaoConfig, OpenBaoSecrets
 from sco.ports import Clock, Secret, SecretSource
 
@@ -42,10 +43,15 @@ def secret_source(region: RegionSpec, clock: Clock) -> SecretSource:
 
 
 def open_provider(
-    region: RegionSpec, cloud: str, clock: Clock, clouds_file: str | None = None
+    region: RegionSpec,
+    cloud: str,
+    clock: Clock,
+    clouds_file: str | None = None,
+    installation: str = DEFAULT_INSTALLATION,
 ) -> OpenStackProvider:
     """A provider for `cloud`, not yet discovered (call `discover`, then `refresh`);
-    `clouds_file` is a clouds.yaml to read instead of the usual places."""
+    `clouds_file` is a clouds.yaml to read instead of the usual places; `installation`
+    names this sco among those sharing the cloud's projects."""
     sessions = CloudSessions(
         cloud, secret_source(region, clock), clock, region.api_timeout_s, clouds_file
     )
@@ -55,4 +61,6 @@ def open_provider(
         GuardConfig(rate_per_s=region.rate_per_s, burst=max(int(region.rate_per_s * 2), 1)),
         RetryConfig(),
     )
-    return OpenStackProvider(region, client, clock, read_scope=sessions.scope)
+    return OpenStackProvider(
+        region, client, clock, read_scope=sessions.scope, installation=installation
+    )

@@ -53,6 +53,7 @@ from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import PoolSpec, RegionSpec
 from sco.adapters.openstack.placement import Want
 from sco.adapters.openstack.resources import (
+    DEFAULT_INSTALLATION,
     META_NODE_TOKEN,
     META_PARTITION,
     META_RECLAIM_AT,
@@ -60,6 +61,7 @@ from sco.adapters.openstack.resources import (
     QuotaRoom,
     ResourceRequest,
     flavor_request,
+    installation_of,
     partition_tag,
     request_tag,
     server_metadata,
@@ -152,10 +154,14 @@ class OpenStackProvider:
         client: CloudClient,
         clock: Clock,
         read_scope: Callable[[], CredentialScope] | None = None,
+        installation: str = DEFAULT_INSTALLATION,
     ) -> None:
+        """`installation` names this sco among those that may share the cloud's projects:
+        its servers are tagged with it, and it lists, adopts and deletes only those."""
         self.region = region
         self.client = client
         self.clock = clock
+        self.installation = installation
         self._read_scope = read_scope
         # sco's projects, once `claim`ed; None: not established (tests that build a
         # provider by hand), and then every listed server counts as sco's.
@@ -281,6 +287,11 @@ class OpenStackProvider:
         )
 
     # ------------------------------------------------------------ sco's projects only
+
+    def _mine(self, records: _Records) -> _Records:
+        """The records of this installation: another sco's servers in the same project
+        (perhaps with a partition of the same name) are never adopted or deleted."""
+        return [s for s in records if installation_of(s) == self.installation]
 
     def _ours(self, records: _Records, listing: str | None) -> _Records:
         """The records of sco's projects. The others are foreign: each is reported
@@ -443,7 +454,7 @@ class OpenStackProvider:
         return {p: self._pools[p].pool.price_per_h for p in pools if p in self._pools}
 
     def list(self, partition: str) -> Sequence[ServerView]:
-        records = self._ours(self._servers(tags=partition_tag(partition)), partition)
+        records = self._mine(self._ours(self._servers(tags=partition_tag(partition)), partition))
         now = self.clock.now()
         live = [
             s
@@ -549,9 +560,14 @@ class OpenStackProvider:
                 "min_count": count,
                 "max_count": count,
                 "return_reservation_id": True,
-                "tags": server_tags(partition, request_id),
+                "tags": server_tags(partition, request_id, self.installation),
                 "metadata": server_metadata(
-                    partition, rp.pool.id, rp.pool.capacity_class.value, request_id, plan_generation
+                    partition,
+                    rp.pool.id,
+                    rp.pool.capacity_class.value,
+                    request_id,
+                    plan_generation,
+                    self.installation,
                 ),
             }
         }
@@ -585,7 +601,7 @@ class OpenStackProvider:
         return min(count, room)
 
     def _servers_of(self, request_id: str) -> _Records:
-        servers = self._ours(self._servers(tags=request_tag(request_id)), None)
+        servers = self._mine(self._ours(self._servers(tags=request_tag(request_id)), None))
         return [s for s in servers if s.get("OS-EXT-STS:task_state") != "deleting"]
 
 

@@ -23,11 +23,16 @@ from sco.ports import ServerStatus, ServerView
 TAG = "sco"
 PARTITION_TAG = "sco:p="
 REQUEST_TAG = "sco:r="
+# Which sco installation a server is: two may share a project (and a partition name).
+# A server with no such tag is the default installation's (sco before it had one).
+INSTALLATION_TAG = "sco:i="
+DEFAULT_INSTALLATION = "default"
 META_PARTITION = "sco:partition"
 META_POOL = "sco:pool"
 META_CLASS = "sco:class"
 META_REQUEST = "sco:request"
 META_GENERATION = "sco:generation"
+META_INSTALLATION = "sco:installation"
 # The reclaim-notice contract: a reclaimer that wants a spot server back sets this
 # metadata key to the deadline (seconds since the epoch, or ISO 8601 with a zone).
 META_RECLAIM_AT = "sco:reclaim-at"
@@ -52,19 +57,43 @@ def _tag(prefix: str, value: str) -> str:
     return tag
 
 
-def server_tags(partition: str, request_id: str) -> list[str]:
-    return [TAG, partition_tag(partition), request_tag(request_id)]
+def server_tags(
+    partition: str, request_id: str, installation: str = DEFAULT_INSTALLATION
+) -> list[str]:
+    return [
+        TAG,
+        partition_tag(partition),
+        request_tag(request_id),
+        _tag(INSTALLATION_TAG, installation),
+    ]
+
+
+def installation_of(server: Mapping[str, object]) -> str:
+    """The installation a Nova server record is tagged for (untagged: the default)."""
+    tags = server.get("tags")
+    if isinstance(tags, list):
+        for tag in tags:
+            if isinstance(tag, str) and tag.startswith(INSTALLATION_TAG):
+                return tag[len(INSTALLATION_TAG) :]
+    return DEFAULT_INSTALLATION
 
 
 def server_metadata(
-    partition: str, pool: PoolId, capacity_class: str, request_id: str, plan_generation: int
+    partition: str,
+    pool: PoolId,
+    capacity_class: str,
+    request_id: str,
+    plan_generation: int,
+    installation: str = DEFAULT_INSTALLATION,
 ) -> dict[str, str]:
+    """What the node reads of itself (its scheduler's features and labels follow)."""
     return {
         META_PARTITION: partition,
         META_POOL: pool,
         META_CLASS: capacity_class,
         META_REQUEST: request_id,
         META_GENERATION: str(plan_generation),
+        META_INSTALLATION: installation,
     }
 
 

@@ -111,6 +111,8 @@ class _Server:
     running: bool = False
     draining: bool = False
     drained: bool = False
+    drain_by: float | None = None  # the deadline the node was told
+    reclaim_by: float | None = None  # ... when told by a reclaim
     deleting: bool = False
     notice_deadline: float | None = None
     active_at: float | None = None
@@ -478,7 +480,11 @@ class SimRegion:
 
     def _renode(self, s: _Server) -> None:
         self._node_views[s.partition][s.server_id] = NodeView(
-            joined=s.joined, drained=s.drained, joined_at=s.joined_at
+            joined=s.joined,
+            drained=s.drained,
+            joined_at=s.joined_at,
+            leaving=s.draining,
+            reclaim_by=s.reclaim_by,
         )
 
     # ------------------------------------------------------------ SchedulerCluster
@@ -495,19 +501,56 @@ class SimRegion:
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         return dict(self._node_views.get(partition, {}))
 
-    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
-        """The node starts leaving in time to be out by `drain_by`, serving until then."""
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        """Nothing keeps time on a simulated node's side: its drain is scheduled."""
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        """The node starts leaving in time to be out by `drain_by`, serving until then;
+        told again with a sooner deadline, it leaves by that one."""
         s = self._servers.get(server_id)
-        if s is None or s.partition != partition or s.draining:
+        if s is None or s.partition != partition:
+            return
+        sooner = s.drain_by is None or drain_by < s.drain_by
+        if s.draining and not sooner and not (reason == "reclaim_notice" and s.reclaim_by is None):
             return
         s.draining = True
-        if not s.joined:
+        s.drain_by = drain_by if sooner else s.drain_by
+        if reason == "reclaim_notice":
+            s.reclaim_by = drain_by
+        if not s.joined or s.drained:
             s.drained = True
             self._renode(s)
+            return
+        self._renode(s)
+        if not sooner:
             return
         start = max(self.now, drain_by - self.config.drain_s)
         self._push(start, _Kind.DRAIN_START, server_id)
         self._push(start + self.config.drain_s, _Kind.DRAINED, server_id)
+
+    # ------------------------------------------------------------ the reclaimer's side
+
+    def all_servers(self) -> Sequence[ServerView]:
+        """Every listed server, of every partition (what a reclaimer chooses from)."""
+        return [v for views in self._listed.values() for v in views.values()]
+
+    def give_notice(self, server_id: str, deadline: float) -> float:
+        """The reclaim-notice contract: the server goes at `deadline`, or at the sooner
+        deadline it was given before; returns the deadline in force."""
+        s = self._servers.get(server_id)
+        if s is None:
+            raise RetryableProviderError(f"no server {server_id}")
+        deadline = max(deadline, self.now)
+        if s.notice_deadline is not None and s.notice_deadline <= deadline:
+            return s.notice_deadline
+        if s.notice_deadline is None and self.observer:
+            self.observer.reclaimed(
+                self.now, s.partition, s.pool.id, s.pool.units_per_instance, deadline - self.now
+            )
+        s.notice_deadline = deadline
+        self._relist(s)
+        self._push(deadline, _Kind.RECLAIM, server_id)
+        return deadline
 
     # ------------------------------------------------------------ inspection
 

@@ -55,8 +55,12 @@ def node_name(server_id: str) -> str:
     return "sco-" + _ALNUM.sub("", server_id.lower())[:12]
 
 
-def partition_feature(partition: str) -> str:
-    return "sco-" + _SAFE.sub("-", partition)
+def partition_feature(partition: str, installation: str = "default") -> str:
+    """The feature that makes a node the partition's: `sco-<partition>`, or for a named
+    installation (sharing the cluster with another sco) `sco_<installation>_<partition>`:
+    installation names hold no '_', so no two installations' features meet."""
+    safe = _SAFE.sub("-", partition)
+    return f"sco-{safe}" if installation == "default" else f"sco_{installation}_{safe}"
 
 
 def pool_feature(pool: str) -> str:
@@ -64,9 +68,13 @@ def pool_feature(pool: str) -> str:
     return "pool-" + _SAFE.sub("-", "-".join(pool.split("/")[1:]))
 
 
-def node_features(partition: str, capacity_class: str, pool: str) -> list[str]:
-    """What a node of sco's carries: what its server boots slurmd with."""
-    return ["sco", partition_feature(partition), capacity_class, pool_feature(pool)]
+def node_features(
+    partition: str, capacity_class: str, pool: str, installation: str = "default"
+) -> list[str]:
+    """What a node of sco's carries: what its server boots slurmd with (its metadata
+    says all of it: `sco:partition`, `sco:class`, `sco:pool`, `sco:installation`)."""
+    feature = partition_feature(partition, installation)
+    return ["sco", feature, capacity_class, pool_feature(pool)]
 
 
 def slurm_conf_lines(
@@ -76,12 +84,13 @@ def slurm_conf_lines(
     memory_mb: float,
     pools: Sequence[tuple[str, str]] = (),
     gres: str = "",
+    installation: str = "default",
 ) -> list[str]:
     """What slurm.conf needs for an sco partition's dynamic nodes: a NodeSet on its
     feature, the Slurm partitions taking it, and one FUTURE placeholder per class that
     makes the class (and pool) features valid before such a node exists. `pools` are
     (class, pool id) pairs."""
-    feature = partition_feature(sco_partition)
+    feature = partition_feature(sco_partition, installation)
     nodeset = feature.replace("-", "_")
     lines = [f"NodeSet={nodeset} Feature={feature}"]
     for cls in ("spot", "guaranteed"):
@@ -146,10 +155,11 @@ class SlurmPartition:
     shape: Size  # what one of its nodes holds (the flavor's)
     requeue_lead_s: float = 30.0  # a reclaim's jobs are requeued this long before it
     idle_keep_s: float = 300.0  # an idle node is still wanted this long after its last job
+    installation: str = "default"  # this sco's, among those sharing the cluster
 
     @property
     def feature(self) -> str:
-        return partition_feature(self.name)
+        return partition_feature(self.name, self.installation)
 
 
 class SlurmView:
@@ -205,26 +215,37 @@ class SlurmNodes:
         self.requeued_total = 0
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
-        cfg = self.partitions[partition]
-        jobs, nodes = self.view.read()
+        """Reads only (a dry run calls it on a real cluster)."""
+        _, nodes = self.view.read()
         by_name = {n.name: n for n in nodes}
         listed = {node_name(v.server_id): v.server_id for v in self._listing(partition)}
-        self._act_on_deadlines(cfg, jobs, nodes)
-        self._forget_gone(cfg, nodes, set(listed))
         out: dict[str, NodeView] = {}
         for name, server_id in listed.items():
             n = by_name.get(name)
             if n is None:
                 out[server_id] = NodeView(joined=False, drained=False)
                 continue
+            order = _deadline(n.reason)
             out[server_id] = NodeView(
                 joined=n.up,
                 drained=n.drained or (not n.up and n.draining),
                 joined_at=n.registered_at,
                 busy=n.busy,
                 note=self._notes.get(name, ""),
+                # sco's order is its DRAIN reason; a node taken DOWN at its deadline keeps it.
+                leaving=order is not None and (n.draining or not n.up),
+                reclaim_by=order[1] if order is not None and order[0] == "reclaim" else None,
             )
         return out
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        """Requeue a reclaim's jobs before its deadline and take its node down at it;
+        with a listing, delete the nodes whose servers are gone."""
+        cfg = self.partitions[partition]
+        jobs, nodes = self.view.read()
+        self._act_on_deadlines(cfg, jobs, nodes)
+        if servers is not None:
+            self._forget_gone(cfg, nodes, {node_name(v.server_id) for v in servers})
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         """DRAIN with the deadline in the reason; a node that never registered has

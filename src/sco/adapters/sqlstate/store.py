@@ -251,37 +251,48 @@ class SqlFleetStore:
             gone = conn.execute(delete(t.reservations).where(t.reservations.c.expires_at <= now))
             return int(gone.rowcount or 0)
 
-    def raise_fence(self, partition: str, token: int) -> None:
-        """Make `token` the partition's least acceptable fence, when leases live
-        elsewhere (Kubernetes): the triggers then refuse anything older."""
+    def claim_fence(self, partition: str, holder: str, token: int) -> int:
+        """The fencing token `holder` writes `partition` with, now that it has taken the
+        partition's lease with `token`: that token when the database has seen none as
+        large (leases kept here: the lease row is this one, and is the holder's
+        already), else one past the largest the database has seen. A lease kept
+        elsewhere may count from 1 again (a Kubernetes Lease recreated, or leases moved
+        from the database to Kubernetes) while the database still refuses every token
+        below the largest it saw: a new holder must write above it, and every older
+        holder stays refused. The triggers refuse anything below what this returns."""
         row = t.leases.c
-        with self.engine.begin() as conn:
-            moved = conn.execute(
-                update(t.leases)
-                .where(row.partition == partition, row.token < token)
-                .values(token=token)
-            )
-            if moved.rowcount:
-                return
-            exists = conn.execute(select(row.token).where(row.partition == partition)).first()
-            if exists is None:
+        with _fenced(), self.engine.begin() as conn:
+            seen = conn.execute(
+                select(row.token, row.holder).where(row.partition == partition)
+            ).first()
+            if seen is None:
                 try:
                     with conn.begin_nested():
                         conn.execute(
                             insert(t.leases).values(
                                 partition=partition,
-                                holder="",
+                                holder=holder,
                                 token=token,
                                 acquired_at=0.0,
                                 expires_at=-1.0,
                             )
                         )
-                except IntegrityError:
-                    conn.execute(
-                        update(t.leases)
-                        .where(row.partition == partition, row.token < token)
-                        .values(token=token)
-                    )
+                    return token
+                except IntegrityError:  # another holder's claim came first: above it
+                    seen = conn.execute(
+                        select(row.token, row.holder).where(row.partition == partition)
+                    ).one()
+            if seen.holder == holder and int(seen.token) >= token:
+                return int(seen.token)  # its own: the lease row, or its earlier claim
+            fence = max(token, int(seen.token) + 1)
+            claimed = conn.execute(
+                update(t.leases)
+                .where(row.partition == partition, row.token == seen.token)
+                .values(token=fence, holder=holder)
+            )
+            if claimed.rowcount != 1:
+                raise StateConflict(f"the fence of {partition} moved while {holder} claimed it")
+            return fence
 
     # ------------------------------------------------------------ plans
 
