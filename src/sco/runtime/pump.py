@@ -56,7 +56,10 @@ class SignalPump:
         on_signals: Callable[[], None],
         config: PumpConfig | None = None,
         registry: CollectorRegistry | None = None,
+        pace: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`pace` times the steps (the shell's monotonic clock; a simulation's own)."""
+        self.pace = pace
         self.store = store
         self.provider = provider
         self.pools = list(pools)
@@ -87,7 +90,7 @@ class SignalPump:
 
     def step(self) -> None:
         """One turn: whatever is due."""
-        now_mono = time.monotonic()
+        now_mono = self.pace()
         c = self.config
         if self._due("ages", c.ages_every_s, now_mono):
             self._guard("ages", self._ages)

@@ -40,6 +40,7 @@ from sco.ports import (
     Provider,
     SchedulerCluster,
 )
+from sco.runtime.clock import IdSource
 from sco.runtime.controller import ControllerConfig, CycleReport, PartitionController
 from sco.runtime.loops import PartitionLoops, describe
 from sco.runtime.metrics import PlacementMetrics
@@ -125,9 +126,11 @@ class ReplicaRunner:
         pump: Callable[[Callable[[], None]], SignalPump] | None = None,
         cycles: int | None = None,
         tokens: Mapping[str, TokenIssuer] | None = None,
+        ids: IdSource | None = None,
     ) -> None:
         """`pump(wake)` builds this replica's signal pump, given what wakes its loops;
-        `cycles` ends each partition's loop after that many cycles (one-shot runs)."""
+        `cycles` ends each partition's loop after that many cycles (one-shot runs);
+        `ids` names new instances and requests (default: random UUIDs)."""
         self.config = config
         self.metrics = metrics
         self.leases = leases
@@ -148,6 +151,8 @@ class ReplicaRunner:
         self._kit = ControllerKit(
             provider, nodes, store, demand, policy, clock, controller, tokens=dict(tokens or {})
         )
+        if ids is not None:
+            self._kit.ids = ids
         self.loops = PartitionLoops(
             interval_s,
             on_report=self._report,

@@ -15,8 +15,8 @@ from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.connect import CloudSessions
 from sco.adapters.openstack.provider import OpenStackProvider, RegionError
 from sco.adapters.openstack.resilience import GuardConfig
-from sco.adapters.openstack.resources import DEFAULT_INSTALLATION
 from sco.adapters.openstack.secrets import CloudsYamlSecrets, OpenBaoConfig, OpenBaoSecrets
+from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.ports import Clock, Secret, SecretSource
 
 __all__ = ["OpenStackProvider", "RegionError", "open_provider", "secret_source"]

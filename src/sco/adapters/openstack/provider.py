@@ -53,7 +53,6 @@ from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import PoolSpec, RegionSpec
 from sco.adapters.openstack.placement import Want
 from sco.adapters.openstack.resources import (
-    DEFAULT_INSTALLATION,
     META_NODE_TOKEN,
     META_PARTITION,
     META_RECLAIM_AT,
@@ -75,6 +74,7 @@ from sco.adapters.openstack.scope import (
     excess,
     ownership,
 )
+from sco.domain.installation import DEFAULT_INSTALLATION, is_mine
 from sco.domain.pools import Pool, PoolId
 from sco.ports import (
     Clock,
@@ -291,7 +291,7 @@ class OpenStackProvider:
     def _mine(self, records: _Records) -> _Records:
         """The records of this installation: another sco's servers in the same project
         (perhaps with a partition of the same name) are never adopted or deleted."""
-        return [s for s in records if installation_of(s) == self.installation]
+        return [s for s in records if is_mine(installation_of(s), self.installation)]
 
     def _ours(self, records: _Records, listing: str | None) -> _Records:
         """The records of sco's projects. The others are foreign: each is reported

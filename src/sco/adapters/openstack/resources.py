@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.domain.pools import PoolId
 from sco.ports import ServerStatus, ServerView
 
@@ -26,7 +27,6 @@ REQUEST_TAG = "sco:r="
 # Which sco installation a server is: two may share a project (and a partition name).
 # A server with no such tag is the default installation's (sco before it had one).
 INSTALLATION_TAG = "sco:i="
-DEFAULT_INSTALLATION = "default"
 META_PARTITION = "sco:partition"
 META_POOL = "sco:pool"
 META_CLASS = "sco:class"
@@ -68,14 +68,14 @@ def server_tags(
     ]
 
 
-def installation_of(server: Mapping[str, object]) -> str:
-    """The installation a Nova server record is tagged for (untagged: the default)."""
+def installation_of(server: Mapping[str, object]) -> str | None:
+    """The installation a Nova server record is tagged for (None: no such tag)."""
     tags = server.get("tags")
     if isinstance(tags, list):
         for tag in tags:
             if isinstance(tag, str) and tag.startswith(INSTALLATION_TAG):
                 return tag[len(INSTALLATION_TAG) :]
-    return DEFAULT_INSTALLATION
+    return None
 
 
 def server_metadata(

@@ -22,6 +22,7 @@ from enum import IntEnum
 from typing import Protocol, TypeVar
 
 from sco.adapters.sim.traces import TraceSet, hall_names
+from sco.domain.installation import DEFAULT_INSTALLATION, is_mine
 from sco.domain.pools import CapacityClass, Pool, PoolId
 from sco.ports import (
     CreateResult,
@@ -111,8 +112,10 @@ class _Server:
     running: bool = False
     draining: bool = False
     drained: bool = False
+    installation: str = DEFAULT_INSTALLATION  # which sco made it (several may share a region)
     drain_by: float | None = None  # the deadline the node was told
     reclaim_by: float | None = None  # ... when told by a reclaim
+    reclaim_told_at: float | None = None  # when it was first told of a reclaim
     deleting: bool = False
     notice_deadline: float | None = None
     active_at: float | None = None
@@ -122,6 +125,7 @@ class _Server:
 UNLIMITED = 1_000_000
 
 V = TypeVar("V")
+_V = TypeVar("_V", ServerView, NodeView)
 
 
 def _from(changes: list[tuple[float, V]], start: float) -> list[tuple[float, V]]:
@@ -412,7 +416,13 @@ class SimRegion:
         return {p: self._price[p] for p in pools if p in self._price}
 
     def create(
-        self, pool: PoolId, count: int, request_id: str, partition: str, plan_generation: int
+        self,
+        pool: PoolId,
+        count: int,
+        request_id: str,
+        partition: str,
+        plan_generation: int,
+        installation: str = DEFAULT_INSTALLATION,
     ) -> CreateResult:
         if pool not in self._pools:
             raise InsufficientCapacity(pool, f"no such pool {pool}")
@@ -425,7 +435,8 @@ class SimRegion:
             raise InsufficientCapacity(pool)
         n = min(count, room)
         ids = tuple(
-            self._new_server(pool, partition, request_id, plan_generation) for _ in range(n)
+            self._new_server(pool, partition, request_id, plan_generation, installation)
+            for _ in range(n)
         )
         if self.observer:
             self.observer.created(self.now, partition, pool, n)
@@ -434,9 +445,12 @@ class SimRegion:
         short = f"only {n} of {count} fit in {pool}" if n < count else ""
         return CreateResult(ids, short)
 
-    def _new_server(self, pool_id: PoolId, partition: str, request_id: str, gen: int) -> str:
+    def _new_server(
+        self, pool_id: PoolId, partition: str, request_id: str, gen: int, installation: str
+    ) -> str:
         sid = f"srv-{next(self._ids):07d}"
         s = _Server(sid, partition, self._pools[pool_id], request_id, gen, self.now)
+        s.installation = installation
         self._servers[sid] = s
         self._by_pool[pool_id][sid] = s
         self._by_partition.setdefault(partition, {})[sid] = s
@@ -459,9 +473,24 @@ class SimRegion:
             self._set_running(s, False)
             self._push(self.now + self.config.delete_s, _Kind.DELETED, sid)
 
-    def list(self, partition: str) -> Sequence[ServerView]:
+    def list(
+        self, partition: str, installation: str = DEFAULT_INSTALLATION
+    ) -> Sequence[ServerView]:
+        """The partition's servers of `installation` (others may share the region)."""
         self._fault("list")
-        return list(self._listed.get(partition, {}).values())
+        return self._mine(self._listed.get(partition, {}), installation)
+
+    def _mine(self, views: Mapping[str, _V], installation: str) -> Sequence[_V]:
+        servers = self._servers
+        return [
+            v
+            for sid, v in views.items()
+            if sid in servers and is_mine(servers[sid].installation, installation)
+        ]
+
+    def installation_of(self, server_id: str) -> str | None:
+        s = self._servers.get(server_id)
+        return s.installation if s is not None else None
 
     def _relist(self, s: _Server) -> None:
         """The server's listing changed: build its view again (once listed)."""
@@ -498,8 +527,16 @@ class SimRegion:
     def node_token(self, server_id: str) -> Secret | None:
         return self._tokens.get(server_id)
 
-    def nodes(self, partition: str) -> Mapping[str, NodeView]:
-        return dict(self._node_views.get(partition, {}))
+    def nodes(
+        self, partition: str, installation: str = DEFAULT_INSTALLATION
+    ) -> Mapping[str, NodeView]:
+        views = self._node_views.get(partition, {})
+        servers = self._servers
+        return {
+            sid: v
+            for sid, v in views.items()
+            if sid in servers and is_mine(servers[sid].installation, installation)
+        }
 
     def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
         """Nothing keeps time on a simulated node's side: its drain is scheduled."""
@@ -517,6 +554,8 @@ class SimRegion:
         s.drain_by = drain_by if sooner else s.drain_by
         if reason == "reclaim_notice":
             s.reclaim_by = drain_by
+            if s.reclaim_told_at is None:
+                s.reclaim_told_at = self.now
         if not s.joined or s.drained:
             s.drained = True
             self._renode(s)
@@ -568,3 +607,13 @@ class SimRegion:
 
     def server_count(self) -> int:
         return len(self._servers)
+
+    def is_draining(self, server_id: str) -> bool:
+        """Whether the server's node was told to leave."""
+        s = self._servers.get(server_id)
+        return s is not None and s.draining
+
+    def reclaim_told_at(self, server_id: str) -> float | None:
+        """When the server's node was first told to leave for a reclaim."""
+        s = self._servers.get(server_id)
+        return s.reclaim_told_at if s is not None else None

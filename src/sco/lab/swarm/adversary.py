@@ -1,0 +1,286 @@
+"""The adversary: the seed's faults of the moment, the work the schedulers get, the
+operator's orders, and the checks that need the whole world (dry runs, the floor).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import update
+
+from sco.adapters.sqlstate import schema as t
+from sco.decide.policies import ScoPolicy
+from sco.decide.reclaim import Budget
+from sco.domain.instances import Instance
+from sco.domain.lifecycle import HAS_SERVER, State
+from sco.lab.swarm.slurm import SimSlurm
+from sco.lab.swarm.spec import START_S, Fault, Kind
+from sco.lab.swarm.world import BLUE, LEASE_TTL_S, Installation, fresh_state
+from sco.runtime.controller import HANDBACK, ControllerConfig
+from sco.runtime.dryrun import DryRunNodes, DryRunProvider
+from sco.runtime.realtime import ControllerKit
+from sco.runtime.reclaimer import Reclaimer
+from sco.runtime.routing import NodeRouter
+
+if TYPE_CHECKING:
+    from sco.lab.swarm.run import Swarm
+
+# A partition below its floor this long after the world last moved (a fault, a
+# reclaim, a restart) has had time for guaranteed capacity to be created and join.
+FLOOR_GRACE_S = 2 * 70.0 + 4 * 30.0 + LEASE_TTL_S + 60.0
+
+
+class Adversary:
+    def __init__(self, swarm: Swarm) -> None:
+        self.swarm = swarm
+        self.rng = random.Random(swarm.spec.seed * 7919 + 1)
+        self.fenced: dict[tuple[str, str], float] = {}  # (slot, partition) -> refused at
+        self.restarts: list[tuple[float, Installation, str]] = []
+        self.jobs = {p.name: 0 for p in swarm.spec.partitions}  # next job to submit
+        self.handed: set[str] = set()
+        self.disturbed = START_S  # when the world last moved under sco's feet
+        self.short_since: dict[str, float] = {}
+
+    @property
+    def now(self) -> float:
+        return self.swarm.clock.now()
+
+    # ------------------------------------------------------------ each step
+
+    def step(self) -> None:
+        s = self.swarm.schedule
+        if s.any_active(self.now - START_S):
+            self.disturbed = self.now
+        blue = self.swarm.blue
+        for name, twin in blue.twins.items():
+            twin.available = s.active(Kind.SCHEDULER_DOWN, name) is None
+        for slot, r in blue.replicas.items():
+            skew = s.active(Kind.CLOCK_SKEW, slot)
+            r.clock.skew_s = skew.value if skew is not None else 0.0
+        for at, inst, slot in list(self.restarts):
+            if self.now >= at:
+                self.restarts.remove((at, inst, slot))
+                inst.start(slot)
+                self.disturbed = self.now
+        self._instant(s)
+        self._handback(s)
+        self._workload()
+
+    def _instant(self, s: Any) -> None:
+        for kind, act in (
+            (Kind.NOTICE, self._notice),
+            (Kind.RECLAIM, self._reclaim),
+            (Kind.SCHEDULER_FORGETS, self._forget),
+            (Kind.TOKEN_RESET, self._token_reset),
+        ):
+            while (fault := s.once(kind)) is not None:
+                act(fault)
+                self.disturbed = self.now
+
+    def _handback(self, s: Any) -> None:
+        store = self.swarm.blue.store
+        for name in self.swarm.blue.plans:
+            on = s.active(Kind.HANDBACK, name) is not None
+            if on and name not in self.handed:
+                store.put_intent(name, HANDBACK, self.now, "swarm")
+                self.handed.add(name)
+            elif not on and name in self.handed:
+                store.drop_intent(name)
+                self.handed.discard(name)
+                self.disturbed = self.now
+
+    def _workload(self) -> None:
+        for p in self.swarm.spec.partitions:
+            twin = self.swarm.blue.twins.get(p.name)
+            if not isinstance(twin, SimSlurm):
+                continue
+            k = self.jobs[p.name]
+            while k < len(p.jobs) and START_S + p.jobs[k][0] <= self.now:
+                _, run_s, requeue = p.jobs[k]
+                twin.submit(run_s, requeue)
+                k += 1
+            self.jobs[p.name] = k
+
+    def paused(self, inst: Installation, slot: str) -> bool:
+        """A replica stalled past its leases' TTL (a long GC pause, a frozen VM)."""
+        return inst.name == BLUE and self.swarm.schedule.active(Kind.LEASE_LOSS, slot) is not None
+
+    def killed(self, inst: Installation, slot: str) -> None:
+        inst.stop(slot)
+        self.fenced = {k: v for k, v in self.fenced.items() if k[0] != slot}
+        fault = self.swarm.schedule.active(Kind.KILL, slot)
+        down_s = max(30.0, fault.duration_s if fault is not None else 30.0)
+        self.restarts.append((self.now + down_s, inst, slot))
+        self.disturbed = self.now
+
+    # ------------------------------------------------------------ instant faults
+
+    def _records(self) -> list[Instance]:
+        store = self.swarm.blue.store
+        return [i for p in self.swarm.blue.plans for i in store.instances(p)]
+
+    def _notice(self, f: Fault) -> None:
+        wanted = {
+            "creating": (State.CREATING,),
+            "active": (State.ACTIVE,),
+            "ready": (State.READY,),
+            "draining": (State.DRAINING,),
+            "noticed-sooner": (State.NOTICED, State.DRAINING),
+            "noticed-later": (State.NOTICED, State.DRAINING),
+        }[f.target]
+        records = [i for i in self._records() if i.server_id and i.state in HAS_SERVER]
+        fit = [i for i in records if i.state in wanted]
+        if f.target.startswith("noticed"):
+            fit = [i for i in fit if i.notice_deadline is not None]
+        pick = fit or records
+        if not pick:
+            return
+        inst = pick[self.rng.randrange(len(pick))]
+        deadline = self.now + f.value
+        if f.target == "noticed-sooner" and inst.notice_deadline is not None:
+            deadline = max(self.now, inst.notice_deadline - f.value / 2)
+        elif f.target == "noticed-later" and inst.notice_deadline is not None:
+            deadline = inst.notice_deadline + f.value
+        assert inst.server_id is not None
+        try:
+            self.swarm.region.give_notice(inst.server_id, deadline)
+        except Exception as e:  # gone meanwhile
+            self.swarm.notes.append(f"notice to {inst.server_id} not given: {e}")
+
+    def _reclaim(self, f: Fault) -> None:
+        reclaimer = Reclaimer(self.swarm.region, self.swarm.clock, self.swarm.blue.store)
+        flavor = self.swarm.region.pools()[0].flavor
+        try:
+            reclaimer.request(f.target, flavor, int(f.value), 120.0, Budget(max_fraction=0.5))
+        except ValueError as e:  # no spot pool in that hall
+            self.swarm.notes.append(f"reclaim in {f.target}: {e}")
+
+    def _forget(self, f: Fault) -> None:
+        twin = self.swarm.blue.twins.get(f.target)
+        if isinstance(twin, SimSlurm) and twin.nodes_by_name:
+            names = sorted(twin.nodes_by_name)
+            twin.forget(names[self.rng.randrange(len(names))])
+
+    def _token_reset(self, f: Fault) -> None:
+        blue = self.swarm.blue
+        if blue.lease_kind == "kubernetes":
+            blue.memory_leases.recreate(f.target)
+            return
+        # Leases move from the database to Kubernetes (the chart's default): a redeploy.
+        blue.lease_kind = "kubernetes"
+        for slot in list(blue.replicas):
+            blue.stop(slot)
+            blue.start(slot)
+
+    # ------------------------------------------------------------ a takeover mid-cycle
+
+    def takeover(self, victim: str, partition: str) -> None:
+        blue = self.swarm.blue
+        r = blue.replicas.get(victim)
+        others = [o for s, o in sorted(blue.replicas.items()) if s != victim]
+        if r is None or not others or partition not in r.runner.held:
+            return
+        other = others[0]
+        # The victim stalls past its TTL: its heartbeat lapses, its lease expires.
+        self.swarm.slow(LEASE_TTL_S + 1.0)
+        if blue.lease_kind == "database":
+            with blue.store.engine.begin() as conn:
+                conn.execute(
+                    update(t.leases).where(t.leases.c.holder == r.name).values(expires_at=0.0)
+                )
+                conn.execute(
+                    update(t.replicas).where(t.replicas.c.name == r.name).values(expires_at=0.0)
+                )
+        else:
+            blue.memory_leases.expire(r.name, self.now)
+            blue.memory_leases.forget_replica(r.name)
+        self.disturbed = self.now
+        self.swarm._guard(blue, other, other.runner.tend_leases)
+        if partition in other.runner.controllers:
+            self.swarm.cycle(blue, other, partition)
+
+    # ------------------------------------------------------------ checks of the whole world
+
+    def dry_run(self) -> None:
+        """`sco run --dry-run`'s round against the world: it must change nothing."""
+        blue = self.swarm.blue
+        before = self._fingerprint()
+        url = fresh_state(blue.folder / "dry-run.sqlite")
+        from sco.adapters.sqlstate.store import SqlFleetStore
+
+        scratch = SqlFleetStore(url, run_migrations=False)
+        try:
+            acting = DryRunProvider(blue.tenant)
+            demand, planes = blue._schedulers(lambda p: blue.tenant.list(p), _Wall(self))
+            nodes = DryRunNodes(NodeRouter(planes, blue.tenant), acting.intents)
+            scratch.upsert_pools(self.swarm.region.pools())
+            kit = ControllerKit(
+                acting, nodes, scratch, demand, ScoPolicy, self.swarm.clock, ControllerConfig()
+            )
+            for partition in demand.partitions():
+                try:
+                    kit.controller(partition).cycle()
+                except Exception as e:
+                    self.swarm.notes.append(f"dry run of {partition.name}: {e}")
+        finally:
+            scratch.close()
+        after = self._fingerprint()
+        if after != before:
+            changed = [k for k, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+            self.swarm.ledger.violate(
+                "dry_run_changes_nothing", self.now, f"parts {changed} of the world changed"
+            )
+        self.swarm.ledger.checked["dry_run_changes_nothing"] += 1
+
+    def _fingerprint(self) -> tuple[object, ...]:
+        blue = self.swarm.blue
+        region = tuple(
+            (v.server_id, v.status, v.notice_deadline, self.swarm.region.is_draining(v.server_id))
+            for v in self.swarm.region.all_servers()
+        )
+        counts = blue.store.counts()
+        twins = tuple(twin.fingerprint() for twin in blue.twins.values())
+        return (region, self.swarm.region.server_count(), twins, counts, blue.store.outbox_size())
+
+    def floor(self, partition: str, records: Sequence[Instance]) -> None:
+        """Below the floor long after the world last moved, with guaranteed room for
+        the gap and nothing reported: the floor was not kept."""
+        plan = self.swarm.blue.plans[partition]
+        ready = sum(i.units for i in records if i.state is State.READY)
+        ledger = self.swarm.ledger
+        if partition in self.handed or ready >= plan.floor:
+            self.short_since.pop(partition, None)
+            return
+        since = self.short_since.setdefault(partition, self.now)
+        if self.now - max(since, self.disturbed) < FLOOR_GRACE_S:
+            return
+        ledger.checked["floor_holds"] += 1
+        region = self.swarm.region
+        guaranteed = [p.id for p in region.pools() if not p.is_spot]
+        room = sum(region.headroom(guaranteed).values())
+        if room < plan.floor - ready:
+            ledger.misses["floor: no guaranteed room"] += 1
+            return
+        latest = self.swarm.blue.store.latest_plan(partition)
+        notes = latest.notes if latest is not None else ()
+        if any("floor at risk" in n or "floor needs" in n for n in notes):
+            ledger.misses["floor: reported at risk"] += 1
+            return
+        ledger.violate(
+            "floor_holds",
+            self.now,
+            f"{partition}: {ready} ready of floor {plan.floor} since "
+            f"{since - START_S:.0f}s with {room} guaranteed room",
+        )
+
+
+class _Wall:
+    """The dry run's clock: the world's, unskewed."""
+
+    def __init__(self, adversary: Adversary) -> None:
+        self.adversary = adversary
+
+    def now(self) -> float:
+        return self.adversary.now

@@ -1,0 +1,321 @@
+"""Faults at every port: the provider, fleet state, leases and the schedulers, as the
+seed's schedule says, and what the invariants must know of each action taken.
+
+Each replica gets its own wrappers, so every action is known by who took it: a
+replica that learned it was fenced out must take none after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.domain.pools import Pool, PoolId
+from sco.lab.swarm.spec import Fault, Kind
+from sco.ports import (
+    CreateResult,
+    FencedOut,
+    InsufficientCapacity,
+    Lease,
+    NodeView,
+    RetryableProviderError,
+    SchedulerCluster,
+    ServerView,
+    StateConflict,
+)
+
+
+class Killed(BaseException):
+    """The replica dies here, between two writes: nothing of sco's may catch it."""
+
+
+class DatabaseDown(Exception):
+    """Fleet state cannot be reached."""
+
+
+@dataclass
+class Schedule:
+    """The seed's faults, on the swarm's clock."""
+
+    faults: tuple[Fault, ...]
+    start_s: float
+    now: Callable[[], float]
+    conflicts: dict[str, int] = field(default_factory=dict)  # replica -> writes to refuse
+    writes: dict[str, int] = field(default_factory=dict)  # replica -> writes made
+    fired: set[int] = field(default_factory=set)  # faults that happen once, done
+
+    def active(self, kind: Kind, target: str = "") -> Fault | None:
+        t = self.now() - self.start_s
+        for f in self.faults:
+            if f.kind is kind and f.active(t) and (not target or f.target in ("", target)):
+                return f
+        return None
+
+    def any_active(self, t_s: float) -> bool:
+        return any(f.duration_s > 0 and f.active(t_s) for f in self.faults)
+
+    def once(self, kind: Kind, target: str = "") -> Fault | None:
+        """The next fault of `kind` (for `target`) due and not yet done, marked done."""
+        t = self.now() - self.start_s
+        for k, f in enumerate(self.faults):
+            if f.kind is kind and k not in self.fired and f.at_s <= t:
+                if target and f.target != target:
+                    continue
+                if f.duration_s and not f.active(t):
+                    continue
+                self.fired.add(k)
+                return f
+        return None
+
+
+class Stage(Protocol):
+    """What the wrappers need of the running swarm."""
+
+    schedule: Schedule
+
+    def now(self) -> float: ...
+
+    def slow(self, seconds: float) -> None:
+        """A call that takes `seconds`: the world moves on meanwhile."""
+        ...
+
+    def acted(self, replica: str, partition: str, what: str, detail: str) -> None:
+        """A cloud or scheduler action by `replica`'s controller of `partition`."""
+        ...
+
+    def created(self, request_id: str) -> None: ...
+
+    def refused_write(self, replica: str, partition: str) -> None:
+        """The database refused a write for a stale fence."""
+        ...
+
+    def takeover(self, victim: str, partition: str) -> None:
+        """Another replica takes `partition` over now, while `victim` is mid-cycle."""
+        ...
+
+
+class CloudFaults:
+    """The provider (and static node plane) one replica sees."""
+
+    def __init__(self, inner: Any, stage: Stage, replica: str) -> None:
+        self.inner = inner
+        self.stage = stage
+        self.replica = replica
+        self.partition = ""  # the partition whose cycle runs now (the driver sets it)
+        self.last: dict[str, tuple[ServerView, ...]] = {}  # the last listing of each
+
+    def _call(self, what: str) -> None:
+        s = self.stage.schedule
+        if s.active(Kind.CREDENTIAL_EXPIRED):
+            raise RetryableProviderError(f"{what}: the credential expired (OpenBao away)")
+        slow = s.active(Kind.SLOW_CLOUD)
+        if slow is not None:
+            self.stage.slow(slow.value)
+        if self.partition and s.once(Kind.TAKEOVER_MID_CYCLE, self.partition) is not None:
+            self.stage.takeover(self.replica, self.partition)
+
+    def pools(self) -> Sequence[Pool]:
+        return list(self.inner.pools())
+
+    def headroom(self, pools: Sequence[PoolId]) -> Mapping[PoolId, int]:
+        return dict(self.inner.headroom(pools))
+
+    def prices(self, pools: Sequence[PoolId]) -> Mapping[PoolId, float]:
+        return dict(self.inner.prices(pools))
+
+    def list(self, partition: str) -> Sequence[ServerView]:
+        self._call("list")
+        if self.stage.schedule.active(Kind.LIST_ERROR):
+            raise RetryableProviderError("list: 503 from Nova")
+        views = self.last[partition] = tuple(self.inner.list(partition))
+        return views
+
+    def create(
+        self, pool: PoolId, count: int, request_id: str, partition: str, plan_generation: int
+    ) -> CreateResult:
+        self._call("create")
+        s = self.stage.schedule
+        if s.active(Kind.CREATE_ERROR):
+            raise RetryableProviderError("create: 503 from Nova (nothing created)")
+        if s.active(Kind.CREATE_REFUSED):
+            raise InsufficientCapacity(pool, f"no room in {pool} (the cloud says)")
+        self.stage.acted(self.replica, partition, "create", f"{count} in {pool} ({request_id})")
+        self.stage.created(request_id)
+        result: CreateResult = self.inner.create(
+            pool, count, request_id, partition, plan_generation
+        )
+        if s.active(Kind.CREATE_TIMEOUT):
+            raise RetryableProviderError("create: timed out (it took effect)")
+        return result
+
+    def delete(self, server_ids: Sequence[str]) -> None:
+        self._call("delete")
+        if self.stage.schedule.active(Kind.DELETE_ERROR):
+            raise RetryableProviderError("delete: 503 from Nova")
+        self.stage.acted(self.replica, self.partition, "delete", ",".join(server_ids))
+        self.inner.delete(server_ids)
+
+    # The static partitions' node plane: each server is its node.
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        return dict(self.inner.nodes(partition))
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        self.inner.tend(partition, servers)
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        self.stage.acted(self.replica, partition, "drain", f"{server_id} by {drain_by:.0f}")
+        self.inner.drain(partition, server_id, drain_by, reason)
+
+
+class NodeFaults:
+    """A replica's node plane: every tend and drain is known by who did it."""
+
+    def __init__(self, inner: SchedulerCluster, stage: Stage, replica: str) -> None:
+        self.inner = inner
+        self.stage = stage
+        self.replica = replica
+        self.tended: list[tuple[str, float, bool]] = []  # (partition, at, reached)
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        return self.inner.nodes(partition)
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        self.stage.acted(self.replica, partition, "tend", "")
+        try:
+            self.inner.tend(partition, servers)
+        except Exception:
+            self.tended.append((partition, self.stage.now(), False))
+            raise
+        self.tended.append((partition, self.stage.now(), True))
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        self.stage.acted(self.replica, partition, "drain", f"{server_id} {reason}")
+        self.inner.drain(partition, server_id, drain_by, reason)
+
+
+_WRITES = ("record", "reserve", "save_plan", "settle_reservation", "emit", "put_exclusion")
+_READS = (
+    "instances",
+    "pool_records",
+    "reservations",
+    "latest_plan",
+    "exclusions",
+    "latest_scores",
+    "signal_stamp",
+    "reclaims_since",
+    "pool_ages",
+    "intents",
+    "live_per_pool",
+    "sweep_reservations",
+    "set_pool_age",
+    "claim_fence",
+)
+
+
+class StoreFaults(SqlFleetStore):
+    """Fleet state as one replica reaches it: a database outage, lost compare-and-swaps,
+    the replica's death between two writes, and every refused fence, told."""
+
+    stage: Stage
+    replica: str
+
+    def _reach(self) -> None:
+        if self.stage.schedule.active(Kind.DATABASE_DOWN):
+            raise DatabaseDown("could not connect to the database")
+
+    def _write(self, partition: str) -> None:
+        s = self.stage.schedule
+        n = s.writes[self.replica] = s.writes.get(self.replica, 0) + 1
+        kill = s.active(Kind.KILL, self.replica)
+        if kill is not None and n >= kill.value and s.once(Kind.KILL, self.replica):
+            raise Killed(f"{self.replica} killed before write {n}")
+        left = s.conflicts.get(self.replica, 0)
+        if left == 0:
+            fault = s.once(Kind.STORE_CONFLICT, self.replica)
+            left = int(fault.value) if fault is not None else 0
+        if left > 0:
+            s.conflicts[self.replica] = left - 1
+            raise StateConflict(f"{partition}: a row moved (the swarm's conflict)")
+
+
+def _reading(name: str) -> Callable[..., Any]:
+    def call(self: StoreFaults, *args: Any, **kwargs: Any) -> Any:
+        self._reach()
+        return getattr(SqlFleetStore, name)(self, *args, **kwargs)
+
+    return call
+
+
+def _writing(name: str) -> Callable[..., Any]:
+    def call(self: StoreFaults, *args: Any, **kwargs: Any) -> Any:
+        self._reach()
+        self._write(_partition_of(args))
+        try:
+            return getattr(SqlFleetStore, name)(self, *args, **kwargs)
+        except FencedOut:
+            self.stage.refused_write(self.replica, _partition_of(args))
+            raise
+
+    return call
+
+
+def _partition_of(args: Sequence[Any]) -> str:
+    """The partition a write is for: of its changes, its request, its plan or events."""
+    first = args[0] if args else None
+    if isinstance(first, list | tuple):
+        first = first[0] if first else None
+    first = getattr(first, "after", first)
+    first = getattr(first, "reservation", first)
+    return str(getattr(first, "partition", ""))
+
+
+for _name in _READS:
+    setattr(StoreFaults, _name, _reading(_name))
+for _name in _WRITES:
+    setattr(StoreFaults, _name, _writing(_name))
+
+
+class LeaseFaults:
+    """Leases as a replica reaches them: kept in fleet state, an outage reaches them too."""
+
+    def __init__(self, inner: Any, stage: Stage, in_database: bool) -> None:
+        self.inner = inner
+        self.stage = stage
+        self.in_database = in_database
+
+    def _reach(self) -> None:
+        if self.in_database and self.stage.schedule.active(Kind.DATABASE_DOWN):
+            raise DatabaseDown("could not connect to the database")
+
+    def acquire(self, partition: str, holder: str, ttl_s: float, now: float) -> Lease | None:
+        self._reach()
+        lease: Lease | None = self.inner.acquire(partition, holder, ttl_s, now)
+        return lease
+
+    def renew(self, lease: Lease, ttl_s: float, now: float) -> Lease | None:
+        self._reach()
+        renewed: Lease | None = self.inner.renew(lease, ttl_s, now)
+        return renewed
+
+    def release(self, lease: Lease) -> None:
+        self._reach()
+        self.inner.release(lease)
+
+    def leases(self) -> list[Lease]:
+        self._reach()
+        return list(self.inner.leases())
+
+    def heartbeat(self, name: str, ttl_s: float, now: float) -> None:
+        self._reach()
+        self.inner.heartbeat(name, ttl_s, now)
+
+    def live_replicas(self, now: float) -> list[str]:
+        self._reach()
+        return list(self.inner.live_replicas(now))
+
+    def forget_replica(self, name: str) -> None:
+        self._reach()
+        self.inner.forget_replica(name)

@@ -1,0 +1,242 @@
+"""A simulated Kubernetes API for the swarm: what `KubernetesNodes` calls of
+`CoreV1Api`, and the two informers it reads, over nodes and pods in memory.
+
+Pods of a partition's workload run on its Ready, schedulable nodes, a few per
+node; some carry `sco.io/do-not-disrupt`, and a disruption budget holds
+evictions that would leave too few running. An evicted or deleted pod is
+replaced by a pending one, as its controller would. The Kubernetes client's
+own `ApiException` is raised, so sco's error handling runs as against a real
+API server (the client is the `kubernetes` extra).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, DRAIN_REASON
+from sco.adapters.kubernetes.pods import PARTITION_LABEL
+
+Json = dict[str, Any]
+
+
+def _api_error(status: int, reason: str) -> Exception:
+    from kubernetes.client.exceptions import ApiException
+
+    error: Exception = ApiException(status=status, reason=reason)
+    return error
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A pod a node's end took with it (not evicted or deleted before)."""
+
+    pod: str
+    node: str
+    at: float
+
+
+@dataclass
+class _Response:
+    data: bytes
+
+
+@dataclass
+class _Informer:
+    """What `KubernetesNodes` reads of an informer: its cache."""
+
+    source: Callable[[], list[Json]]
+
+    def items(self) -> list[Json]:
+        return self.source()
+
+    def get(self, namespace: str, name: str) -> Json | None:
+        for obj in self.source():
+            meta = obj["metadata"]
+            if meta.get("namespace", "") == namespace and meta["name"] == name:
+                return obj
+        return None
+
+
+@dataclass
+class SimKube:
+    """One cluster serving one sco partition (label `sco.io/partition=<partition>`)."""
+
+    partition: str
+    now: Callable[[], float]
+    pods_per_node: int = 2
+    min_available: int = 1  # the workload's disruption budget
+    available: bool = True
+    nodes_by_name: dict[str, Json] = field(default_factory=dict)
+    pods: dict[str, Json] = field(default_factory=dict)  # by name (one namespace)
+    lost: list[Lost] = field(default_factory=list)
+    told: dict[str, float] = field(default_factory=dict)  # node -> first told of a reclaim
+    calls: int = 0  # calls that change something: a dry run must make none
+    _next: int = 0
+
+    def __post_init__(self) -> None:
+        self.node_informer = _Informer(lambda: list(self.nodes_by_name.values()))
+        self.pod_informer = _Informer(lambda: list(self.pods.values()))
+
+    # ------------------------------------------------------------ CoreV1Api
+
+    def _reach(self) -> None:
+        if not self.available:
+            from urllib3.exceptions import HTTPError
+
+            raise HTTPError("connection refused: the API server is away")
+
+    def patch_node(self, name: str, body: Json) -> Json:
+        self._reach()
+        node = self.nodes_by_name.get(name)
+        if node is None:
+            raise _api_error(404, "Not Found")
+        self.calls += 1
+        meta = body.get("metadata") or {}
+        node["metadata"].setdefault("labels", {}).update(meta.get("labels") or {})
+        node["metadata"].setdefault("annotations", {}).update(meta.get("annotations") or {})
+        node["spec"].update(body.get("spec") or {})
+        if (meta.get("annotations") or {}).get(DRAIN_REASON) == "reclaim_notice":
+            self.told.setdefault(name, self.now())
+        return node
+
+    def delete_node(self, name: str) -> None:
+        self._reach()
+        if self.nodes_by_name.pop(name, None) is None:
+            raise _api_error(404, "Not Found")
+        self.calls += 1
+        for pod in [p for p in self.pods.values() if p["spec"].get("nodeName") == name]:
+            self._replace(pod, lost=True)
+
+    def create_namespaced_pod_eviction(self, name: str, namespace: str, body: Json) -> None:  # noqa: ARG002 (one namespace)
+        self._reach()
+        pod = self.pods.get(name)
+        if pod is None:
+            raise _api_error(404, "Not Found")
+        running = [p for p in self.pods.values() if p["spec"].get("nodeName")]
+        if len(running) - 1 < self.min_available:
+            raise _api_error(429, "Too Many Requests")  # the budget holds it
+        self.calls += 1
+        self._replace(pod, lost=False)
+
+    def delete_namespaced_pod(self, name: str, namespace: str) -> None:  # noqa: ARG002
+        self._reach()
+        pod = self.pods.get(name)
+        if pod is None:
+            raise _api_error(404, "Not Found")
+        self.calls += 1
+        self._replace(pod, lost=False)
+
+    def list_pod_for_all_namespaces(
+        self, field_selector: str = "", _preload_content: bool = True, **_: Any
+    ) -> _Response:
+        self._reach()
+        on = field_selector.removeprefix("spec.nodeName=")
+        items = [p for p in self.pods.values() if p["spec"].get("nodeName") == on]
+        return _Response(json.dumps({"items": items}).encode())
+
+    # ------------------------------------------------------------ the world's side
+
+    def add_pods(self, n: int, protected: int) -> None:
+        """The workload: `n` pods, the first `protected` of them do-not-disrupt."""
+        for k in range(n):
+            self._new_pod(protected=k < protected)
+
+    def register(self, name: str, server_id: str) -> None:
+        """A server booted and its kubelet registered it, Ready, with the partition's
+        label (as user data gives it)."""
+        if name in self.nodes_by_name:
+            return
+        stamp = datetime.fromtimestamp(self.now(), UTC).isoformat().replace("+00:00", "Z")
+        self.nodes_by_name[name] = {
+            "metadata": {"name": name, "labels": {PARTITION_LABEL: self.partition}},
+            "spec": {"providerID": f"openstack:///{server_id}"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
+            },
+        }
+
+    def server_gone(self, name: str) -> None:
+        """The kubelet went with its server: NotReady, and what ran there is lost."""
+        node = self.nodes_by_name.get(name)
+        if node is None:
+            return
+        node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        for pod in [p for p in self.pods.values() if p["spec"].get("nodeName") == name]:
+            self._replace(pod, lost=True)
+
+    def step(self) -> None:
+        """Pending pods are bound to Ready, schedulable nodes with room."""
+        load: dict[str, int] = {}
+        for p in self.pods.values():
+            on = p["spec"].get("nodeName")
+            if on:
+                load[on] = load.get(on, 0) + 1
+        for pod in self.pods.values():
+            if pod["spec"].get("nodeName"):
+                continue
+            for name, node in self.nodes_by_name.items():
+                if self._takes_work(node) and load.get(name, 0) < self.pods_per_node:
+                    pod["spec"]["nodeName"] = name
+                    load[name] = load.get(name, 0) + 1
+                    break
+
+    def _takes_work(self, node: Json) -> bool:
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in node["status"]["conditions"]
+        )
+        return ready and not node["spec"].get("unschedulable")
+
+    def _new_pod(self, protected: bool) -> None:
+        self._next += 1
+        notes = {DO_NOT_DISRUPT: "true"} if protected else {}
+        name = f"work-{self._next}"
+        self.pods[name] = {
+            "metadata": {
+                "name": name,
+                "namespace": "work",
+                "labels": {"app": "work"},
+                "annotations": notes,
+            },
+            "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Running"},
+        }
+
+    def _replace(self, pod: Json, lost: bool) -> None:
+        """The pod ends; its controller makes a pending one in its place."""
+        name = pod["metadata"]["name"]
+        on = pod["spec"].get("nodeName")
+        if lost and on:
+            self.lost.append(Lost(name, on, self.now()))
+        del self.pods[name]
+        self._new_pod(protected=bool(pod["metadata"]["annotations"]))
+
+    # ------------------------------------------------------------ for the invariants
+
+    def running_on(self, name: str) -> list[str]:
+        return [n for n, p in self.pods.items() if p["spec"].get("nodeName") == name]
+
+    def told_reclaim_at(self, name: str) -> float | None:
+        return self.told.get(name)
+
+    def out_by_sco(self, name: str) -> bool:
+        """Whether sco cordoned the node (its order to leave is on it)."""
+        node = self.nodes_by_name.get(name)
+        if node is None:
+            return False
+        notes = node["metadata"].get("annotations") or {}
+        return bool(node["spec"].get("unschedulable")) and "sco.io/drain-by" in notes
+
+    def fingerprint(self) -> tuple[object, ...]:
+        return (
+            self.calls,
+            tuple(
+                (n, json.dumps(v["metadata"], sort_keys=True), bool(v["spec"].get("unschedulable")))
+                for n, v in self.nodes_by_name.items()
+            ),
+            tuple((n, p["spec"].get("nodeName")) for n, p in self.pods.items()),
+        )

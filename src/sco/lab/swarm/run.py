@@ -1,0 +1,346 @@
+"""Run one seed's world to its end, faults and all, checking the invariants as it goes.
+
+The loop advances a simulated clock in steps of `TICK_S`: the region applies what
+its traces and the adversary scheduled, the schedulers run their work, the faults
+of the moment take hold, each replica tends its leases and cycles the partitions
+it leads when they are due, the signal jobs run, and the checks look.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sco.domain.lifecycle import State
+from sco.lab.swarm.adversary import Adversary
+from sco.lab.swarm.checks import Ledger, Notice, Violation, check_history, check_lives
+from sco.lab.swarm.faults import DatabaseDown, Killed, Schedule
+from sco.lab.swarm.kube import SimKube
+from sco.lab.swarm.slurm import SimSlurm
+from sco.lab.swarm.spec import START_S, Kind, WorldSpec
+from sco.lab.swarm.world import (
+    BLUE,
+    GREEN,
+    KUBE_GRACE_S,
+    REQUEUE_LEAD_S,
+    Installation,
+    Replica,
+    node_name_of,
+    region_of,
+)
+from sco.runtime.clock import ManualClock
+
+log = logging.getLogger(__name__)
+
+TICK_S = 5.0
+DRY_RUN_EVERY_S = 900.0
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    simulated_s: float
+    faults: int
+    violations: list[Violation]
+    misses: dict[str, int]
+    checked: dict[str, int]
+    cycles: int
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class Swarm:
+    """One world (see `sco.lab.swarm.world`), run from its spec."""
+
+    def __init__(self, spec: WorldSpec, folder: Path) -> None:
+        self.spec = spec
+        self.clock = ManualClock(START_S)
+        self.region = region_of(spec)
+        self.schedule = Schedule(spec.faults, START_S, self.clock.now)
+        self.ledger = Ledger(START_S)
+        self.cycles = 0
+        self.notes: list[str] = []
+        self.blue = Installation(
+            BLUE, spec, spec.partitions, self.region, self.clock, self, folder, spec.replicas
+        )
+        self.green: Installation | None = None
+        if spec.second_installation:
+            # Another sco in the project, a partition named as one of blue's.
+            first = spec.partitions[0]
+            plan = type(first)(first.name, "static", 1, 3, ((0.0, 2),), ())
+            self.green = Installation(
+                GREEN, spec, [plan], self.region, self.clock, self, folder, ("r1",)
+            )
+        self.adversary = Adversary(self)
+        self._seen: dict[str, tuple[str, str | None, float | None]] = {}
+        self._created: set[str] = set()
+        self._in_takeover = False
+        self._next_dry_run = START_S + DRY_RUN_EVERY_S / 2
+
+    # ------------------------------------------------------------ Stage
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def slow(self, seconds: float) -> None:
+        """The world moves on while a call waits: the region and the clock, not the
+        other replicas (their turn comes when this one's cycle returns)."""
+        t = self.clock.now() + seconds
+        self.region.advance_to(t)
+        self.clock.set(t)
+
+    def acted(self, replica: str, partition: str, what: str, detail: str) -> None:
+        key = (replica, partition)
+        if key in self.adversary.fenced and what != "tend":
+            self.ledger.violate(
+                "fenced_stops_and_says_so",
+                self.now(),
+                f"{replica} refused a write to {partition}, then {what} {detail}",
+            )
+
+    def created(self, request_id: str) -> None:
+        self.ledger.creates[request_id] += 1
+        if self.ledger.creates[request_id] > 1:
+            self.ledger.violate(
+                "one_create_per_reservation", self.now(), f"request {request_id} sent again"
+            )
+
+    def refused_write(self, replica: str, partition: str) -> None:
+        self.adversary.fenced[(replica, partition)] = self.now()
+
+    def takeover(self, victim: str, partition: str) -> None:
+        """The victim stalls mid-cycle past its lease; the other replica takes the
+        partition and cycles it; then the victim's call returns."""
+        if self._in_takeover:
+            return
+        self._in_takeover = True
+        try:
+            self.adversary.takeover(victim, partition)
+        finally:
+            self._in_takeover = False
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> SeedResult:
+        wall = time.perf_counter()
+        end = START_S + self.spec.duration_s + self.spec.calm_s
+        try:
+            while self.clock.now() < end:
+                self.step(self.clock.now() + TICK_S)
+            self.finish()
+        finally:
+            self.blue.close()
+            if self.green is not None:
+                self.green.close()
+        return SeedResult(
+            seed=self.spec.seed,
+            simulated_s=end - START_S,
+            faults=len(self.spec.faults),
+            violations=list(self.ledger.violations),
+            misses=dict(self.ledger.misses),
+            checked=dict(self.ledger.checked),
+            cycles=self.cycles,
+            wall_s=time.perf_counter() - wall,
+            notes=self.notes,
+        )
+
+    def step(self, t: float) -> None:
+        self.region.advance_to(max(t, self.region.now))
+        self.clock.set(max(t, self.clock.now()))
+        self._servers()
+        self.adversary.step()
+        for inst in (self.blue, self.green):
+            if inst is None:
+                continue
+            for twin in inst.twins.values():
+                twin.step()
+            for slot in sorted(inst.replicas):
+                if slot in inst.replicas and not self.adversary.paused(inst, slot):
+                    self._turn(inst, inst.replicas[slot])
+            self._signals(inst)
+        if self.clock.now() >= self._next_dry_run:
+            self._next_dry_run += DRY_RUN_EVERY_S
+            self.adversary.dry_run()
+
+    def _turn(self, inst: Installation, r: Replica) -> None:
+        now = self.clock.now()
+        if now >= r.next_tend:
+            r.next_tend = now + r.runner.config.lease_every_s
+            if not self._guard(inst, r, r.runner.tend_leases):
+                return
+            if r.runner.pump is not None:
+                self._guard(inst, r, r.runner.pump.step)
+        for name in sorted(r.runner.controllers):
+            if now < r.next_cycle.get(name, 0.0) or r.slot not in inst.replicas:
+                continue
+            r.next_cycle[name] = now + self.spec.interval_s
+            self.cycle(inst, r, name)
+
+    def cycle(self, inst: Installation, r: Replica, name: str) -> None:
+        """One cycle of `name` by `r`, and what the checks learn of it."""
+        r.cloud.partition = name
+        marks = len(r.nodes.tended)
+        fenced_before = r.runner.fenced.get(name, 0)
+        report = None
+
+        def once() -> None:
+            nonlocal report
+            report = r.runner.cycle_once(name)
+
+        self._guard(inst, r, once)
+        r.cloud.partition = ""
+        self.cycles += 1
+        now = self.clock.now()
+        refused = (r.slot, name) in self.adversary.fenced
+        if refused and inst is self.blue:
+            if r.runner.fenced.get(name, 0) == fenced_before or name in r.runner.held:
+                self.ledger.violate(
+                    "fenced_stops_and_says_so",
+                    now,
+                    f"{r.name}'s write to {name} was refused; it kept the partition silently",
+                )
+        if inst is not self.blue or report is None:
+            return
+        reached = all(ok for p, _, ok in r.nodes.tended[marks:] if p == name)
+        observed = not report.degraded
+        self.ledger.cycles.setdefault(name, []).append((now, observed, reached))
+        if observed:
+            self._after_cycle(name)
+
+    def _guard(self, inst: Installation, r: Replica, fn: Callable[[], object]) -> bool:
+        """Run a replica's step as its process would: a failure is logged and the next
+        turn comes; a kill ends the process."""
+        try:
+            fn()
+        except Killed:
+            self.adversary.killed(inst, r.slot)
+            return False
+        except (DatabaseDown, Exception) as e:
+            log.debug("%s: %s", r.name, e)
+            return False
+        return True
+
+    def _signals(self, inst: Installation) -> None:
+        if self.schedule.active(Kind.DATABASE_DOWN):
+            return
+        now = self.clock.now()
+        if inst.events.absorb_outbox():
+            inst.watcher.poll(limit=100_000)
+        if inst.scorer.due(now):
+            inst.scorer.run(now)
+
+    # ------------------------------------------------------------ what the checks read
+
+    def _servers(self) -> None:
+        """Servers that appeared, were noticed, or are gone since the last step: the
+        schedulers learn of nodes that booted or went, and the checks of notices."""
+        now = self.clock.now()
+        current: dict[str, tuple[str, str | None, float | None]] = {}
+        for v in self.region.all_servers():
+            who = self.region.installation_of(v.server_id)
+            current[v.server_id] = (v.partition, who, v.notice_deadline)
+            if who == BLUE:
+                self._created.add(v.server_id)
+                if v.notice_deadline is not None:
+                    seen = self.ledger.noticed.get(v.server_id)
+                    if seen is None:
+                        self.ledger.noticed[v.server_id] = Notice(
+                            v.partition, now, v.notice_deadline
+                        )
+                    elif v.notice_deadline < seen.deadline:
+                        seen.deadline = v.notice_deadline
+        for sid, (partition, who, _) in self._seen.items():
+            if sid not in current:
+                self._gone(partition, who, sid)
+        self._seen = current
+        for inst in (self.blue, self.green):
+            if inst is not None:
+                self._boot(inst)
+
+    def _boot(self, inst: Installation) -> None:
+        for name, twin in inst.twins.items():
+            for v in inst.tenant.list(name):
+                node = inst.region.nodes(name, inst.name).get(v.server_id)
+                if node is None or not node.joined:
+                    continue
+                if isinstance(twin, SimSlurm):
+                    twin.register(node_name_of(twin, v.server_id), frozenset({"sco", twin.feature}))
+                else:
+                    twin.register(node_name_of(twin, v.server_id), v.server_id)
+
+    def _gone(self, partition: str, who: str | None, sid: str) -> None:
+        inst = self.blue if who == BLUE else self.green
+        if inst is None:
+            return
+        twin = inst.twins.get(partition)
+        now = self.clock.now()
+        if inst is self.blue:
+            told = self._told(twin, sid)
+            self.ledger.told(partition, sid, told, now)
+            if twin is not None:
+                window = REQUEUE_LEAD_S if isinstance(twin, SimSlurm) else KUBE_GRACE_S
+                for what in self._running(twin, sid):
+                    self.ledger.cut(partition, sid, what, now, window)
+        if twin is not None:
+            twin.server_gone(node_name_of(twin, sid))
+
+    def _told(self, twin: SimSlurm | SimKube | None, sid: str) -> float | None:
+        if isinstance(twin, SimSlurm):
+            return twin.told_reclaim_by(node_name_of(twin, sid))
+        if isinstance(twin, SimKube):
+            return twin.told_reclaim_at(node_name_of(twin, sid))
+        return self.region.reclaim_told_at(sid)
+
+    @staticmethod
+    def _running(twin: SimSlurm | SimKube, sid: str) -> list[str]:
+        if isinstance(twin, SimSlurm):
+            jobs = twin.running_on(node_name_of(twin, sid))
+            return [f"job {j.job_id}" for j in jobs if j.requeue]
+        return [f"pod {p}" for p in twin.running_on(node_name_of(twin, sid))]
+
+    def _after_cycle(self, partition: str) -> None:
+        inst = self.blue
+        records = inst.store.instances(partition)
+        servers = [v.server_id for v in inst.tenant.list(partition)]
+        twin = inst.twins.get(partition)
+        out = {
+            sid
+            for sid in servers
+            if (twin is not None and twin.out_by_sco(node_name_of(twin, sid)))
+            or (twin is None and self.region.is_draining(sid))
+        }
+        self.ledger.records(partition, records, servers, out, self.clock.now())
+        self.adversary.floor(partition, records)
+
+    def finish(self) -> None:
+        now = self.clock.now()
+        check_history(self.ledger, self.blue.store.engine, now)
+        alive = {sid for sid, (_, who, _) in self._seen.items() if who == BLUE}
+        check_lives(self.ledger, self.blue.store.engine, self._created, alive, now)
+        for name in self.blue.plans:
+            live = [i for i in self.blue.store.instances(name) if i.state is not State.GONE]
+            listed = {v.server_id for v in self.blue.tenant.list(name)}
+            missing = listed - {i.server_id for i in live}
+            for sid in sorted(missing):
+                self.ledger.violate(
+                    "no_leak", now, f"server {sid} ({name}) has no record at the end"
+                )
+
+
+def run_seed(spec: WorldSpec) -> SeedResult:
+    """Run one world to its end in a scratch folder."""
+    with tempfile.TemporaryDirectory(prefix=f"sco-swarm-{spec.seed}-") as folder:
+        return Swarm(spec, Path(folder)).run()
+
+
+def simulated_days(results: list[SeedResult]) -> float:
+    return math.fsum(r.simulated_s for r in results) / 86400.0

@@ -1,0 +1,370 @@
+"""The swarm's world: one simulated region, the schedulers of its partitions, and an
+installation of sco (two replicas on one fleet state, the signal jobs) with the real
+controller, node planes, signal pump, watcher, scorer and lease logic; perhaps a
+second installation in the same project.
+
+Everything runs on one simulated clock, on one thread, in an order fixed by the
+seed: a run can be repeated exactly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from sco.adapters.demandfile.intake import FileDemandSource, PartitionDemand, UnitSeries
+from sco.adapters.sim.region import SimConfig, SimRegion
+from sco.adapters.sim.traces import RegionSpec, Series, TraceSet
+from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec
+from sco.adapters.slurm.nodes import SlurmNodes, SlurmPartition, SlurmView, node_name
+from sco.adapters.sqlstate.eventlog import SqlEventLog
+from sco.adapters.sqlstate.leases import SqlLeases
+from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.decide.binpack import Size
+from sco.decide.policies import ScoPolicy
+from sco.decide.scorer import ScorerConfig
+from sco.domain.demand import Partition, SchedulerKind
+from sco.domain.pools import Pool, PoolId
+from sco.lab.swarm.faults import CloudFaults, LeaseFaults, NodeFaults, Stage, StoreFaults
+from sco.lab.swarm.kube import SimKube
+from sco.lab.swarm.leases import MemoryLeases
+from sco.lab.swarm.slurm import SimSlurm
+from sco.lab.swarm.spec import START_S, PartitionPlan, WorldSpec
+from sco.ports import (
+    Clock,
+    CreateResult,
+    DemandSource,
+    NodeView,
+    SchedulerCluster,
+    ServerView,
+)
+from sco.runtime.clock import CountingIds, ManualClock
+from sco.runtime.controller import ControllerConfig
+from sco.runtime.history import WindowedHistory
+from sco.runtime.pump import PumpConfig, SignalPump
+from sco.runtime.replicas import ReplicaConfig, ReplicaRunner
+from sco.runtime.routing import DemandRouter, NodeRouter
+from sco.runtime.signals_jobs import HistoryLoader, ScoringJob
+from sco.runtime.watcher import ExclusionWatcher
+
+BLUE = "blue"  # the installation under test
+GREEN = "green"  # another sco in the same project, with a partition of the same name
+LEASE_TTL_S = 15.0
+REQUEUE_LEAD_S = 60.0  # a reclaim's jobs are requeued this long before it
+KUBE_GRACE_S = 30.0  # a reclaim's pods are deleted from this long before it
+CPUS, MEMORY_MB = 4, 8192
+
+
+class Tenant:
+    """One installation's view of the shared region: what it creates carries its name,
+    and it lists and sees as nodes only its own (the cloud's rule,
+    `sco.domain.installation`)."""
+
+    def __init__(self, region: SimRegion, installation: str) -> None:
+        self.region = region
+        self.installation = installation
+
+    def pools(self) -> Sequence[Pool]:
+        return self.region.pools()
+
+    def headroom(self, pools: Sequence[PoolId]) -> Mapping[PoolId, int]:
+        return self.region.headroom(pools)
+
+    def prices(self, pools: Sequence[PoolId]) -> Mapping[PoolId, float]:
+        return self.region.prices(pools)
+
+    def create(
+        self, pool: PoolId, count: int, request_id: str, partition: str, plan_generation: int
+    ) -> CreateResult:
+        return self.region.create(
+            pool, count, request_id, partition, plan_generation, self.installation
+        )
+
+    def delete(self, server_ids: Sequence[str]) -> None:
+        self.region.delete(server_ids)
+
+    def list(self, partition: str) -> Sequence[ServerView]:
+        return self.region.list(partition, self.installation)
+
+    def nodes(self, partition: str) -> Mapping[str, NodeView]:
+        return self.region.nodes(partition, self.installation)
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        self.region.tend(partition, servers)
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        self.region.drain(partition, server_id, drain_by, reason)
+
+
+class SkewedClock:
+    def __init__(self, base: ManualClock) -> None:
+        self.base = base
+        self.skew_s = 0.0
+
+    def now(self) -> float:
+        return self.base.now() + self.skew_s
+
+
+@dataclass
+class Replica:
+    slot: str  # r1, r2: what faults name
+    name: str  # this process's name (a restarted one is another)
+    installation: str
+    runner: ReplicaRunner
+    cloud: CloudFaults
+    nodes: NodeFaults
+    store: StoreFaults
+    clock: SkewedClock
+    next_tend: float = 0.0
+    next_cycle: dict[str, float] = field(default_factory=dict)
+
+
+@cache
+def _template() -> Path:
+    """A migrated fleet-state file: each world copies it rather than migrating anew."""
+    folder = Path(tempfile.mkdtemp(prefix="sco-swarm-template-"))
+    path = folder / "state.sqlite"
+    SqlFleetStore(sqlite_url(path)).close()
+    return path
+
+
+def fresh_state(path: Path) -> str:
+    shutil.copyfile(_template(), path)
+    return sqlite_url(path)
+
+
+def traces_of(spec: WorldSpec) -> TraceSet:
+    series = tuple(
+        Series(
+            p.name,
+            tuple(START_S + t for t, _ in p.capacity),
+            tuple(n for _, n in p.capacity),
+            tick_s=3600.0,
+        )
+        for p in spec.pools
+    )
+    region = RegionSpec(
+        name="swarm",
+        halls=spec.halls,
+        hall_of={p.name: p.hall for p in spec.pools},
+        pool_size=1,
+        spot_price_per_h=1.0,
+        guaranteed_price_per_h=3.0,
+        guaranteed_quota_per_hall=spec.guaranteed_quota,
+    )
+    return TraceSet(Path(f"swarm-{spec.seed}"), series, region)
+
+
+def region_of(spec: WorldSpec) -> SimRegion:
+    config = SimConfig(
+        api_latency_s=1.0,
+        cold_start_s=60.0,
+        join_s=10.0,
+        drain_s=20.0,
+        delete_s=5.0,
+        notice_s=spec.notice_s,
+        pool_size=1,
+        guaranteed_quota_per_hall=spec.guaranteed_quota,
+        seed=spec.seed,
+    )
+    return SimRegion(traces_of(spec), config, start_s=START_S)
+
+
+def twin_of(plan: PartitionPlan, clock: ManualClock, installation: str) -> SimSlurm | SimKube:
+    if plan.kind == "slurm":
+        shape = Size(CPUS, MEMORY_MB)
+        feature = SlurmPartition(plan.name, ("batch",), shape, installation=installation).feature
+        return SimSlurm(f"slurm-{plan.name}", CPUS, MEMORY_MB, clock.now, feature)
+    kube = SimKube(plan.name, clock.now)
+    kube.add_pods(plan.pods, plan.protected)
+    return kube
+
+
+def node_name_of(twin: SimSlurm | SimKube, server_id: str) -> str:
+    return node_name(server_id) if isinstance(twin, SimSlurm) else f"node-{server_id}"
+
+
+class Installation:
+    """One sco: fleet state, its partitions' schedulers, replicas and signal jobs."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: WorldSpec,
+        plans: Sequence[PartitionPlan],
+        region: SimRegion,
+        clock: ManualClock,
+        stage: Stage,
+        folder: Path,
+        slots: Sequence[str],
+    ) -> None:
+        self.name = name
+        self.spec = spec
+        self.plans = {p.name: p for p in plans}
+        self.region = region
+        self.clock = clock
+        self.stage = stage
+        self.folder = folder
+        self.url = fresh_state(folder / f"{name}.sqlite")
+        self.store = SqlFleetStore(self.url, run_migrations=False)
+        self.store.upsert_pools(region.pools())
+        self.tenant = Tenant(region, name)
+        self.twins: dict[str, SimSlurm | SimKube] = {
+            p.name: twin_of(p, clock, name) for p in plans if p.kind != "static"
+        }
+        self.memory_leases = MemoryLeases()
+        self.lease_kind = spec.leases
+        self.events = SqlEventLog(self.store.engine)
+        pools = list(region.pools())
+        self.watcher = ExclusionWatcher(self.events, self.store, pools)
+        scorer = ScorerConfig()
+        self.scorer = ScoringJob(
+            HistoryLoader(self.events, WindowedHistory(scorer.window_s)),
+            self.store,
+            {p.id: p for p in pools},
+            scorer,
+            300.0,
+        )
+        self.slots = tuple(slots)
+        self.replicas: dict[str, Replica] = {}
+        self.generation: dict[str, int] = {}
+        for slot in slots:
+            self.start(slot)
+
+    def partitions(self) -> list[Partition]:
+        return [
+            Partition(
+                p.name,
+                "swarm",
+                SchedulerKind.KUBERNETES if p.kind == "kubernetes" else SchedulerKind.SLURM,
+            )
+            for p in self.plans.values()
+        ]
+
+    # ------------------------------------------------------------ a replica
+
+    def start(self, slot: str) -> Replica:
+        """A new `sco run` process in `slot`: nothing in memory, its own connection."""
+        gen = self.generation[slot] = self.generation.get(slot, 0) + 1
+        name = f"{self.name}-{slot}.{gen}"
+        store = StoreFaults(self.url, run_migrations=False)
+        store.stage, store.replica = self.stage, slot
+        cloud = CloudFaults(self.tenant, self.stage, slot)
+        clock = SkewedClock(self.clock)
+        listing = _Listing(cloud)
+        demand, planes = self._schedulers(listing, clock)
+        nodes = NodeFaults(NodeRouter(planes, cloud), self.stage, slot)
+        leases: Any
+        if self.lease_kind == "database":
+            leases = LeaseFaults(SqlLeases(store.engine), self.stage, in_database=True)
+        else:
+            leases = LeaseFaults(self.memory_leases, self.stage, in_database=False)
+        pools = list(self.region.pools())
+        runner = ReplicaRunner(
+            config=ReplicaConfig(
+                name, lease_ttl_s=LEASE_TTL_S, lease_every_s=5.0, act_margin_s=5.0
+            ),
+            leases=leases,
+            provider=cloud,
+            nodes=nodes,
+            store=store,
+            demand=demand,
+            policy=ScoPolicy,
+            clock=clock,
+            interval_s=self.spec.interval_s,
+            controller=ControllerConfig(),
+            pump=lambda wake: SignalPump(
+                store=store,
+                provider=cloud,
+                pools=pools,
+                relay=self.events.absorb_outbox,
+                clock=clock,
+                on_signals=wake,
+                config=PumpConfig(relay_every_s=5.0, ages_every_s=30.0, stamp_every_s=5.0),
+                pace=clock.now,
+            ),
+            ids=CountingIds(f"{self.name}-{slot}.{gen}-"),
+        )
+        replica = Replica(slot, name, self.name, runner, cloud, nodes, store, clock)
+        self.replicas[slot] = replica
+        return replica
+
+    def stop(self, slot: str) -> None:
+        """The process is gone (killed: nothing handed back)."""
+        replica = self.replicas.pop(slot, None)
+        if replica is not None:
+            replica.store.close()
+
+    def _schedulers(
+        self, listing: Callable[[str], Sequence[ServerView]], clock: Clock
+    ) -> tuple[DemandSource, dict[str, SchedulerCluster]]:
+        static: list[PartitionDemand] = []
+        sources: list[DemandSource] = []
+        planes: dict[str, SchedulerCluster] = {}
+        for p in self.plans.values():
+            twin = self.twins.get(p.name)
+            part = Partition(p.name, "swarm", _kind(p.kind))
+            if isinstance(twin, SimSlurm):
+                view = SlurmView(twin, ["batch"], ttl_s=0.0)  # type: ignore[arg-type]
+                sp = SlurmPartition(
+                    p.name, ("batch",), Size(CPUS, MEMORY_MB), REQUEUE_LEAD_S, 120.0, self.name
+                )
+                spec = SlurmDemandSpec(part, sp, p.floor, p.max_units, p.max_units)
+                sources.append(SlurmDemandSource(view, [spec], listing))
+                planes[p.name] = SlurmNodes(view, {p.name: sp}, listing, clock)
+                continue
+            steps = UnitSeries(steps=tuple((float(t), n) for t, n in p.targets))
+            static.append(
+                PartitionDemand(part, steps, UnitSeries(constant=p.floor), p.max_units, p.max_units)
+            )
+            if isinstance(twin, SimKube):
+                planes[p.name] = _kube_plane(twin, p.name, listing, clock, self.region.pools())
+        return DemandRouter([FileDemandSource(static, START_S), *sources], list(self.plans)), planes
+
+    def close(self) -> None:
+        for slot in list(self.replicas):
+            self.stop(slot)
+        self.store.close()
+
+
+class _Listing:
+    """The replica's last listing of each partition (what node planes map nodes by)."""
+
+    def __init__(self, cloud: CloudFaults) -> None:
+        self.cloud = cloud
+
+    def __call__(self, partition: str) -> Sequence[ServerView]:
+        return self.cloud.last.get(partition, ())
+
+
+def _kind(kind: str) -> SchedulerKind:
+    return SchedulerKind.KUBERNETES if kind == "kubernetes" else SchedulerKind.SLURM
+
+
+def _kube_plane(
+    twin: SimKube,
+    partition: str,
+    listing: Callable[[str], Sequence[ServerView]],
+    clock: Clock,
+    pools: Sequence[Pool],
+) -> SchedulerCluster:
+    from sco.adapters.kubernetes.demand import KubePartition
+    from sco.adapters.kubernetes.nodes import KubernetesNodes
+    from sco.adapters.kubernetes.pods import PARTITION_LABEL
+
+    kube = KubePartition({PARTITION_LABEL: partition}, {"cpu": str(CPUS)})
+    return KubernetesNodes(
+        twin,
+        twin.node_informer,  # type: ignore[arg-type]
+        twin.pod_informer,  # type: ignore[arg-type]
+        clock,
+        KUBE_GRACE_S,
+        {partition: kube},
+        listing,
+        pools,
+    )
