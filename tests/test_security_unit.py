@@ -246,7 +246,10 @@ def _provider(nova: _Nova, scope: CredentialScope, projects: list[str], creates:
         {
             "region": "r",
             "image": "i",
-            "pools": [{"hall": "h", "flavor": "f", "class": "spot", "price_per_h": 1}],
+            "pools": [
+                {"hall": "h", "flavor": "f", "class": "spot", "price_per_h": 1},
+                {"hall": "h", "flavor": "g", "class": "guaranteed", "price_per_h": 3},
+            ],
         }
     )
     provider = OpenStackProvider(spec, nova, ManualClock(1000.0), read_scope=lambda: scope)  # type: ignore[arg-type]
@@ -308,6 +311,52 @@ def _budget() -> Any:
     from sco.decide.reclaim import Budget
 
     return Budget(None, None)
+
+
+def test_the_sweep_deletes_only_spot_servers_whose_notice_reads_as_a_passed_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Regression (issue 25, item 7): a `sco:reclaim-at` that was not a time read as
+    "now", and the sweep deleted every server carrying one, guaranteed ones too."""
+    nova = _Nova(OURS)
+    nova.add("due", OURS, **{META_RECLAIM_AT: "999"})
+    nova.add("due-iso", OURS, **{META_RECLAIM_AT: "1970-01-01T00:10:00+00:00"})
+    nova.add("later", OURS, **{META_RECLAIM_AT: "5000"})
+    nova.add("junk", OURS, **{META_RECLAIM_AT: "soon"})
+    nova.add("nan", OURS, **{META_RECLAIM_AT: "nan"})
+    guaranteed = {"sco:pool": "r/h/g", "sco:class": "guaranteed"}
+    nova.add("paid-for", OURS, **guaranteed, **{META_RECLAIM_AT: "1"})
+    nova.add("paid-for-junk", OURS, **guaranteed, **{META_RECLAIM_AT: "soon"})
+    provider = _provider(nova, _scope(), [], creates=False)
+    reclaimer = Reclaimer(provider, ManualClock(1000.0))
+    with caplog.at_level(logging.WARNING):
+        assert sorted(reclaimer.sweep()) == ["due", "due-iso"]
+    assert set(nova.servers) == {"later", "junk", "nan", "paid-for", "paid-for-junk"}
+    said = caplog.text
+    assert "junk (p1) left alone: its notice 'soon' is not a deadline" in said
+    assert "nan (p1) left alone: its notice 'nan' is not a deadline" in said
+    assert "paid-for (p1) left alone" in said
+    # Unreadable notices are not waited for either: nothing of them is pending.
+    assert reclaimer.pending() == {"p1": 1}
+
+
+def test_give_notice_reads_the_notice_in_force_and_never_guesses_one() -> None:
+    """Regression (issue 25, item 7): an existing notice that `float()` could not read
+    (ISO 8601, which the contract allows, or junk) was answered as a deadline of 0."""
+    nova = _Nova(OURS)
+    nova.add("iso", OURS, **{META_RECLAIM_AT: "1970-01-01T00:10:00+00:00"})
+    nova.add("junk", OURS, **{META_RECLAIM_AT: "soon"})
+    nova.add("free", OURS)
+    provider = _provider(nova, _scope(), [], creates=False)
+    provider.all_servers()
+    assert provider.give_notice("iso", 2000.0) == 600.0
+    from sco.adapters.openstack.resources import UnreadableNotice
+
+    with pytest.raises(UnreadableNotice, match="sco:reclaim-at='soon' is not a deadline"):
+        provider.give_notice("junk", 2000.0)
+    assert nova.servers["junk"]["metadata"][META_RECLAIM_AT] == "soon"
+    assert provider.give_notice("free", 2000.0) == 2000.0
+    assert nova.changes == [("PUT", f"/servers/free/metadata/{META_RECLAIM_AT}")]
 
 
 def test_actions_by_id_refuse_servers_outside_sco_projects() -> None:

@@ -93,6 +93,8 @@ class ServerView:
     status: ServerStatus
     created_at: float
     notice_deadline: float | None = None  # set when the provider announced a reclaim
+    # the notice as set when it is not a time (notice_deadline is then 0: leave now)
+    notice_unreadable: str = ""
     fault: str = ""
     active_at: float | None = None  # when it became ACTIVE, by the provider's own clock
     refused: bool = False  # the provider could not place it (no valid host): it never ran

@@ -747,8 +747,9 @@ def reclaim(
     """Take spot capacity back with notice, as a cloud operator would: choose the
     servers of HALL/FLAVOR by least harm within a disruption budget, set their
     `sco:reclaim-at`, and delete them at the deadline."""
+    from sco.apps import logs
     from sco.apps.run import scope_warning, start_openstack
-    from sco.apps.wiring import open_store, require
+    from sco.apps.wiring import require
     from sco.decide.reclaim import Budget
     from sco.runtime.clock import SystemClock
     from sco.runtime.reclaimer import Reclaimer
@@ -765,6 +766,8 @@ def reclaim(
     if max_fraction is not None and not 0 < max_fraction <= 1:
         raise BadInput("--max-fraction: between 0 and 1")
     notice_s = parse_duration(notice, "--notice")
+    # The sweep reports what it leaves alone (an unreadable notice) in the log.
+    logs.setup("reclaim", settings.log.level, settings.log.format)
     with _start_errors():
         require(settings, "provider.cloud", "provider.region_file")
         provider = start_openstack(settings.provider, creates=False)

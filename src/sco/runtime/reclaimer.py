@@ -34,7 +34,8 @@ class ReclaimCloud(Protocol):
     def all_servers(self) -> Sequence[ServerView]: ...
 
     def give_notice(self, server_id: str, deadline: float) -> float:
-        """Set the notice unless one is set; returns the deadline in force."""
+        """Set the notice unless one is set; returns the deadline in force. A notice
+        set but unreadable is no deadline: a ProviderError, never a guess."""
         ...
 
     def delete(self, server_ids: Sequence[str]) -> None: ...
@@ -119,13 +120,28 @@ class Reclaimer:
         return Noticed(choice, deadline, tuple(failed))
 
     def sweep(self) -> list[str]:
-        """Delete the servers whose notice's deadline has passed."""
+        """Delete the spot servers whose notice's deadline has passed. Only servers
+        of the cloud's spot pools are deleted, and only on a notice that reads as a
+        deadline: a notice that does not is reported and the server left alone, since
+        a wrong guess here deletes capacity someone may be paying to keep."""
         now = self.clock.now()
-        due = [
-            v.server_id
-            for v in self.cloud.all_servers()
-            if v.notice_deadline is not None and v.notice_deadline <= now
-        ]
+        spot = {p.id for p in self.cloud.pools() if p.is_spot}
+        due: list[str] = []
+        for v in self.cloud.all_servers():
+            if v.notice_deadline is None:
+                continue
+            if v.notice_unreadable:
+                log.warning(
+                    "reclaim: %s (%s) left alone: its notice %r is not a deadline",
+                    v.server_id, v.partition, v.notice_unreadable,
+                )  # fmt: skip
+            elif v.pool not in spot:
+                log.warning(
+                    "reclaim: %s (%s) left alone: noticed, but of pool %s, not a spot pool",
+                    v.server_id, v.partition, v.pool,
+                )  # fmt: skip
+            elif v.notice_deadline <= now:
+                due.append(v.server_id)
         if due:
             self.cloud.delete(due)
             log.info("reclaim: deleted %d servers at their deadline", len(due))

@@ -61,6 +61,7 @@ from sco.adapters.openstack.resources import (
     ResourceRequest,
     flavor_request,
     installation_of,
+    notice_in_force,
     partition_tag,
     request_tag,
     server_metadata,
@@ -504,17 +505,16 @@ class OpenStackProvider:
 
     def give_notice(self, server_id: str, deadline: float) -> float:
         """The reclaim-notice contract: the server goes at `deadline`. A notice never
-        moves: a server already noticed keeps its deadline, which is returned. A
-        foreign server is refused (ForeignServer)."""
+        moves: a server already noticed keeps its deadline, which is returned; one
+        whose notice is not a time is refused (UnreadableNotice), as is a foreign
+        server (ForeignServer)."""
         self._own_only(server_id, "give notice to")
         path = f"/servers/{server_id}/metadata"
         answer = self.client.get("compute", path)
         meta = read(Metadata, answer, f"compute GET {path}").metadata
-        if meta.get(META_RECLAIM_AT):
-            try:
-                return float(meta[META_RECLAIM_AT])
-            except ValueError:
-                return 0.0  # unreadable: it goes now, as a server listing reads it
+        in_force = notice_in_force(server_id, meta.get(META_RECLAIM_AT))
+        if in_force is not None:
+            return in_force
         path = f"/servers/{server_id}/metadata/{META_RECLAIM_AT}"
         self.client.put("compute", path, {"meta": {META_RECLAIM_AT: f"{deadline:.0f}"}})
         return deadline

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.domain.pools import PoolId
-from sco.ports import ServerStatus, ServerView
+from sco.ports import PermanentProviderError, ServerStatus, ServerView
 
 # ---------------------------------------------------------------- tags and metadata
 # Nova tags (API 2.26+) are at most 60 characters and may not hold "/" or ",";
@@ -316,6 +316,14 @@ def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
     fault = ""
     if mapped is ServerStatus.ERROR:
         fault = _fault(server, status)
+    raw = meta.get(META_RECLAIM_AT)
+    unreadable = ""
+    try:
+        deadline = read_deadline(raw)
+    except ValueError:
+        # A node told a notice it cannot read leaves now rather than never; the value
+        # is kept so that whatever deletes (the reclaimer's sweep) does not read it so.
+        deadline, unreadable = 0.0, str(raw)
     return ServerView(
         server_id=sid,
         partition=partition,
@@ -324,7 +332,8 @@ def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
         plan_generation=_int(meta.get(META_GENERATION), 0),
         status=mapped,
         created_at=parse_time(str(server.get("created", ""))),
-        notice_deadline=_deadline(meta.get(META_RECLAIM_AT)),
+        notice_deadline=deadline,
+        notice_unreadable=unreadable,
         fault=fault,
         active_at=_launched(server.get("OS-SRV-USG:launched_at")),
         refused=mapped is ServerStatus.ERROR and is_no_valid_host(server),
@@ -348,20 +357,35 @@ def _fault(server: Mapping[str, object], status: str) -> str:
     return f"server {status}"
 
 
-def _deadline(value: object) -> float | None:
+def read_deadline(value: object) -> float | None:
+    """A `sco:reclaim-at` value as a time: None when unset; ValueError when it holds
+    something that is not a finite time (epoch seconds, or ISO 8601 with a zone)."""
     if value is None or value == "":
         return None
     text = str(value)
     try:
         at = float(text)
     except ValueError:
-        try:
-            at = parse_time(text)
-        except ValueError:
-            at = math.nan
-    # A malformed notice (or one at no finite time) is still a notice: leave now
-    # rather than never.
-    return at if math.isfinite(at) else 0.0
+        at = parse_time(text)
+    if not math.isfinite(at):
+        raise ValueError(f"{text!r} is at no finite time")
+    return at
+
+
+class UnreadableNotice(PermanentProviderError):
+    """A server's notice holds a value that is not a time: no deadline is in force,
+    and none is guessed (a person must look)."""
+
+
+def notice_in_force(server_id: str, value: object) -> float | None:
+    """The deadline a server's existing notice sets; UnreadableNotice if it cannot
+    be read, so that nobody acts on a deadline the value does not say."""
+    try:
+        return read_deadline(value)
+    except ValueError:
+        raise UnreadableNotice(
+            f"server {server_id}: {META_RECLAIM_AT}={value!r} is not a deadline"
+        ) from None
 
 
 def parse_time(text: str) -> float:
