@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sco.adapters.sim.traces import load_traces
-from sco.decide.reclaim import Budget, Candidate, choose
+from sco.decide.reclaim import Budget, Candidate, Standing, choose
 from sco.domain.pools import Pool
 from sco.ports import ServerStatus, ServerView
 from sco.runtime.clock import ManualClock
@@ -31,7 +32,7 @@ def test_idle_then_over_target_then_youngest() -> None:
         c("booting", created_at=0.5, serving=False),
         c("spare", partition="p2", created_at=2.0),
     ]
-    got = choose(found, 3, over_target={"p2": 1}, budget=Budget())
+    got = choose(found, 3, over_target={"p2": 1}, budget=Budget(), standing={})
     assert [v.server_id for v in got.victims] == ["booting", "spare", "young"]
     assert got.victims[0].why.startswith("not serving yet")
     assert "above target" in got.victims[1].why
@@ -41,45 +42,81 @@ def test_idle_then_over_target_then_youngest() -> None:
 def test_the_budget_holds_back_and_says_so() -> None:
     found = [c(f"a{k}", created_at=k) for k in range(4)] + [c("b0", partition="p2")]
     found.append(c("a-noticed", noticed=True))
-    got = choose(found, 4, over_target={}, budget=Budget(max_noticed=2))
+    got = choose(found, 4, over_target={}, budget=Budget(max_noticed=2), standing={})
     assert Counter(v.partition for v in got.victims) == {"p1": 1, "p2": 1}
     assert got.short == 2
     assert got.held_back["p1"] >= 1
-    half = choose(found, 4, over_target={}, budget=Budget(max_fraction=0.5))
+    half = choose(found, 4, over_target={}, budget=Budget(max_fraction=0.5), standing={})
     assert Counter(v.partition for v in half.victims)["p1"] == 1  # 5 held: 2 at once, 1 noticed
+
+
+def test_the_budget_counts_the_whole_partition_not_the_hall_asked_for() -> None:
+    """Regression (issue 25, item 7): the budget was counted on the hall and flavor
+    asked for, so a partition already at its budget in one hall was noticed again in
+    the next, and a fraction was taken of the servers in one hall only."""
+    here = [c(f"a{k}", created_at=k) for k in range(4)]
+    # p1 has 2 more servers elsewhere, both under notice: its budget of 2 is spent.
+    spent = {"p1": Standing(held=6, noticed=2)}
+    got = choose(here, 2, {}, Budget(max_noticed=2), spent)
+    assert got.victims == ()
+    assert (got.short, dict(got.held_back)) == (2, {"p1": 4})
+    # p1 holds 10 servers in all, 4 of them here: half of it may go, all 4 here.
+    big = {"p1": Standing(held=10, noticed=0)}
+    assert len(choose(here, 4, {}, Budget(max_fraction=0.5), big).victims) == 4
+
+
+def _cap(budget: Budget, held: int) -> int | None:
+    """The budget's cap, read from its fields (not from Budget.room)."""
+    caps = [budget.max_noticed] if budget.max_noticed is not None else []
+    if budget.max_fraction is not None:
+        caps.append(math.floor(budget.max_fraction * held))
+    return min(caps) if caps else None
 
 
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["p1", "p2", "p3"]), st.booleans(), st.booleans()),
-        max_size=30,
+        st.tuples(
+            st.sampled_from(["p1", "p2", "p3"]),
+            st.sampled_from(["h1", "h2", "h3"]),
+            st.booleans(),
+            st.booleans(),
+        ),
+        max_size=40,
     ),
     st.integers(0, 40),
     st.one_of(st.none(), st.integers(0, 5)),
     st.one_of(st.none(), st.floats(0.0, 1.0)),
 )
-def test_never_more_than_asked_nor_than_the_budget_allows(
-    rows: list[tuple[str, bool, bool]], count: int, max_n: int | None, frac: float | None
+def test_never_more_than_asked_nor_than_the_budget_allows_per_partition(
+    rows: list[tuple[str, str, bool, bool]], count: int, max_n: int | None, frac: float | None
 ) -> None:
-    found = [
-        c(f"s{k}", p, float(k), serving, noticed) for k, (p, serving, noticed) in enumerate(rows)
+    """Asked for hall h1, the choice keeps every partition within its budget counted
+    over all three halls: noticed before plus taken now never exceeds the cap."""
+    every = [
+        (hall, c(f"s{k}", p, float(k), serving, noticed))
+        for k, (p, hall, serving, noticed) in enumerate(rows)
     ]
+    found = [f for hall, f in every if hall == "h1"]
+    held = Counter(f.partition for _, f in every)
+    already = Counter(f.partition for _, f in every if f.noticed)
+    standing = {p: Standing(n, already[p]) for p, n in held.items()}
     budget = Budget(max_n, frac)
-    got = choose(found, count, {}, budget)
+    got = choose(found, count, {}, budget, standing)
     ids = [v.server_id for v in got.victims]
     assert len(ids) == len(set(ids)) <= count
     noticed = {f.server_id for f in found if f.noticed}
     assert not noticed & set(ids), "a server already under notice is not taken twice"
-    held = Counter(f.partition for f in found)
-    already = Counter(f.partition for f in found if f.noticed)
     taken = Counter(v.partition for v in got.victims)
     for p, n in taken.items():
-        assert n <= budget.room(held[p], already[p])
+        cap = _cap(budget, held[p])
+        assert cap is None or already[p] + n <= cap, (p, already[p], n, cap)
     # An idle server is left only when the count is reached or its partition's budget is.
     idle_left = [f for f in found if not f.serving and not f.noticed and f.server_id not in ids]
     for f in idle_left:
-        room = budget.room(held[f.partition], already[f.partition])
-        assert len(ids) == count or taken[f.partition] >= room
+        cap = _cap(budget, held[f.partition])
+        assert len(ids) == count or (
+            cap is not None and already[f.partition] + taken[f.partition] >= cap
+        )
 
 
 class FakeCloud:
@@ -87,13 +124,14 @@ class FakeCloud:
 
     def __init__(self, n: int) -> None:
         self.pool = spot_pool(zone="h1")
+        self.extra_pools: list[Pool] = []
         self.servers = {
             f"s{k}": ServerView(f"s{k}", "p1", self.pool.id, "r", 1, ServerStatus.ACTIVE, float(k))
             for k in range(n)
         }
 
     def pools(self) -> list[Pool]:
-        return [self.pool]
+        return [self.pool, *self.extra_pools]
 
     def all_servers(self) -> list[ServerView]:
         return list(self.servers.values())
@@ -108,6 +146,20 @@ class FakeCloud:
     def delete(self, server_ids: Sequence[str]) -> None:
         for s in server_ids:
             self.servers.pop(s, None)
+
+
+def test_a_request_in_one_hall_counts_the_notices_of_the_others() -> None:
+    cloud = FakeCloud(4)
+    other = spot_pool(hall="hall-2", zone="h2")
+    cloud.extra_pools.append(other)
+    for k in range(2):
+        cloud.servers[f"o{k}"] = ServerView(
+            f"o{k}", "p1", other.id, "r", 1, ServerStatus.ACTIVE, 0.0, notice_deadline=2000.0
+        )
+    r = Reclaimer(cloud, ManualClock(1000.0))
+    done = r.request(cloud.pool.hall, cloud.pool.flavor, 3, 60.0, Budget(max_noticed=3))
+    assert [v.server_id for v in done.choice.victims] == ["s3"], "3 at once, 2 already"
+    assert done.choice.short == 2
 
 
 def test_a_trace_replayed_takes_back_what_its_pool_loses(tmp_path: Path) -> None:

@@ -689,13 +689,15 @@ def tokens_rotate(
     "--max-noticed",
     type=int,
     default=None,
-    help="Disruption budget: servers of one partition under notice at once.",
+    help="Disruption budget: servers of one partition (all its halls and flavors) "
+    "under notice at once.",
 )
 @click.option(
     "--max-fraction",
     type=float,
     default=None,
-    help="Disruption budget: fraction of a partition's servers under notice at once.",
+    help="Disruption budget: fraction of a partition's servers (all its halls, "
+    "flavors and classes) under notice at once.",
 )
 @click.option(
     "--wait/--no-wait",

@@ -8,8 +8,10 @@ reclaimer gives notice to spot servers there, least harm first:
 3. the youngest (the least work lost, and the least history of being stable).
 
 A disruption budget caps each partition's servers under notice at once (a count,
-a fraction of what it holds, or both). What the budget keeps from being taken is
-reported as short, never taken anyway.
+a fraction of what it holds, or both), counted over the whole partition: every
+hall, flavor and class it holds servers in, not only the pool asked for, since a
+partition noticed in one hall is disrupted no less for being asked in another.
+What the budget keeps from being taken is reported as short, never taken anyway.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ class Candidate:
     created_at: float
     serving: bool  # its node is in its scheduler (READY)
     noticed: bool  # already under notice
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """One partition's servers across the cloud, and how many are under notice."""
+
+    held: int = 0
+    noticed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +72,22 @@ def choose(
     count: int,
     over_target: Mapping[str, int],
     budget: Budget,
+    standing: Mapping[str, Standing],
 ) -> Choice:
     """Up to `count` victims among `candidates` (the spot servers of one hall and
-    flavor); `over_target` is how many servers each partition holds above its plan."""
+    flavor); `over_target` is how many servers each partition holds above its plan,
+    `standing` what each holds in the whole cloud, which the budget is counted on.
+    A partition's standing never counts less than its candidates show."""
     held = Counter(c.partition for c in candidates)
     noticed = Counter(c.partition for c in candidates if c.noticed)
-    room = {p: budget.room(n, noticed[p]) for p, n in held.items()}
+    whole = {
+        p: Standing(
+            max(n, standing.get(p, Standing()).held),
+            max(noticed[p], standing.get(p, Standing()).noticed),
+        )
+        for p, n in held.items()
+    }
+    room = {p: budget.room(w.held, w.noticed) for p, w in whole.items()}
     above = dict(over_target)
 
     def harm(c: Candidate) -> tuple[bool, bool, float]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sco.adapters.sim.traces import Series
-from sco.decide.reclaim import Budget, Candidate, Choice, choose
+from sco.decide.reclaim import Budget, Candidate, Choice, Standing, choose
 from sco.domain.lifecycle import State
 from sco.domain.pools import Pool
 from sco.ports import Clock, FleetStore, ProviderError, ServerView
@@ -57,14 +57,21 @@ class Reclaimer:
     def candidates(self, hall: str, flavor: str) -> list[Candidate]:
         """The spot servers of `hall` and `flavor`, with what sco's fleet state says
         of them (serving or not) when it can be read."""
+        return self.survey(hall, flavor)[0]
+
+    def survey(self, hall: str, flavor: str) -> tuple[list[Candidate], dict[str, Standing]]:
+        """The candidates of `hall` and `flavor`, and the standing of their partitions
+        over every server they hold (what the disruption budget counts), from one
+        listing so that both agree."""
         spot = {
             p.id for p in self.cloud.pools() if p.is_spot and p.hall == hall and p.flavor == flavor
         }
         if not spot:
             raise ValueError(f"no spot pool of flavor {flavor!r} in hall {hall!r}")
-        servers = [v for v in self.cloud.all_servers() if v.pool in spot]
+        every = self.cloud.all_servers()
+        servers = [v for v in every if v.pool in spot]
         serving = self._serving({v.partition for v in servers})
-        return [
+        found = [
             Candidate(
                 server_id=v.server_id,
                 partition=v.partition,
@@ -74,6 +81,9 @@ class Reclaimer:
             )
             for v in servers
         ]
+        held = Counter(v.partition for v in every)
+        noticed = Counter(v.partition for v in every if v.notice_deadline is not None)
+        return found, {p: Standing(n, noticed[p]) for p, n in held.items()}
 
     def _serving(self, partitions: set[str]) -> set[str] | None:
         if self.fleet is None:
@@ -102,8 +112,8 @@ class Reclaimer:
         self, hall: str, flavor: str, count: int, notice_s: float, budget: Budget
     ) -> Noticed:
         """Give notice to up to `count` spot servers of `hall`/`flavor`."""
-        found = self.candidates(hall, flavor)
-        choice = choose(found, count, self.over_target(found), budget)
+        found, standing = self.survey(hall, flavor)
+        choice = choose(found, count, self.over_target(found), budget, standing)
         deadline = self.clock.now() + notice_s
         failed: list[str] = []
         for v in choice.victims:
