@@ -4,11 +4,13 @@ across its own restart, and reads its token again after a rotation."""
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -181,3 +183,86 @@ def test_backing_off_never_sleeps_past_the_drain_start(
                  clock=lambda: now[0])  # fmt: skip
     away.backoff.next_s = lambda: 300.0  # type: ignore[method-assign]  # long into an outage
     assert away.step() <= 10.0
+
+
+class FlakyDrain:
+    """A drainer that fails its first `failing` calls with `why`, then drains."""
+
+    def __init__(self, failing: int, why: str = "kubectl: connection refused") -> None:
+        self.failing = failing
+        self.why = why
+        self.calls: list[float] = []  # the agent's clock at each call
+
+    def __call__(self, contract: dict[str, Any], now: float) -> tuple[str, str]:
+        self.calls.append(now)
+        if len(self.calls) <= self.failing:
+            return "failed", self.why
+        return "drained", "3 pods evicted"
+
+
+def _flaky_agent(tmp: Path, client: TestClient, drain: FlakyDrain, now: list[float]) -> Agent:
+    config = AgentConfig(
+        distributor="http://testserver", state_file=tmp / "agent.json", drain_command="",
+        token_file=tmp / "token", wait_s=0.05, drain_retry_s=5.0, drain_retry_max_s=40.0,
+    )  # fmt: skip
+    return Agent(config, http=client, clock=lambda: now[0], drainer=lambda c: drain(c, now[0]))
+
+
+def test_a_failed_drain_is_tried_again_and_acknowledged_once_it_drains(
+    tmp_path: Path, store: SqlFleetStore, client: TestClient
+) -> None:
+    """Regression (issue 25, item 7): one failed drain was acknowledged as failed at
+    once and never tried again, though the deadline was minutes away."""
+    inst = _node(store, tmp_path / "token")
+    deadline = 4_000_000_000.0
+    now = [deadline - 600]
+    _notice(store, inst, deadline)
+    drain = FlakyDrain(failing=1)
+    a = _flaky_agent(tmp_path, client, drain, now)
+    a.step()
+    a.step()
+    assert drain.calls == [deadline - 600], "failed once, not yet tried again"
+    c = store.contracts.get(inst.id)
+    assert c is not None
+    assert c.acked is None, "nothing acknowledged while a retry is due"
+    assert a.step() <= 5.0, "it wakes for the retry"
+    # Restarted before the retry: the state file keeps the schedule.
+    a = _flaky_agent(tmp_path, client, drain, now)
+    a.step()
+    assert len(drain.calls) == 1
+    now[0] += 5.0
+    a.step()
+    a.step()
+    assert drain.calls == [deadline - 600, deadline - 595]
+    c = store.contracts.get(inst.id)
+    assert c is not None
+    assert (str(c.acked), c.ack_detail) == ("drained", "3 pods evicted")
+    now[0] += 100.0
+    a.step()
+    assert len(drain.calls) == 2, "a drain that succeeded is not run again"
+
+
+def test_a_drain_that_keeps_failing_backs_off_and_gives_up_before_the_deadline(
+    tmp_path: Path, store: SqlFleetStore, client: TestClient
+) -> None:
+    inst = _node(store, tmp_path / "token")
+    deadline = 4_000_000_000.0
+    now = [deadline - 300]
+    _notice(store, inst, deadline)
+    drain = FlakyDrain(failing=1_000, why="exit 1: the API server is away")
+    a = _flaky_agent(tmp_path, client, drain, now)
+    for _ in range(200):
+        a.step()
+        c = store.contracts.get(inst.id)
+        assert c is not None
+        if c.acked is not None:
+            break
+        assert a.state.retry_at is not None
+        now[0] = max(now[0], a.state.retry_at)
+    assert str(c.acked) == "failed"
+    assert c.ack_detail.startswith("exit 1: the API server is away (gave up after")
+    pauses = [b - a for a, b in itertools.pairwise(drain.calls)]
+    assert pauses[:4] == [5.0, 10.0, 20.0, 40.0], "doubling from the first pause"
+    assert max(pauses) <= 40.0, "bounded"
+    assert drain.calls[-1] < deadline
+    assert len(drain.calls) == len(pauses) + 1 < 20

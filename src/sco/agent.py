@@ -7,10 +7,14 @@ boots, and acknowledges the version that asked: drained, or failed with why.
 
 Static stability: the last contract is kept in a state file (written atomically),
 so with the distributor unreachable, or across the agent's own restart, a node
-that was told to leave still leaves by its deadline, and a drain is never run
-twice for one contract. Requests back off exponentially with full jitter. The
-token is read again when the distributor refuses it (it may have been rotated);
-it is never logged.
+that was told to leave still leaves by its deadline, and a drain that succeeded
+is never run again for one contract. A drain that fails (an API server away for
+a moment, a command that exits non-zero) is tried again, its pause doubling from
+`drain_retry_s` up to `drain_retry_max_s` and never more than half the time left,
+until it succeeds or too little time is left before `drain_by`; then it is
+acknowledged as failed with the last reason. Requests back off exponentially
+with full jitter. The token is read again when the distributor refuses it (it
+may have been rotated); it is never logged.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class AgentConfig:
     backoff_max_s: float = 30.0
     exit_when_gone: bool = True
     drain_lead_s: float | None = None  # start draining this long before drain_by; None: at once
+    drain_retry_s: float = 5.0  # pause after a first failed drain; doubles per failure
+    drain_retry_max_s: float = 60.0  # the pause between drain attempts never exceeds this
 
 
 @dataclass
@@ -65,6 +71,8 @@ class AgentState:
     drained_version: int | None = None  # the leaving version whose drain ran
     result: tuple[str, str] | None = None  # (status, detail) of that drain
     acked_version: int | None = None
+    drain_failures: int = 0  # failed attempts of the drain under way
+    retry_at: float | None = None  # when the drain under way is tried again
 
     @classmethod
     def load(cls, path: Path) -> AgentState:
@@ -82,6 +90,8 @@ class AgentState:
             drained_version=doc.get("drained_version"),
             result=(str(result[0]), str(result[1])) if isinstance(result, list) else None,
             acked_version=doc.get("acked_version"),
+            drain_failures=int(doc.get("drain_failures") or 0),
+            retry_at=doc.get("retry_at"),
         )
 
     def save(self, path: Path) -> None:
@@ -91,6 +101,8 @@ class AgentState:
             "drained_version": self.drained_version,
             "result": list(self.result) if self.result else None,
             "acked_version": self.acked_version,
+            "drain_failures": self.drain_failures,
+            "retry_at": self.retry_at,
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".agent-state.")
@@ -212,7 +224,9 @@ class Agent:
         if self.state.drained_version == int(c["version"]):
             return None
         lead = self.config.drain_lead_s
-        return self.clock() if lead is None else float(c["drain_by"]) - lead
+        start = self.clock() if lead is None else float(c["drain_by"]) - lead
+        retry = self.state.retry_at
+        return start if retry is None else max(start, retry)
 
     def _poll(self) -> float:
         try:
@@ -236,6 +250,9 @@ class Agent:
             self.backoff.reset()
             self.state.contract = r.json()
             self.state.etag = r.headers.get("ETag")
+            if self.state.contract.get("state") != "leaving":
+                # Asked to stay after all: a later notice's drain starts afresh.
+                self.state.drain_failures, self.state.retry_at = 0, None
             self.state.save(self.config.state_file)
             log.info(
                 "agent: contract version %s: %s, drain_by %s",
@@ -260,15 +277,41 @@ class Agent:
         c = self.state.contract
         assert c is not None
         version = int(c["version"])
-        if self.state.drained_version is not None and self.state.result is not None:
+        s = self.state
+        if s.drained_version is not None and s.result is not None and s.result[0] != "failed":
             # Already drained for an earlier leaving version (its deadline moved):
             # the node is out; say so for this one.
-            self.state.drained_version = version
-            self.state.save(self.config.state_file)
+            s.drained_version = version
+            s.save(self.config.state_file)
             return
-        self.state.result = self._drain(c)
-        self.state.drained_version = version
-        self.state.save(self.config.state_file)
+        status, detail = self._drain(c)
+        if status == "failed":
+            s.drain_failures += 1
+            pause = self._retry_pause(float(c["drain_by"]))
+            if pause is not None:
+                s.retry_at = self.clock() + pause
+                s.save(self.config.state_file)
+                log.warning(
+                    "agent: drain failed (%s); attempt %d in %.0f s",
+                    detail, s.drain_failures + 1, pause,
+                )  # fmt: skip
+                return
+            detail = f"{detail} (gave up after {s.drain_failures} attempts)"[:2000]
+        s.result = (status, detail)
+        s.drained_version = version
+        s.drain_failures, s.retry_at = 0, None
+        s.save(self.config.state_file)
+
+    def _retry_pause(self, drain_by: float) -> float | None:
+        """How long to wait before the next drain attempt, or None to give up: the
+        pause doubles per failure up to its bound and takes at most half the time
+        left, so tries get closer together near the deadline. With less than the
+        first pause to spare an attempt would hardly finish, and sco is better told
+        now that the node did not drain."""
+        c = self.config
+        backoff = min(c.drain_retry_max_s, c.drain_retry_s * 2 ** (self.state.drain_failures - 1))
+        pause = min(backoff, (drain_by - self.clock()) / 2)
+        return pause if pause >= c.drain_retry_s else None
 
     def _drain(self, c: dict[str, Any]) -> tuple[str, str]:
         if self.drainer is not None:
