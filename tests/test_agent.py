@@ -153,6 +153,40 @@ def test_a_rotated_token_is_read_again(
     assert str(c.acked) == "drained"
 
 
+def test_after_a_rotation_behind_one_address_every_agent_reads_its_contract(
+    tmp_path: Path, store: SqlFleetStore
+) -> None:
+    """Regression (issue 25, item 7): behind a NAT the agents still holding the
+    rotated token spent the address's failure limit, and then every agent there got
+    429, the ones holding a valid token too, and none read its new token."""
+    app = create_app(store.contracts, DistributorConfig(poll_s=0.05, auth_failures_per_min=2))
+    agents: list[Agent] = []
+    with TestClient(app) as client:  # one client address for all
+        for k in range(4):
+            home = tmp_path / f"n{k}"
+            home.mkdir()
+            _node(store, home / "token")
+            agents.append(_agent(home, client, home / "drains"))
+            agents[-1].step()
+        for k, a in enumerate(agents):  # rotated: new files, the old tokens still held
+            assert a.state.contract is not None
+            fresh = secrets.token_urlsafe(32)
+            (tmp_path / f"n{k}" / "token").write_text(fresh)
+            store.contracts.set_token(a.state.contract["instance_id"], token_digest(fresh), 1e12)
+        noticed = _notice(store, store.instances("p1")[0], 4_000_000_000.0)
+
+        def served() -> bool:
+            for a in agents:
+                a.step()
+            # a failed poll (401, 429) leaves a backoff; a served one (200, 304) resets it
+            return all(a.backoff.failures == 0 for a in agents)
+
+        wait_for(served, 10, "every agent behind the address served again", every_s=0.0)
+        wait_for(lambda: served() and store.contracts.get(noticed.id).acked, 10, "the ack")
+        told = [a for a in agents if a.state.contract["instance_id"] == noticed.id]
+        assert told[0].state.contract["state"] == "leaving", "it read its new contract"
+
+
 def test_run_until_stops_when_the_instance_is_over(
     tmp_path: Path, store: SqlFleetStore, client: TestClient
 ) -> None:

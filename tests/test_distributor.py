@@ -16,10 +16,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from sco.adapters.sqlstate.store import SqlFleetStore
-from sco.apps.distributor import Buckets, DistributorConfig, create_app
+from sco.apps.distributor import DistributorConfig, create_app
 from sco.domain.contracts import token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
+from sco.runtime.admission import Buckets
 from sco.testing.builders import instance, spot_pool
 
 POOL = spot_pool(zone="a")
@@ -121,7 +122,7 @@ def test_acks_name_the_current_version(store: SqlFleetStore) -> None:
 
 
 def test_guessing_tokens_is_limited_per_client(store: SqlFleetStore) -> None:
-    _inst, token = _node(store)
+    _inst, _token = _node(store)
     with _client(store, auth_failures_per_min=5) as client:
         codes = [
             client.get("/v1/contract", headers=_auth(secrets.token_urlsafe(32))).status_code
@@ -129,8 +130,33 @@ def test_guessing_tokens_is_limited_per_client(store: SqlFleetStore) -> None:
         ]
         assert codes[:5] == [401] * 5
         assert set(codes[5:]) == {429}
-        # Even the right token waits until the client's failures age out.
-        assert client.get("/v1/contract", headers=_auth(token)).status_code == 429
+        metrics = client.get("/metrics").text
+        assert "sco_distributor_auth_failures_total 8.0" in metrics, "every bad token counted"
+        assert 'sco_distributor_rate_limited_total{limit="auth_failures"} 3.0' in metrics
+
+
+def test_a_valid_token_is_served_from_an_address_over_the_failure_limit(
+    store: SqlFleetStore,
+) -> None:
+    """Regression (issue 25, item 7): the address's failure limit was checked before
+    the token, so after a token rotation behind a NAT (many agents, one address,
+    some still holding the old token) every agent there got 429, valid token or not."""
+    _inst, token = _node(store)
+    with _client(store, auth_failures_per_min=5) as client:
+        stale = [client.get("/v1/contract", headers=_auth(secrets.token_urlsafe(32)))
+                 for _ in range(5)]  # fmt: skip
+        assert [r.status_code for r in stale] == [401] * 5
+        assert all(r.headers["WWW-Authenticate"] == "Bearer" for r in stale)
+        assert client.get("/v1/contract", headers=_auth(token)).status_code == 200
+        over = client.get("/v1/contract", headers=_auth(secrets.token_urlsafe(32)))
+        assert over.status_code == 429
+        assert over.headers["Retry-After"] == "60"
+        assert "invalid_token" in over.headers["WWW-Authenticate"]
+        assert client.get("/v1/contract", headers=_auth(token)).status_code == 200
+        metrics = client.get("/metrics").text
+    assert "sco_distributor_auth_failures_total 6.0" in metrics
+    assert 'sco_distributor_rate_limited_total{limit="auth_failures"} 1.0' in metrics
+    assert 'sco_distributor_requests_total{code="200",route="contract"} 2.0' in metrics
 
 
 def test_a_node_that_polls_too_often_is_slowed(store: SqlFleetStore) -> None:

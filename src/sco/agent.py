@@ -261,7 +261,7 @@ class Agent:
                 self.state.contract.get("drain_by"),
             )
             return 0.0
-        if r.status_code == 401:
+        if _token_refused(r):
             self._token = None  # rotated, or not yet valid: read it again
         log.warning("agent: distributor answered %d", r.status_code)
         retry = r.headers.get("Retry-After", "")
@@ -377,7 +377,14 @@ class Agent:
             s.save(self.config.state_file)
             log.info("agent: acknowledged version %d: %s", s.drained_version, status)
             return 0.0
-        if r.status_code == 401:
+        if _token_refused(r):
             self._token = None
         log.warning("agent: acknowledgement answered %d", r.status_code)
         return self.backoff.next_s()
+
+
+def _token_refused(r: httpx.Response) -> bool:
+    """The token was not accepted: a 401, or a 429 that says so (the distributor's
+    answer to a bad token from an address that has failed too often, e.g. a NAT
+    whose other nodes hold rotated tokens too)."""
+    return r.status_code == 401 or "invalid_token" in r.headers.get("WWW-Authenticate", "")

@@ -11,7 +11,8 @@ many replicas as wanted behind one service.
 
 Tokens are looked up by their SHA-256; a token reads only its own contract (no
 request names an instance), and an unknown or expired one gets the same 401.
-Failed authentications are limited per client address, requests per token.
+Failed authentications are limited per client address, requests per token; a
+valid token is served whatever its address's failures (`sco.runtime.admission`).
 Neither a token nor its digest is ever logged or exported.
 
 Each replica keeps a copy of the contracts (loaded at start, then kept current
@@ -44,46 +45,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sco.adapters.sqlstate.contracts import CHANNEL, ContractRow, ContractStore
 from sco.domain.contracts import AckStatus, Contract, NodeState, token_digest
+from sco.runtime.admission import Admission
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-
-
-# ---------------------------------------------------------------- rate limits
-
-
-@dataclass
-class Buckets:
-    """Token buckets by key: `rate` per second, up to `burst`; idle keys are forgotten."""
-
-    rate: float
-    burst: float
-    clock: Clock = time.monotonic
-    _state: dict[str, tuple[float, float]] = field(default_factory=dict)  # key -> (level, at)
-
-    def take(self, key: str) -> bool:
-        now = self.clock()
-        level, at = self._state.get(key, (self.burst, now))
-        level = min(self.burst, level + (now - at) * self.rate)
-        if level < 1.0:
-            self._state[key] = (level, now)
-            return False
-        self._state[key] = (level - 1.0, now)
-        if len(self._state) > 100_000:
-            self._forget(now)
-        return True
-
-    def allows(self, key: str) -> bool:
-        """Whether `take` would succeed, without taking."""
-        now = self.clock()
-        level, at = self._state.get(key, (self.burst, now))
-        return min(self.burst, level + (now - at) * self.rate) >= 1.0
-
-    def _forget(self, now: float) -> None:
-        full = self.burst / self.rate
-        for key in [k for k, (_, at) in self._state.items() if now - at > full]:
-            del self._state[key]
 
 
 # ---------------------------------------------------------------- change feed
@@ -328,8 +294,7 @@ def create_app(
     """The distributor's ASGI app over `contracts`. With `engine` on PostgreSQL it
     LISTENs for changes; otherwise it polls every `config.poll_s`."""
     metrics = _Metrics(registry or CollectorRegistry())
-    failures = Buckets(config.auth_failures_per_min / 60.0, config.auth_failures_per_min)
-    per_token = Buckets(config.requests_per_s, config.requests_per_s * 4)
+    admission = Admission(config.auth_failures_per_min, config.requests_per_s)
     state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
@@ -369,26 +334,24 @@ def create_app(
 
     async def authenticate(request: Request, route: str, authorization: str | None) -> ContractRow:
         client = request.client.host if request.client else "?"
-        if not failures.allows(client):
-            metrics.limited.labels("auth_failures").inc()
-            refuse(route, 429, "too many failed authentications", {"Retry-After": "60"})
         scheme, _, token = (authorization or "").partition(" ")
         row = None
         if scheme.lower() == "bearer" and 20 <= len(token.strip()) <= 200:
             digest = token_digest(token.strip())
             feed: ChangeFeed = state["feed"]
             row = feed.mirror.by_digest(digest, clock())
-            if row is None:
+            if row is None and admission.may_look_further(client):
                 # Not in this replica's copy, which may be a moment behind (a token
-                # just issued): ask fleet state. Guessing is limited per client.
+                # just issued): ask fleet state.
                 row = await asyncio.to_thread(contracts.by_token, digest, clock())
-        if row is None:
-            failures.take(client)
-            metrics.auth_failures.inc()
-            refuse(route, 401, "a valid node token is needed", {"WWW-Authenticate": "Bearer"})
-        if not per_token.take(row.instance_id):
-            metrics.limited.labels("requests").inc()
-            refuse(route, 429, "too many requests for this node", {"Retry-After": "1"})
+        no = admission.admit(client, row.instance_id if row is not None else None)
+        if no is not None:
+            if no.failed_auth:
+                metrics.auth_failures.inc()
+            if no.limit is not None:
+                metrics.limited.labels(no.limit).inc()
+            refuse(route, no.code, no.why, dict(no.headers))
+        assert row is not None
         return row
 
     def body(row: ContractRow) -> dict[str, Any]:
