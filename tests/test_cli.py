@@ -200,6 +200,39 @@ def test_unknown_policy(tmp_path: Path) -> None:
     assert "sco" in line
 
 
+@pytest.mark.parametrize("policy", ["round-robin", "even-spread"])
+def test_run_refuses_a_policy_that_keeps_no_floor(tmp_path: Path, policy: str) -> None:
+    """Regression (issue 25, item 7): `sco run` took the SkyServe baselines, which put
+    nothing on guaranteed capacity when spot cannot hold the floor."""
+    region = write_yaml(tmp_path / "r.yaml", {
+        "region": "r", "image": "i",
+        "pools": [{"hall": "h", "flavor": "f", "class": "spot", "price_per_h": 1}],
+    })  # fmt: skip
+    config = write_yaml(tmp_path / "sco.yaml", {
+        "provider": {"cloud": "nowhere", "region_file": str(region)},
+        "partitions": [{"name": "p", "kind": "slurm", "target_units": 2, "max_units": 4}],
+    })  # fmt: skip
+    checked = write_yaml(tmp_path / "p.yaml", {"policy": {"name": policy}})
+    for args in (
+        ["run", "--config", config, "--policy", policy, "--cycles", "1"],
+        ["config", "check", checked],
+    ):
+        out = sco(*args)
+        assert out.returncode == 2, (args, out.stderr)
+        (line,) = out.stderr.strip().splitlines()
+        assert "policy.name" in line
+        assert f"{policy!r} keeps no floor" in line
+        assert "one of all-guaranteed, cheapest, sco, spothedge" in line
+    unknown = sco("run", "--config", config, "--policy", "magic", "--cycles", "1")
+    assert unknown.returncode == 2, unknown.stderr  # was a traceback, exit 1
+    assert "policy.name: unknown policy 'magic'" in unknown.stderr.strip()
+    # Still a baseline to measure against.
+    sim = sco("simulate", "--traces", V100_4NODE, "--duration", "1h", "--policy", policy,
+              "--json", "--state", tmp_path / "s.db")  # fmt: skip
+    assert sim.returncode == 0, sim.stderr
+    assert json.loads(sim.stdout.strip().splitlines()[-1])["simulated_hours"] == pytest.approx(1.0)
+
+
 def test_bad_duration_and_options(tmp_path: Path) -> None:
     assert "--duration" in _bad(tmp_path, "--traces", V100_4NODE, "--duration", "soon")
     assert "--pool-size" in _bad(tmp_path, "--traces", V100_4NODE, "--pool-size", "0")

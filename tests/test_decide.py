@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from sco.decide.acquirer import ActConfig, diff
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.hedge import HedgeConfig, HedgePlan, plan
-from sco.decide.policies import AllGuaranteedPolicy, ScoPolicy, UnknownPolicy, policy_named
+from sco.decide.policies import (
+    POLICIES,
+    AllGuaranteedPolicy,
+    ScoPolicy,
+    UnknownPolicy,
+    policy_named,
+)
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State, Trigger
 from sco.domain.snapshot import PoolView
@@ -192,8 +198,15 @@ def test_every_policy_keeps_the_floor_the_same_way() -> None:
     # within the budget, spread over halls, through the one floor keeper.
     views = [PoolView(A, 0), PoolView(G1, 9), PoolView(G2, 9)]
     snap = snapshot(views, want=demand(target=4, floor=4, budget=3))
-    for name in ("sco", "spothedge", "cheapest", "all-guaranteed"):
+    # What `sco run` accepts is what each policy says of itself (keeps_floor): the
+    # ones that say so keep it here, the baselines that do not put nothing under it.
+    keepers = sorted(n for n in POLICIES if policy_named(n).keeps_floor)
+    assert keepers == ["all-guaranteed", "cheapest", "sco", "spothedge"]
+    for name in POLICIES:
         d = policy_named(name).decide(snap)
+        if name not in keepers:
+            assert d.guaranteed == {}, (name, d)
+            continue
         assert sum(d.guaranteed.values()) == 3, (name, d)
         assert set(d.guaranteed) == {G1.id, G2.id}, (name, d)
 

@@ -56,6 +56,7 @@ from sco.adapters.demandfile.intake import (
 from sco.adapters.files import UnreadableFile, read_yaml
 from sco.decide.exclusion import ExclusionConfig
 from sco.decide.hedge import HedgeConfig
+from sco.decide.policies import runnable_policy
 from sco.decide.scorer import ScorerConfig
 from sco.runtime.controller import ControllerConfig
 
@@ -207,7 +208,10 @@ class ProviderSettings(_Section):
 
 
 class PolicySettings(_Section):
-    name: str = Field(default="sco", description="Placement policy by name (`sco policies`).")
+    name: str = Field(
+        default="sco",
+        description="Placement policy by name (`sco policies`); one that keeps the floor.",
+    )
     interval_s: float = Field(default=15.0, gt=0, description="Time between a partition's cycles.")
     hedge: HedgeConfig = Field(default_factory=HedgeConfig, description="The sco policy.")
     controller: ControllerConfig = Field(
@@ -217,6 +221,13 @@ class PolicySettings(_Section):
     exclusion: ExclusionConfig = Field(default_factory=ExclusionConfig)
     scorer: ScorerConfig = Field(default_factory=ScorerConfig)
     score_every_s: float = Field(default=300.0, gt=0, description="`sco score --every` default.")
+
+    @field_validator("name")
+    @classmethod
+    def _runnable(cls, v: str) -> str:
+        # Only `sco run` reads it (simulation and evaluation take --policy): a baseline
+        # without a floor would run real partitions with nothing under them.
+        return runnable_policy(v)
 
 
 class HttpSettings(_Section):

@@ -44,6 +44,23 @@ def policy_named(name: str) -> Policy:
         raise UnknownPolicy(name) from None
 
 
+def runnable_policy(name: str) -> str:
+    """`name`, if it may run a real partition: a known policy that keeps the floor
+    (`Policy.keeps_floor`). Otherwise a ValueError saying why, in one line: a
+    baseline that keeps no floor is for `sco simulate` and `sco evaluate` only."""
+    try:
+        policy = policy_named(name)
+    except UnknownPolicy as e:
+        raise ValueError(str(e)) from None
+    if not policy.keeps_floor:
+        floor = ", ".join(sorted(n for n, make in POLICIES.items() if make().keeps_floor))
+        raise ValueError(
+            f"{name!r} keeps no floor: a baseline for sco simulate and sco evaluate, "
+            f"not for a real partition; one of {floor}"
+        )
+    return name
+
+
 __all__ = [
     "POLICIES",
     "AllGuaranteedPolicy",
@@ -56,4 +73,5 @@ __all__ = [
     "SpotHedgePolicy",
     "UnknownPolicy",
     "policy_named",
+    "runnable_policy",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.policies.base import Decision
@@ -13,6 +14,7 @@ from sco.domain.snapshot import PartitionSnapshot
 class AllGuaranteedPolicy:
     arbiter: ArbiterConfig = field(default_factory=lambda: ArbiterConfig(release_after_s=0))
     name: str = "all-guaranteed"
+    keeps_floor: ClassVar[bool] = True
 
     def decide(self, snapshot: PartitionSnapshot) -> Decision:
         wanted = snapshot.demand.wanted_units

@@ -33,6 +33,13 @@ class Policy(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def keeps_floor(self) -> bool:
+        """Whether it holds the partition's floor on guaranteed capacity when spot
+        cannot: only such a policy may run a real partition (`sco run`); the others
+        are baselines to measure against (`sco simulate`, `sco evaluate`)."""
+        ...
+
     def decide(self, snapshot: PartitionSnapshot) -> Decision: ...
 
 

@@ -4,6 +4,7 @@ cannot hold goes on guaranteed capacity."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.policies.base import Decision, live_by_pool, ready_spot_units, spot_views
@@ -14,6 +15,7 @@ from sco.domain.snapshot import PartitionSnapshot
 @dataclass(frozen=True, slots=True)
 class CheapestPolicy:
     name: str = "cheapest"
+    keeps_floor: ClassVar[bool] = True
 
     def decide(self, snapshot: PartitionSnapshot) -> Decision:
         want = snapshot.demand.wanted_units

@@ -5,6 +5,7 @@ Spot only."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sco.decide.policies.base import Decision, spot_views
 from sco.domain.snapshot import PartitionSnapshot
@@ -13,6 +14,8 @@ from sco.domain.snapshot import PartitionSnapshot
 @dataclass(frozen=True, slots=True)
 class EvenSpreadPolicy:
     name: str = "even-spread"
+    # As published: what a zone cannot hold stays unplaced, nothing falls back.
+    keeps_floor: ClassVar[bool] = False
 
     def decide(self, snapshot: PartitionSnapshot) -> Decision:
         views = spot_views(snapshot)

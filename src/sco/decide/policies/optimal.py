@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sco.decide.optimal import Schedule
 from sco.decide.policies.base import Decision
@@ -23,6 +24,7 @@ class OptimalPolicy:
     t0: float  # the time of tick 0
     tick_s: float
     name: str = "optimal"
+    keeps_floor: ClassVar[bool] = True
 
     def decide(self, snapshot: PartitionSnapshot) -> Decision:
         k = round((snapshot.now - self.t0) / self.tick_s)

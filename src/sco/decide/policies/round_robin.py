@@ -4,6 +4,7 @@ turn, whether or not the last one took it. Spot only."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sco.decide.policies.base import Decision, live_by_pool, spot_views
 from sco.domain.snapshot import PartitionSnapshot
@@ -12,6 +13,8 @@ from sco.domain.snapshot import PartitionSnapshot
 @dataclass
 class RoundRobinPolicy:
     name: str = "round-robin"
+    # As published: what spot cannot hold stays unplaced, nothing falls back.
+    keeps_floor: ClassVar[bool] = False
     _next: int = 0  # the zone whose turn it is
 
     def decide(self, snapshot: PartitionSnapshot) -> Decision:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from sco.decide.hedge import HedgeConfig, plan
 from sco.decide.policies.base import Decision
@@ -14,6 +15,7 @@ from sco.domain.snapshot import PartitionSnapshot
 class ScoPolicy:
     config: HedgeConfig = field(default_factory=HedgeConfig)
     name: str = "sco"
+    keeps_floor: ClassVar[bool] = True
 
     def decide(self, snapshot: PartitionSnapshot) -> Decision:
         p = plan(snapshot, self.config)

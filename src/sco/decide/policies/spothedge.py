@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.policies.base import Decision, live_by_pool, spot_views
@@ -33,6 +34,7 @@ from sco.domain.snapshot import PartitionSnapshot, PoolView
 class SpotHedgePolicy:
     extra_spot: int = 1
     name: str = "spothedge"
+    keeps_floor: ClassVar[bool] = True
     _preempted: set[PoolId] = field(default_factory=set)
     _seen: dict[PoolId, float] = field(default_factory=dict)  # last bad news taken in
     _last: float = float("-inf")  # when it last decided
