@@ -158,6 +158,29 @@ def test_the_check_catches_a_renamed_metric_and_a_label_it_lacks() -> None:
     ]
 
 
+def test_the_placement_alert_reads_the_decision_not_the_boot() -> None:
+    """Regression (issue 25, item 7): ScoPlacementSlow read request to ready, which a
+    VM booting and joining its scheduler always takes minutes for; the seed's 10 s
+    bound is on the decision. The alert's histogram must be the one each cycle's
+    duration feeds, with the bound as a bucket edge (the p99 read there, not guessed
+    by interpolation), and no boot in it."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sco.runtime.controller import CycleReport, Placement
+    from sco.runtime.metrics import PlacementMetrics
+
+    rule = next(r for r in rules() if r["alert"] == "ScoPlacementSlow")
+    (series,) = set(_WORD.findall(str(rule["expr"])))
+    metrics = PlacementMetrics(CollectorRegistry())
+    booted = CycleReport("web", 0.0, 1, 0, 0, 0, 0, placement=Placement(1, 0, 0),
+                         ready_delays_s=(240.0,), took_s=12.0)  # fmt: skip
+    metrics.observe(booted)
+    text = generate_latest(metrics.registry).decode()
+    assert f'{series}{{le="10.0",partition="web"}} 0.0' in text
+    assert f'{series}{{le="30.0",partition="web"}} 1.0' in text
+    assert f'{series}{{le="+Inf",partition="web"}} 1.0' in text, "one cycle, no boot"
+
+
 def test_every_alert_has_a_runbook_section() -> None:
     guide = (ROOT / "docs" / "operations.md").read_text()
     anchors = {_anchor(h) for h in re.findall(r"^#+ (.+)$", guide, re.MULTILINE)}
