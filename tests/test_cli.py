@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from sco.adapters.sim.traces import load_traces
+from sco.adapters.sqlstate.store import sqlite_url
 from sco.apps.cli import bundled, parse_duration
-from sco.testing.builders import write_json_trace, write_yaml
+from sco.testing.builders import pool_score, write_json_trace, write_yaml
 
 V100_4NODE = bundled("traces", "apache", "v100-4node")
 
@@ -74,6 +76,39 @@ def test_pools_ranks_what_a_run_scored(tmp_path: Path) -> None:
     assert table.returncode == 0, table.stderr
     assert rows[0]["pool"] in table.stdout
     assert "survival" in table.stdout
+
+
+def test_pools_reads_the_state_its_config_names(tmp_path: Path) -> None:
+    """`sco pools` takes `--config` (and $SCO_CONFIG) as every other command does,
+    and reads `state.url` from it; `--state` still wins over the file."""
+    from sco.adapters.sqlstate.store import SqlFleetStore
+
+    (tmp_path / "fleet").mkdir()
+    store = SqlFleetStore(sqlite_url(tmp_path / "fleet" / "state.db"))
+    store.save_scores([pool_score("r1/h1/gpu", 0.5, survival=0.9), pool_score("r1/h2/gpu", 0.1)])
+    store.close()
+    # A relative URL in the file is the file's folder's: run from elsewhere.
+    config = write_yaml(tmp_path / "fleet" / "sco.yaml", {"state": {"url": "sqlite:///state.db"}})
+    listed = sco("pools", "--config", config, "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert [r["pool"] for r in json.loads(listed.stdout)] == ["r1/h1/gpu", "r1/h2/gpu"]
+    from_env = subprocess.run(
+        [sys.executable, "-m", "sco.apps.cli", "pools", "--json"], capture_output=True,
+        text=True, cwd=tmp_path, check=False, env={**os.environ, "SCO_CONFIG": str(config)},
+    )  # fmt: skip
+    assert from_env.returncode == 0, from_env.stderr
+    assert from_env.stdout == listed.stdout
+    elsewhere = write_yaml(tmp_path / "other.yaml", {"state": {"url": "sqlite:///none.db"}})
+    missing = sco("pools", "--config", elsewhere, cwd=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"sco: error: state.url: {tmp_path / 'none.db'}: no such file"
+    assert not (tmp_path / "none.db").exists(), "nothing created"
+    over = sco("pools", "--config", elsewhere, "--state", tmp_path / "fleet" / "state.db")
+    assert over.returncode == 0, over.stderr
+    bad = write_yaml(tmp_path / "bad.yaml", {"state": {"link": "x"}})
+    refused = sco("pools", "--config", bad)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().startswith(f"sco: error: {bad}: state.link")
 
 
 def test_evaluate_prints_the_table_and_json(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ from sco.adapters.sim.traces import TraceError, load_traces
 from sco.adapters.sqlstate.store import sqlite_url
 from sco.apps.common import EXIT_BAD_INPUT, BadInput, parse_duration, state_url
 from sco.apps.common import console as make_console
-from sco.apps.control import COMMANDS
+from sco.apps.control import COMMANDS, config_option
+from sco.apps.settings import load
 from sco.decide.policies import POLICIES, UnknownPolicy
 from sco.runtime.accounting import PartitionMetrics
 from sco.runtime.evaluation import (
@@ -517,18 +518,18 @@ def _print_evaluation(
 
 
 @cli.command()
-@click.option(
-    "--state",
-    required=True,
-    help="Fleet state: a SQLite file path or a database URL.",
-)
+@config_option
+@click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def pools(state: str, as_json: bool) -> None:
+def pools(config: Path | None, state: str | None, as_json: bool) -> None:
     """The pools ranked by their latest scores, why, and their exclusions."""
     from sco.apps.pools import PoolRow, load_rows, render
 
-    with _input_errors():
-        rows: list[PoolRow] = load_rows(state_url(state))
+    with _input_errors():  # a SettingsError is a ValueError: one line, exit 2
+        url, where = (
+            (state_url(state), "--state") if state else (load(config).state.url, "state.url")
+        )
+        rows: list[PoolRow] = load_rows(url, where)
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], sort_keys=True))
     else:

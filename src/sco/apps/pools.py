@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -47,14 +48,18 @@ class PoolRow:
         }
 
 
-def load_rows(url: str) -> list[PoolRow]:
-    """Scored pools best first, then pools with an exclusion but no score."""
+def load_rows(url: str, where: str = "--state") -> list[PoolRow]:
+    """Scored pools best first, then pools with an exclusion but no score; `where`
+    names the setting or option the URL came from, for the errors."""
+    path = url.removeprefix("sqlite:///").partition("?")[0]
+    if url.startswith("sqlite:///") and not Path(path).is_file():  # opening creates it empty
+        raise StateUnreadable(f"{where}: {path}: no such file")
     store = SqlFleetStore(url, run_migrations=False)
     try:
         scores = store.latest_scores()
         exclusions = store.exclusions()
     except SQLAlchemyError as e:
-        raise StateUnreadable(f"--state: cannot read fleet state: {e.__class__.__name__}") from e
+        raise StateUnreadable(f"{where}: cannot read fleet state: {e.__class__.__name__}") from e
     finally:
         store.close()
     ranked = sorted(scores.values(), key=lambda s: (-s.value, s.pool))
