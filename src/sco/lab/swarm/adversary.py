@@ -213,7 +213,7 @@ class Adversary:
         scratch = SqlFleetStore(url, run_migrations=False)
         try:
             acting = DryRunProvider(blue.tenant)
-            demand, planes = blue._schedulers(lambda p: blue.tenant.list(p), _Wall(self))
+            demand, planes = blue._schedulers(blue.tenant.list, _Wall(self))
             nodes = DryRunNodes(NodeRouter(planes, blue.tenant), acting.intents)
             scratch.upsert_pools(self.swarm.region.pools())
             kit = ControllerKit(

@@ -200,14 +200,15 @@ class Swarm:
         r.cloud.partition = ""
         self.cycles += 1
         now = self.clock.now()
-        refused = (r.slot, name) in self.adversary.fenced
-        if refused and inst is self.blue:
-            if r.runner.fenced.get(name, 0) == fenced_before or name in r.runner.held:
-                self.ledger.violate(
-                    "fenced_stops_and_says_so",
-                    now,
-                    f"{r.name}'s write to {name} was refused; it kept the partition silently",
-                )
+        # A refused write must end the cycle there, drop the partition and count it.
+        refused = self.adversary.fenced.pop((r.slot, name), None) is not None
+        silent = r.runner.fenced.get(name, 0) == fenced_before or name in r.runner.held
+        if refused and inst is self.blue and silent:
+            self.ledger.violate(
+                "fenced_stops_and_says_so",
+                now,
+                f"{r.name}'s write to {name} was refused; it kept the partition silently",
+            )
         if inst is not self.blue or report is None:
             return
         reached = all(ok for p, _, ok in r.nodes.tended[marks:] if p == name)
