@@ -300,6 +300,27 @@ def test_a_reclaim_drains_then_requeues_what_cannot_finish_just_before_the_deadl
     assert len([c for c in tools.calls if c[0] == "requeue"]) == 2
 
 
+def test_a_requeued_job_that_restarts_before_a_cycle_sees_it_is_requeued_again() -> None:
+    """Found by the swarm (issue 25): a job requeued off one reclaimed node and started
+    on another before any cycle saw it pending stayed in the plane's 'requeued' set,
+    so the second node's reclaim never requeued it and its work was lost."""
+    clock = ManualClock(1_000_000_000.0)
+    deadline = clock.now() + 30
+    tools = FakeTools(
+        [job(1, "RUNNING", on=["sco-s1"], end=int(deadline + 9999))],
+        [node("sco-s1", state="allocated", alloc_cpus=2), node("sco-s2")],
+    )
+    plane = _plane(tools, ["s1", "s2"], clock)
+    plane.drain("hpc", "s1", deadline, "reclaim_notice")
+    look(plane)
+    assert ("requeue", "1") in tools.calls
+    tools.doc_jobs[0] = job(1, "RUNNING", on=["sco-s2"], end=int(deadline + 9999))
+    plane.drain("hpc", "s2", deadline + 60, "reclaim_notice")
+    clock.set(deadline + 31)
+    look(plane)
+    assert [c for c in tools.calls if c[0] == "requeue"] == [("requeue", "1")] * 2
+
+
 def test_sco_s_own_moves_only_drain() -> None:
     clock = ManualClock(1_000_000_000.0)
     tools = FakeTools(

@@ -209,7 +209,9 @@ class SlurmNodes:
         self.partitions = dict(partitions)
         self._listing = listing
         self.clock = clock
-        self._requeued: set[int] = set()
+        # job -> the nodes of the run sco requeued it from: a job running elsewhere since
+        # (restarted before a cycle saw it pending) is a new run a reclaim may requeue
+        self._requeued: dict[int, tuple[str, ...]] = {}
         self._unrequeueable: set[int] = set()
         self._notes: dict[str, str] = {}  # node -> what its reclaim cuts short
         self.requeued_total = 0
@@ -291,7 +293,7 @@ class SlurmNodes:
         self.view.invalidate()
 
     def _requeue(self, cfg: SlurmPartition, jobs: Sequence[Job], due: Mapping[str, float]) -> None:
-        fresh = [j for j in jobs if j.job_id not in self._requeued]
+        fresh = [j for j in jobs if self._requeued.get(j.job_id) != j.nodes]
         requeue, cannot = cut_short(fresh, due)
         for job, deadline in cannot:
             if job.job_id not in self._unrequeueable:
@@ -303,7 +305,8 @@ class SlurmNodes:
             except SlurmError as e:
                 log.warning("partition %s: requeue of %s failed: %s", cfg.name, requeue, e)
                 return
-            self._requeued.update(requeue)
+            runs = {j.job_id: j.nodes for j in fresh}
+            self._requeued.update({i: runs[i] for i in requeue})
             self.requeued_total += len(requeue)
             log.info("partition %s: requeued %s before their nodes' reclaim", cfg.name, requeue)
             self.view.invalidate()
@@ -333,11 +336,12 @@ class SlurmNodes:
         by a later reclaim."""
         seen = {j.job_id: j for j in jobs}
         again = sorted(i for i in self._requeued if i in seen and seen[i].pending)
-        self._requeued &= seen.keys()
+        self._requeued = {i: on for i, on in self._requeued.items() if i in seen}
         self._unrequeueable &= seen.keys()
         if not again:
             return
-        self._requeued -= set(again)
+        for i in again:
+            del self._requeued[i]
         try:
             self.tools.start_now(again)
         except SlurmError as e:

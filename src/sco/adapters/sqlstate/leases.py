@@ -9,11 +9,49 @@ keep them within a small fraction of the TTL of each other (NTP does).
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import Engine, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from sco.adapters.sqlstate import schema as t
 from sco.ports import Lease
+
+# Built once: every replica renews every lease each second, and building a statement
+# costs more than running it on SQLite.
+_L = t.leases.c
+_EXTEND = (
+    update(t.leases)
+    .where(
+        _L.partition == bindparam("p"),
+        _L.holder == bindparam("h"),
+        _L.expires_at >= bindparam("now"),
+    )
+    .values(expires_at=bindparam("until"))
+    .returning(_L.token)
+)
+_TAKE = (
+    update(t.leases)
+    .where(_L.partition == bindparam("p"), _L.expires_at < bindparam("now"))
+    .values(
+        holder=bindparam("h"),
+        token=_L.token + 1,
+        acquired_at=bindparam("now"),
+        expires_at=bindparam("until"),
+    )
+    .returning(_L.token)
+)
+_RENEW = (
+    update(t.leases)
+    .where(
+        _L.partition == bindparam("p"),
+        _L.holder == bindparam("h"),
+        _L.token == bindparam("tok"),
+        _L.expires_at >= bindparam("now"),
+    )
+    .values(expires_at=bindparam("until"))
+)
+_R = t.replicas.c
+_BEAT = update(t.replicas).where(_R.name == bindparam("n")).values(expires_at=bindparam("until"))
+_LIVE = select(_R.name).where(_R.expires_at >= bindparam("now")).order_by(_R.name)
 
 
 class SqlLeases:
@@ -23,27 +61,12 @@ class SqlLeases:
         self.engine = engine
 
     def acquire(self, partition: str, holder: str, ttl_s: float, now: float) -> Lease | None:
-        row = t.leases.c
+        args = {"p": partition, "h": holder, "now": now, "until": now + ttl_s}
         with self.engine.begin() as conn:
-            mine = conn.execute(
-                update(t.leases)
-                .where(row.partition == partition, row.holder == holder, row.expires_at >= now)
-                .values(expires_at=now + ttl_s)
-                .returning(row.token)
-            ).first()
+            mine = conn.execute(_EXTEND, args).first()
             if mine is not None:
                 return Lease(partition, holder, int(mine.token), now + ttl_s)
-            taken = conn.execute(
-                update(t.leases)
-                .where(row.partition == partition, row.expires_at < now)
-                .values(
-                    holder=holder,
-                    token=row.token + 1,
-                    acquired_at=now,
-                    expires_at=now + ttl_s,
-                )
-                .returning(row.token)
-            ).first()
+            taken = conn.execute(_TAKE, args).first()
             if taken is not None:
                 return Lease(partition, holder, int(taken.token), now + ttl_s)
         try:
@@ -62,18 +85,15 @@ class SqlLeases:
         return Lease(partition, holder, 1, now + ttl_s)
 
     def renew(self, lease: Lease, ttl_s: float, now: float) -> Lease | None:
-        row = t.leases.c
+        args = {
+            "p": lease.partition,
+            "h": lease.holder,
+            "tok": lease.token,
+            "now": now,
+            "until": now + ttl_s,
+        }
         with self.engine.begin() as conn:
-            done = conn.execute(
-                update(t.leases)
-                .where(
-                    row.partition == lease.partition,
-                    row.holder == lease.holder,
-                    row.token == lease.token,
-                    row.expires_at >= now,
-                )
-                .values(expires_at=now + ttl_s)
-            )
+            done = conn.execute(_RENEW, args)
         if done.rowcount != 1:
             return None
         return Lease(lease.partition, lease.holder, lease.token, now + ttl_s)
@@ -106,9 +126,7 @@ class SqlLeases:
         """Say this replica is alive until now + ttl_s."""
         row = t.replicas.c
         with self.engine.begin() as conn:
-            done = conn.execute(
-                update(t.replicas).where(row.name == name).values(expires_at=now + ttl_s)
-            )
+            done = conn.execute(_BEAT, {"n": name, "until": now + ttl_s})
             if done.rowcount == 0:
                 try:
                     with conn.begin_nested():
@@ -119,14 +137,8 @@ class SqlLeases:
                     )
 
     def live_replicas(self, now: float) -> list[str]:
-        row = t.replicas.c
         with self.engine.connect() as conn:
-            return [
-                r.name
-                for r in conn.execute(
-                    select(row.name).where(row.expires_at >= now).order_by(row.name)
-                )
-            ]
+            return [r.name for r in conn.execute(_LIVE, {"now": now})]
 
     def forget_replica(self, name: str) -> None:
         with self.engine.begin() as conn:

@@ -54,6 +54,9 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 
 # Built once: the hot paths reuse SQLAlchemy's compiled form instead of
 # constructing a statement per row.
+_LIVE_INSTANCES = select(t.instances).where(
+    t.instances.c.partition == bindparam("p"), t.instances.c.state != State.GONE.value
+)
 _INSERT_INSTANCE = insert(t.instances)
 _UPDATE_INSTANCE = update(t.instances).where(
     t.instances.c.id == bindparam("b_id"), t.instances.c.version == bindparam("b_version")
@@ -186,11 +189,8 @@ class SqlFleetStore:
     # ------------------------------------------------------------ instances
 
     def instances(self, partition: str) -> list[Instance]:
-        q = select(t.instances).where(
-            t.instances.c.partition == partition, t.instances.c.state != State.GONE.value
-        )
         with self.engine.connect() as conn:
-            return [_instance_of(r) for r in conn.execute(q)]
+            return [_instance_of(r) for r in conn.execute(_LIVE_INSTANCES, {"p": partition})]
 
     def server_classes(self, partition: str) -> dict[str, str]:
         """Capacity class by server id of every server the partition ever had."""

@@ -71,10 +71,11 @@ class Ledger:
 
     # ------------------------------------------------------------ reclaim notices
 
-    def chances(self, partition: str, notice: Notice, window_s: float) -> str:
+    def chances(self, partition: str, notice: Notice, window_s: float | None) -> str:
         """Why sco could not have honoured a notice ("" if it could): a cycle must have
-        seen it with the scheduler reachable (the drain), and a later one reached the
-        scheduler within `window_s` of the deadline (the requeue or the deletes)."""
+        seen it with the scheduler reachable (the drain), and (given `window_s`) a later
+        one reached the scheduler within `window_s` of the deadline (the requeue or
+        the deletes)."""
         log = [
             c for c in self.cycles.get(partition, []) if notice.seen_at <= c[0] < notice.deadline
         ]
@@ -87,6 +88,8 @@ class Ledger:
             if not any(observed for _, observed, _ in log):
                 return "the cloud could not be listed between the notice and its deadline"
             return "the scheduler was away between the notice and its deadline"
+        if window_s is None:
+            return ""
         late = max(notice.deadline - window_s, told[0])
         if not any(reached and at >= late for at, _, reached in log):
             return "no cycle reached the scheduler in the deadline's window"
@@ -118,7 +121,7 @@ class Ledger:
         self.checked["reclaim_reaches_scheduler"] += 1
         if told_at is not None and told_at <= notice.deadline:
             return
-        why = self.chances(partition, notice, window_s=0.0)
+        why = self.chances(partition, notice, window_s=None)
         if why:
             self.misses[why] += 1
             return

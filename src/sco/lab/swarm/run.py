@@ -85,6 +85,7 @@ class Swarm:
         self._created: set[str] = set()
         self._in_takeover = False
         self._next_dry_run = START_S + DRY_RUN_EVERY_S / 2
+        self._next_signals = START_S
 
     # ------------------------------------------------------------ Stage
 
@@ -188,7 +189,8 @@ class Swarm:
     def cycle(self, inst: Installation, r: Replica, name: str) -> None:
         """One cycle of `name` by `r`, and what the checks learn of it."""
         r.cloud.partition = name
-        marks = len(r.nodes.tended)
+        marks = 0
+        del r.nodes.tended[:]
         fenced_before = r.runner.fenced.get(name, 0)
         report = None
 
@@ -212,9 +214,14 @@ class Swarm:
         if inst is not self.blue or report is None:
             return
         reached = all(ok for p, _, ok in r.nodes.tended[marks:] if p == name)
+        del r.nodes.tended[:]
         observed = not report.degraded
-        self.ledger.cycles.setdefault(name, []).append((now, observed, reached))
-        if observed:
+        log = self.ledger.cycles.setdefault(name, [])
+        log.append((now, observed, reached))
+        # What a quiet cycle leaves is what the last one left: look after those that
+        # acted, and every fourth one.
+        moved = report.transitions or report.created or report.drained or report.deleted
+        if observed and (moved or len(log) % 4 == 0):
             self._after_cycle(name)
 
     def _guard(self, inst: Installation, r: Replica, fn: Callable[[], object]) -> bool:
@@ -231,9 +238,11 @@ class Swarm:
         return True
 
     def _signals(self, inst: Installation) -> None:
-        if self.schedule.active(Kind.DATABASE_DOWN):
-            return
+        """The watcher and the scorer: their own processes, on their own schedules."""
         now = self.clock.now()
+        if self.schedule.active(Kind.DATABASE_DOWN) or now < self._next_signals:
+            return
+        self._next_signals = now + 15.0
         if inst.events.absorb_outbox():
             inst.watcher.poll(limit=100_000)
         if inst.scorer.due(now):
@@ -248,7 +257,8 @@ class Swarm:
         current: dict[str, tuple[str, str | None, float | None]] = {}
         for v in self.region.all_servers():
             who = self.region.installation_of(v.server_id)
-            current[v.server_id] = (v.partition, who, v.notice_deadline)
+            told = self.region.reclaim_told_at(v.server_id)  # read now: gone, it is forgotten
+            current[v.server_id] = (v.partition, who, told)
             if who == BLUE:
                 self._created.add(v.server_id)
                 if v.notice_deadline is not None:
@@ -259,9 +269,9 @@ class Swarm:
                         )
                     elif v.notice_deadline < seen.deadline:
                         seen.deadline = v.notice_deadline
-        for sid, (partition, who, _) in self._seen.items():
+        for sid, (partition, who, told) in self._seen.items():
             if sid not in current:
-                self._gone(partition, who, sid)
+                self._gone(partition, who, sid, told)
         self._seen = current
         for inst in (self.blue, self.green):
             if inst is not None:
@@ -278,14 +288,14 @@ class Swarm:
                 else:
                     twin.register(node_name_of(twin, v.server_id), v.server_id)
 
-    def _gone(self, partition: str, who: str | None, sid: str) -> None:
+    def _gone(self, partition: str, who: str | None, sid: str, told_at: float | None) -> None:
         inst = self.blue if who == BLUE else self.green
         if inst is None:
             return
         twin = inst.twins.get(partition)
         now = self.clock.now()
         if inst is self.blue:
-            told = self._told(twin, sid)
+            told = self._told(twin, sid) if twin is not None else told_at
             self.ledger.told(partition, sid, told, now)
             if twin is not None:
                 window = REQUEUE_LEAD_S if isinstance(twin, SimSlurm) else KUBE_GRACE_S
@@ -294,12 +304,11 @@ class Swarm:
         if twin is not None:
             twin.server_gone(node_name_of(twin, sid))
 
-    def _told(self, twin: SimSlurm | SimKube | None, sid: str) -> float | None:
+    @staticmethod
+    def _told(twin: SimSlurm | SimKube, sid: str) -> float | None:
         if isinstance(twin, SimSlurm):
             return twin.told_reclaim_by(node_name_of(twin, sid))
-        if isinstance(twin, SimKube):
-            return twin.told_reclaim_at(node_name_of(twin, sid))
-        return self.region.reclaim_told_at(sid)
+        return twin.told_reclaim_at(node_name_of(twin, sid))
 
     @staticmethod
     def _running(twin: SimSlurm | SimKube, sid: str) -> list[str]:
@@ -338,9 +347,18 @@ class Swarm:
 
 
 def run_seed(spec: WorldSpec) -> SeedResult:
-    """Run one world to its end in a scratch folder."""
-    with tempfile.TemporaryDirectory(prefix=f"sco-swarm-{spec.seed}-") as folder:
-        return Swarm(spec, Path(folder)).run()
+    """Run one world to its end in a scratch folder (in memory where the machine has
+    a tmpfs), sco's own logging held back: the result says what went wrong."""
+    shm = Path("/dev/shm")
+    where = str(shm) if shm.is_dir() else None
+    quiet = logging.getLogger("sco")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"sco-swarm-{spec.seed}-", dir=where) as folder:
+            return Swarm(spec, Path(folder)).run()
+    finally:
+        quiet.setLevel(level)
 
 
 def simulated_days(results: list[SeedResult]) -> float:

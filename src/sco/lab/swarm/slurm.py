@@ -248,7 +248,16 @@ class SimSlurm:
     # ------------------------------------------------------------ for the invariants
 
     def running_on(self, name: str) -> list[SimJob]:
-        return [j for j in self.jobs_by_id.values() if j.state == "RUNNING" and j.node == name]
+        """Jobs running on `name` now (one whose work ended since the last step is done,
+        not running: the world steps in ticks)."""
+        now = self.now()
+        return [
+            j
+            for j in self.jobs_by_id.values()
+            if j.state == "RUNNING"
+            and j.node == name
+            and not (j.started_at is not None and now - j.started_at >= j.run_s)
+        ]
 
     def told_reclaim_by(self, name: str) -> float | None:
         """When the node was first told to leave for a reclaim, if it was."""

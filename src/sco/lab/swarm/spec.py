@@ -108,7 +108,7 @@ def world_of(seed: int, kinds: Sequence[Kind] = ALL_KINDS, kube: bool = True) ->
     halls = rng.randint(1, 3)
     hall_names = [f"hall-{k + 1}" for k in range(halls)]
     duration = float(rng.choice([1800, 3600, 3600, 5400, 7200]))
-    interval = float(rng.choice([15, 30]))
+    interval = 30.0  # the deadline windows below are two cycles long
     pools = tuple(
         PoolPlan(f"pool{k}", hall_names[k % halls], _capacity(rng, duration))
         for k in range(rng.randint(2, 9))

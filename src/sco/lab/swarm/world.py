@@ -54,9 +54,9 @@ from sco.runtime.watcher import ExclusionWatcher
 
 BLUE = "blue"  # the installation under test
 GREEN = "green"  # another sco in the same project, with a partition of the same name
-LEASE_TTL_S = 15.0
-REQUEUE_LEAD_S = 60.0  # a reclaim's jobs are requeued this long before it
-KUBE_GRACE_S = 30.0  # a reclaim's pods are deleted from this long before it
+LEASE_TTL_S = 30.0
+REQUEUE_LEAD_S = 60.0  # a reclaim's jobs are requeued this long before it (2 cycles)
+KUBE_GRACE_S = 60.0  # a reclaim's pods are deleted from this long before it (2 cycles)
 CPUS, MEMORY_MB = 4, 8192
 
 
@@ -127,7 +127,9 @@ class Replica:
 @cache
 def _template() -> Path:
     """A migrated fleet-state file: each world copies it rather than migrating anew."""
-    folder = Path(tempfile.mkdtemp(prefix="sco-swarm-template-"))
+    shm = Path("/dev/shm")
+    where = str(shm) if shm.is_dir() else None
+    folder = Path(tempfile.mkdtemp(prefix="sco-swarm-template-", dir=where))
     path = folder / "state.sqlite"
     SqlFleetStore(sqlite_url(path)).close()
     return path
@@ -267,7 +269,7 @@ class Installation:
         pools = list(self.region.pools())
         runner = ReplicaRunner(
             config=ReplicaConfig(
-                name, lease_ttl_s=LEASE_TTL_S, lease_every_s=5.0, act_margin_s=5.0
+                name, lease_ttl_s=LEASE_TTL_S, lease_every_s=10.0, act_margin_s=10.0
             ),
             leases=leases,
             provider=cloud,
@@ -285,7 +287,7 @@ class Installation:
                 relay=self.events.absorb_outbox,
                 clock=clock,
                 on_signals=wake,
-                config=PumpConfig(relay_every_s=5.0, ages_every_s=30.0, stamp_every_s=5.0),
+                config=PumpConfig(relay_every_s=15.0, ages_every_s=60.0, stamp_every_s=15.0),
                 pace=clock.now,
             ),
             ids=CountingIds(f"{self.name}-{slot}.{gen}-"),
