@@ -716,18 +716,17 @@ class PartitionController:
 
     def _tell_drains(self, tell: Sequence[tuple[str, float, str]]) -> None:
         """Tell the scheduler of each drain just recorded; one it cannot take now is told
-        again on a later cycle, as its node does not hold the order."""
-        for server_id, drain_by, reason in tell:
-            try:
-                self.nodes.drain(self.partition.name, server_id, drain_by, reason)
-            except SchedulerUnavailable as e:
-                log.warning(
-                    "partition %s: drain of %s not sent, will resend: %s",
-                    self.partition.name,
-                    server_id,
-                    e,
-                )
-                return
+        again on a later cycle, as its node does not hold the order. A reclaim's work is
+        then tended at once: a notice shorter than a cycle would otherwise reach its
+        deadline before the next cycle requeues or evicts anything."""
+        name = self.partition.name
+        try:
+            for server_id, drain_by, reason in tell:
+                self.nodes.drain(name, server_id, drain_by, reason)
+            if any(reason == Reason.RECLAIM_NOTICE for _, _, reason in tell):
+                self.nodes.tend(name, None)
+        except SchedulerUnavailable as e:
+            log.warning("partition %s: drains not all sent, will resend: %s", name, e)
 
     def _keep_notes(self, servers: Sequence[ServerView], nodes: Mapping[str, NodeView]) -> None:
         """Remember what the scheduler said of each node until its server's end is

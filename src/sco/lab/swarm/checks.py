@@ -71,7 +71,9 @@ class Ledger:
 
     # ------------------------------------------------------------ reclaim notices
 
-    def chances(self, partition: str, notice: Notice, window_s: float | None) -> str:
+    def chances(
+        self, partition: str, notice: Notice, window_s: float | None, halfway: bool = False
+    ) -> str:
         """Why sco could not have honoured a notice ("" if it could): a cycle must have
         seen it with the scheduler reachable (the drain), and (given `window_s`) a later
         one reached the scheduler within `window_s` of the deadline (the requeue or
@@ -91,17 +93,36 @@ class Ledger:
         if window_s is None:
             return ""
         late = max(notice.deadline - window_s, told[0])
+        if halfway:  # Kubernetes: deletes begin no sooner than half way to the deadline
+            late = max(late, told[0] + (notice.deadline - told[0]) / 2)
         if not any(reached and at >= late for at, _, reached in log):
             return "no cycle reached the scheduler in the deadline's window"
         return ""
 
-    def cut(self, partition: str, server: str, what: str, now: float, window_s: float) -> None:
-        """Work lost with a noticed server's node: a violation if sco had its chances."""
+    def _notice(self, server: str, since: float) -> Notice | None:
+        """The server's notice, as sco could act on it: from when its node existed."""
         notice = self.noticed.get(server)
-        if notice is None or now < notice.seen_at:
+        if notice is None:
+            return None
+        return Notice(notice.partition, max(notice.seen_at, since), notice.deadline)
+
+    def cut(
+        self,
+        partition: str,
+        server: str,
+        what: str,
+        now: float,
+        window_s: float,
+        since: float,
+        halfway: bool = False,
+    ) -> None:
+        """Work lost with a noticed server's node (there since `since`): a violation if
+        sco had its chances."""
+        notice = self._notice(server, since)
+        if notice is None:
             return  # not noticed: an unannounced reclaim takes work, nothing to honour
         self.checked["reclaim_reaches_scheduler"] += 1
-        why = self.chances(partition, notice, window_s)
+        why = self.chances(partition, notice, window_s, halfway)
         if why:
             self.misses[why] += 1
             return
@@ -113,9 +134,12 @@ class Ledger:
             f"{notice.deadline - self.start_s:.0f}s",
         )
 
-    def told(self, partition: str, server: str, told_at: float | None, now: float) -> None:
-        """A noticed server's node is gone: it must have been told of the reclaim."""
-        notice = self.noticed.get(server)
+    def told(
+        self, partition: str, server: str, told_at: float | None, now: float, since: float
+    ) -> None:
+        """A noticed server's node (there since `since`) is gone: it must have been told
+        of the reclaim."""
+        notice = self._notice(server, since)
         if notice is None:
             return
         self.checked["reclaim_reaches_scheduler"] += 1

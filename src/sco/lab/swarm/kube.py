@@ -74,6 +74,7 @@ class SimKube:
     pods: dict[str, Json] = field(default_factory=dict)  # by name (one namespace)
     lost: list[Lost] = field(default_factory=list)
     told: dict[str, float] = field(default_factory=dict)  # node -> first told of a reclaim
+    registered: dict[str, float] = field(default_factory=dict)  # node -> when it joined
     calls: int = 0  # calls that change something: a dry run must make none
     _next: int = 0
 
@@ -150,6 +151,7 @@ class SimKube:
         label (as user data gives it)."""
         if name in self.nodes_by_name:
             return
+        self.registered[name] = self.now()
         stamp = datetime.fromtimestamp(self.now(), UTC).isoformat().replace("+00:00", "Z")
         self.nodes_by_name[name] = {
             "metadata": {"name": name, "labels": {PARTITION_LABEL: self.partition}},

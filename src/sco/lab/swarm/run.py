@@ -33,6 +33,7 @@ from sco.lab.swarm.world import (
     node_name_of,
     region_of,
 )
+from sco.ports import NodeView
 from sco.runtime.clock import ManualClock
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,8 @@ class Swarm:
                 GREEN, spec, [plan], self.region, self.clock, self, folder, ("r1",)
             )
         self.adversary = Adversary(self)
-        self._seen: dict[str, tuple[str, str | None, float | None]] = {}
+        # server -> (partition, installation, reclaim told at, its node joined at)
+        self._seen: dict[str, tuple[str, str | None, float | None, float | None]] = {}
         self._created: set[str] = set()
         self._in_takeover = False
         self._next_dry_run = START_S + DRY_RUN_EVERY_S / 2
@@ -254,11 +256,19 @@ class Swarm:
         """Servers that appeared, were noticed, or are gone since the last step: the
         schedulers learn of nodes that booted or went, and the checks of notices."""
         now = self.clock.now()
-        current: dict[str, tuple[str, str | None, float | None]] = {}
+        current: dict[str, tuple[str, str | None, float | None, float | None]] = {}
+        nodes: dict[str, NodeView] = {}
+        for inst in (self.blue, self.green):
+            if inst is not None:
+                for p in inst.plans:
+                    nodes.update(self.region.nodes(p, inst.name))
         for v in self.region.all_servers():
             who = self.region.installation_of(v.server_id)
-            told = self.region.reclaim_told_at(v.server_id)  # read now: gone, it is forgotten
-            current[v.server_id] = (v.partition, who, told)
+            # Read now what a static partition's node was told: gone, it is forgotten.
+            told = self.region.reclaim_told_at(v.server_id)
+            node = nodes.get(v.server_id)
+            since = node.joined_at if node is not None and node.joined else None
+            current[v.server_id] = (v.partition, who, told, since)
             if who == BLUE:
                 self._created.add(v.server_id)
                 if v.notice_deadline is not None:
@@ -269,9 +279,9 @@ class Swarm:
                         )
                     elif v.notice_deadline < seen.deadline:
                         seen.deadline = v.notice_deadline
-        for sid, (partition, who, told) in self._seen.items():
+        for sid, (partition, who, told, since) in self._seen.items():
             if sid not in current:
-                self._gone(partition, who, sid, told)
+                self._gone(partition, who, sid, told, since)
         self._seen = current
         for inst in (self.blue, self.green):
             if inst is not None:
@@ -288,27 +298,37 @@ class Swarm:
                 else:
                     twin.register(node_name_of(twin, v.server_id), v.server_id)
 
-    def _gone(self, partition: str, who: str | None, sid: str, told_at: float | None) -> None:
+    def _gone(
+        self, partition: str, who: str | None, sid: str, told: float | None, since: float | None
+    ) -> None:
+        """A server is gone: if noticed, its node must have been told and its work
+        moved, wherever sco had the chance (from when the node existed)."""
         inst = self.blue if who == BLUE else self.green
         if inst is None:
             return
         twin = inst.twins.get(partition)
         now = self.clock.now()
-        if inst is self.blue:
-            told = self._told(twin, sid) if twin is not None else told_at
-            self.ledger.told(partition, sid, told, now)
+        if twin is not None:
+            since, told = self._node_life(twin, sid)
+        if inst is self.blue and since is not None:
+            self.ledger.told(partition, sid, told, now, since)
             if twin is not None:
-                window = REQUEUE_LEAD_S if isinstance(twin, SimSlurm) else KUBE_GRACE_S
+                slurm = isinstance(twin, SimSlurm)
+                window = REQUEUE_LEAD_S if slurm else KUBE_GRACE_S
                 for what in self._running(twin, sid):
-                    self.ledger.cut(partition, sid, what, now, window)
+                    self.ledger.cut(partition, sid, what, now, window, since, not slurm)
         if twin is not None:
             twin.server_gone(node_name_of(twin, sid))
 
     @staticmethod
-    def _told(twin: SimSlurm | SimKube, sid: str) -> float | None:
+    def _node_life(twin: SimSlurm | SimKube, sid: str) -> tuple[float | None, float | None]:
+        """(since when the server's node was in its scheduler, when it was first told of
+        a reclaim), None for a node that never was."""
+        name = node_name_of(twin, sid)
         if isinstance(twin, SimSlurm):
-            return twin.told_reclaim_by(node_name_of(twin, sid))
-        return twin.told_reclaim_at(node_name_of(twin, sid))
+            node = twin.nodes_by_name.get(name)
+            return (node.registered_at if node else None), twin.told_reclaim_by(name)
+        return twin.registered.get(name), twin.told_reclaim_at(name)
 
     @staticmethod
     def _running(twin: SimSlurm | SimKube, sid: str) -> list[str]:
@@ -334,7 +354,7 @@ class Swarm:
     def finish(self) -> None:
         now = self.clock.now()
         check_history(self.ledger, self.blue.store.engine, now)
-        alive = {sid for sid, (_, who, _) in self._seen.items() if who == BLUE}
+        alive = {sid for sid, (_, who, *_) in self._seen.items() if who == BLUE}
         check_lives(self.ledger, self.blue.store.engine, self._created, alive, now)
         for name in self.blue.plans:
             live = [i for i in self.blue.store.instances(name) if i.state is not State.GONE]

@@ -17,6 +17,9 @@ from sco.adapters.slurm.tools import SlurmRefused, SlurmUnavailable
 from sco.decide.binpack import Size
 
 
+CRED_EXPIRE_S = 120.0  # AuthInfo cred_expire: how long slurmctld holds a requeued job
+
+
 @dataclass
 class SimJob:
     job_id: int
@@ -29,6 +32,7 @@ class SimJob:
     started_at: float | None = None
     done_s: float = 0.0  # work done in earlier runs (none: no checkpoints)
     requeues: int = 0
+    eligible_at: float = 0.0  # a requeued job waits (BeginTime) for the credential to expire
 
 
 @dataclass
@@ -93,7 +97,7 @@ class SimSlurm:
                 Job(
                     job_id=j.job_id,
                     state=j.state,
-                    reason="Resources" if j.state == "PENDING" else "None",
+                    reason=self._why_pending(j),
                     partition=j.partition,
                     node_count=1,
                     per_node=shape,
@@ -155,9 +159,12 @@ class SimSlurm:
             self.requeued.append((i, j.node, self.now()))
             self._back_to_queue(j)
 
-    def start_now(self, job_ids: Sequence[int]) -> None:  # noqa: ARG002
-        """Pending jobs here are eligible at once already."""
+    def start_now(self, job_ids: Sequence[int]) -> None:
         self._reach()
+        for i in job_ids:
+            j = self.jobs_by_id.get(i)
+            if j is not None and j.state == "PENDING":
+                j.eligible_at = self.now()
 
     def delete_node(self, node: str) -> None:
         self._reach()
@@ -168,6 +175,11 @@ class SimSlurm:
             raise SlurmRefused(f"{self.name}: scontrol: node {node} has jobs")
         self.calls += 1
         del self.nodes_by_name[node]
+
+    def _why_pending(self, j: SimJob) -> str:
+        if j.state != "PENDING":
+            return "None"
+        return "BeginTime" if j.eligible_at > self.now() else "Resources"
 
     # ------------------------------------------------------------ the world's side
 
@@ -214,7 +226,7 @@ class SimSlurm:
         for j in self.jobs_by_id.values():
             if not free:
                 break
-            if j.state == "PENDING":
+            if j.state == "PENDING" and j.eligible_at <= now:
                 n = free.pop(0)
                 j.state, j.node, j.started_at = "RUNNING", n.name, now
                 n.state = "allocated"
@@ -232,6 +244,7 @@ class SimSlurm:
             n.state, n.last_busy = "idle", self.now()
         j.state, j.node, j.started_at = "PENDING", None, None
         j.requeues += 1
+        j.eligible_at = self.now() + CRED_EXPIRE_S
 
     def _lose_work(self, n: SimNode, lost: bool) -> None:
         for j in self.jobs_by_id.values():
