@@ -115,7 +115,6 @@ class _Server:
     installation: str = DEFAULT_INSTALLATION  # which sco made it (several may share a region)
     drain_by: float | None = None  # the deadline the node was told
     reclaim_by: float | None = None  # ... when told by a reclaim
-    reclaim_told_at: float | None = None  # when it was first told of a reclaim
     deleting: bool = False
     notice_deadline: float | None = None
     active_at: float | None = None
@@ -159,6 +158,7 @@ class SimRegion:
         self._events: list[tuple[float, int, int, str]] = []
         self._servers: dict[str, _Server] = {}
         self._tokens: dict[str, Secret] = {}
+        self.reclaims_told: dict[str, float] = {}  # server -> when its node first was
         # Indexes, insertion-ordered: a server leaves in O(1), a partition is listed
         # without looking at the others'.
         self._by_pool: dict[PoolId, dict[str, _Server]] = {}
@@ -554,8 +554,7 @@ class SimRegion:
         s.drain_by = drain_by if sooner else s.drain_by
         if reason == "reclaim_notice":
             s.reclaim_by = drain_by
-            if s.reclaim_told_at is None:
-                s.reclaim_told_at = self.now
+            self.reclaims_told.setdefault(server_id, self.now)
         if not s.joined or s.drained:
             s.drained = True
             self._renode(s)
@@ -614,6 +613,6 @@ class SimRegion:
         return s is not None and s.draining
 
     def reclaim_told_at(self, server_id: str) -> float | None:
-        """When the server's node was first told to leave for a reclaim."""
-        s = self._servers.get(server_id)
-        return s.reclaim_told_at if s is not None else None
+        """When the server's node was first told to leave for a reclaim (kept after the
+        server is gone)."""
+        return self.reclaims_told.get(server_id)

@@ -254,20 +254,25 @@ class Adversary:
             self.short_since.pop(partition, None)
             return
         since = self.short_since.setdefault(partition, self.now)
-        if self.now - max(since, self.disturbed) < FLOOR_GRACE_S:
-            return
-        ledger.checked["floor_holds"] += 1
+        # The world did not allow it (no guaranteed room), or sco said so: the clock
+        # starts again from here.
         region = self.swarm.region
         guaranteed = [p.id for p in region.pools() if not p.is_spot]
         room = sum(region.headroom(guaranteed).values())
-        if room < plan.floor - ready:
-            ledger.misses["floor: no guaranteed room"] += 1
-            return
         latest = self.swarm.blue.store.latest_plan(partition)
         notes = latest.notes if latest is not None else ()
-        if any("floor at risk" in n or "floor needs" in n for n in notes):
-            ledger.misses["floor: reported at risk"] += 1
+        excused = ""
+        if room < plan.floor - ready:
+            excused = "floor: no guaranteed room"
+        elif any("floor at risk" in n or "floor needs" in n for n in notes):
+            excused = "floor: reported at risk"
+        if excused:
+            self.short_since[partition] = self.now
+            ledger.misses[excused] += 1
             return
+        if self.now - max(since, self.disturbed) < FLOOR_GRACE_S:
+            return
+        ledger.checked["floor_holds"] += 1
         ledger.violate(
             "floor_holds",
             self.now,

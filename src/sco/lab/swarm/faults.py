@@ -221,6 +221,7 @@ class StoreFaults(SqlFleetStore):
 
     stage: Stage
     replica: str
+    lost_races = 0  # writes the swarm's conflicts refused
 
     def _reach(self) -> None:
         if self.stage.schedule.active(Kind.DATABASE_DOWN):
@@ -238,6 +239,7 @@ class StoreFaults(SqlFleetStore):
             left = int(fault.value) if fault is not None else 0
         if left > 0:
             s.conflicts[self.replica] = left - 1
+            self.lost_races += 1
             raise StateConflict(f"{partition}: a row moved (the swarm's conflict)")
 
 

@@ -85,6 +85,7 @@ class Swarm:
         # server -> (partition, installation, reclaim told at, its node joined at)
         self._seen: dict[str, tuple[str, str | None, float | None, float | None]] = {}
         self._created: set[str] = set()
+        self._gone_at: dict[str, float] = {}
         self._in_takeover = False
         self._next_dry_run = START_S + DRY_RUN_EVERY_S / 2
         self._next_signals = START_S
@@ -194,6 +195,7 @@ class Swarm:
         marks = 0
         del r.nodes.tended[:]
         fenced_before = r.runner.fenced.get(name, 0)
+        races = r.store.lost_races
         report = None
 
         def once() -> None:
@@ -217,7 +219,8 @@ class Swarm:
             return
         reached = all(ok for p, _, ok in r.nodes.tended[marks:] if p == name)
         del r.nodes.tended[:]
-        observed = not report.degraded
+        # A cycle whose writes the swarm refused saw the world but could not act on it.
+        observed = not report.degraded and r.store.lost_races == races
         log = self.ledger.cycles.setdefault(name, [])
         log.append((now, observed, reached))
         # What a quiet cycle leaves is what the last one left: look after those that
@@ -308,8 +311,11 @@ class Swarm:
             return
         twin = inst.twins.get(partition)
         now = self.clock.now()
+        self._gone_at[sid] = now
         if twin is not None:
             since, told = self._node_life(twin, sid)
+        else:
+            told = self.region.reclaim_told_at(sid)
         if inst is self.blue and since is not None:
             self.ledger.told(partition, sid, told, now, since)
             if twin is not None:
@@ -355,7 +361,13 @@ class Swarm:
         now = self.clock.now()
         check_history(self.ledger, self.blue.store.engine, now)
         alive = {sid for sid, (_, who, *_) in self._seen.items() if who == BLUE}
-        check_lives(self.ledger, self.blue.store.engine, self._created, alive, now)
+        # A server gone within the last two cycles may not be recorded so yet.
+        settled = {
+            sid
+            for sid in self._created
+            if now - self._gone_at.get(sid, now - 1e9) > 2 * self.spec.interval_s + TICK_S
+        }
+        check_lives(self.ledger, self.blue.store.engine, settled, alive, now)
         for name in self.blue.plans:
             live = [i for i in self.blue.store.instances(name) if i.state is not State.GONE]
             listed = {v.server_id for v in self.blue.tenant.list(name)}

@@ -16,7 +16,6 @@ from sco.adapters.slurm.model import Job, SlurmNode
 from sco.adapters.slurm.tools import SlurmRefused, SlurmUnavailable
 from sco.decide.binpack import Size
 
-
 CRED_EXPIRE_S = 120.0  # AuthInfo cred_expire: how long slurmctld holds a requeued job
 
 
