@@ -29,6 +29,7 @@ from sco.adapters.sqlstate.store import sqlite_url
 from sco.apps.common import EXIT_BAD_INPUT, BadInput, parse_duration, state_url
 from sco.apps.common import console as make_console
 from sco.apps.control import COMMANDS, config_option
+from sco.apps.lab import lab_group
 from sco.apps.settings import load
 from sco.decide.policies import POLICIES, UnknownPolicy
 from sco.runtime.accounting import PartitionMetrics
@@ -626,6 +627,7 @@ def _row(m: PartitionMetrics) -> list[str]:
 
 for _command in COMMANDS:
     cli.add_command(_command)
+cli.add_command(lab_group)
 
 
 def main() -> None:

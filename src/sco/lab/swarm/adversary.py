@@ -270,9 +270,9 @@ class Adversary:
             self.short_since[partition] = self.now
             ledger.misses[excused] += 1
             return
+        ledger.checked["floor_holds"] += 1
         if self.now - max(since, self.disturbed) < FLOOR_GRACE_S:
             return
-        ledger.checked["floor_holds"] += 1
         ledger.violate(
             "floor_holds",
             self.now,

@@ -87,6 +87,10 @@ class Stage(Protocol):
 
     def created(self, request_id: str) -> None: ...
 
+    def touched(self, installation: str, server_ids: Sequence[str], what: str) -> None:
+        """`installation` acts on these servers: they must be its own."""
+        ...
+
     def refused_write(self, replica: str, partition: str) -> None:
         """The database refused a write for a stale fence."""
         ...
@@ -155,6 +159,7 @@ class CloudFaults:
         if self.stage.schedule.active(Kind.DELETE_ERROR):
             raise RetryableProviderError("delete: 503 from Nova")
         self.stage.acted(self.replica, self.partition, "delete", ",".join(server_ids))
+        self.stage.touched(self.inner.installation, server_ids, "delete")
         self.inner.delete(server_ids)
 
     # The static partitions' node plane: each server is its node.
@@ -167,6 +172,7 @@ class CloudFaults:
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         self.stage.acted(self.replica, partition, "drain", f"{server_id} by {drain_by:.0f}")
+        self.stage.touched(self.inner.installation, [server_id], "drain")
         self.inner.drain(partition, server_id, drain_by, reason)
 
 

@@ -12,7 +12,7 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,7 +111,17 @@ class Swarm:
                 f"{replica} refused a write to {partition}, then {what} {detail}",
             )
 
+    def touched(self, installation: str, server_ids: Sequence[str], what: str) -> None:
+        self.ledger.checked["own_servers_only"] += len(server_ids)
+        for sid in server_ids:
+            owner = self.region.installation_of(sid)
+            if owner is not None and owner != installation:
+                self.ledger.violate(
+                    "own_servers_only", self.now(), f"{installation} {what} {owner}'s {sid}"
+                )
+
     def created(self, request_id: str) -> None:
+        self.ledger.checked["one_create_per_reservation"] += 1
         self.ledger.creates[request_id] += 1
         if self.ledger.creates[request_id] > 1:
             self.ledger.violate(
@@ -119,6 +129,7 @@ class Swarm:
             )
 
     def refused_write(self, replica: str, partition: str) -> None:
+        self.ledger.checked["fenced_stops_and_says_so"] += 1
         self.adversary.fenced[(replica, partition)] = self.now()
 
     def takeover(self, victim: str, partition: str) -> None:
