@@ -56,7 +56,8 @@ class Ledger:
     start_s: float
     violations: list[Violation] = field(default_factory=list)
     misses: Counter[str] = field(default_factory=Counter)  # notices sco could not honour
-    # partition -> (at, observed, scheduler reached) of each cycle a leader ran
+    # partition -> (at, could observe and write, scheduler answered) of each cycle a
+    # leader ran: what the world allowed, not what sco made of it
     cycles: dict[str, list[tuple[float, bool, bool]]] = field(default_factory=dict)
     noticed: dict[str, Notice] = field(default_factory=dict)  # server -> its first notice
     creates: Counter[str] = field(default_factory=Counter)  # request id -> create calls

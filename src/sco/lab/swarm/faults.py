@@ -183,19 +183,13 @@ class NodeFaults:
         self.inner = inner
         self.stage = stage
         self.replica = replica
-        self.tended: list[tuple[str, float, bool]] = []  # (partition, at, reached)
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         return self.inner.nodes(partition)
 
     def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
         self.stage.acted(self.replica, partition, "tend", "")
-        try:
-            self.inner.tend(partition, servers)
-        except Exception:
-            self.tended.append((partition, self.stage.now(), False))
-            raise
-        self.tended.append((partition, self.stage.now(), True))
+        self.inner.tend(partition, servers)
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         self.stage.acted(self.replica, partition, "drain", f"{server_id} {reason}")

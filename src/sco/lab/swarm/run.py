@@ -203,10 +203,17 @@ class Swarm:
     def cycle(self, inst: Installation, r: Replica, name: str) -> None:
         """One cycle of `name` by `r`, and what the checks learn of it."""
         r.cloud.partition = name
-        marks = 0
-        del r.nodes.tended[:]
         fenced_before = r.runner.fenced.get(name, 0)
         races = r.store.lost_races
+        # What the world allowed this cycle, whatever sco made of it: the cloud could be
+        # listed and fleet state written, and the partition's scheduler answered.
+        s = self.schedule
+        cloud = not (
+            s.active(Kind.LIST_ERROR)
+            or s.active(Kind.CREDENTIAL_EXPIRED)
+            or s.active(Kind.DATABASE_DOWN)
+        )
+        reached = s.active(Kind.SCHEDULER_DOWN, name) is None
         report = None
 
         def once() -> None:
@@ -228,16 +235,12 @@ class Swarm:
             )
         if inst is not self.blue or report is None:
             return
-        reached = all(ok for p, _, ok in r.nodes.tended[marks:] if p == name)
-        del r.nodes.tended[:]
-        # A cycle whose writes the swarm refused saw the world but could not act on it.
-        observed = not report.degraded and r.store.lost_races == races
         log = self.ledger.cycles.setdefault(name, [])
-        log.append((now, observed, reached))
+        log.append((now, cloud and r.store.lost_races == races, reached))
         # What a quiet cycle leaves is what the last one left: look after those that
         # acted, and every fourth one.
         moved = report.transitions or report.created or report.drained or report.deleted
-        if observed and (moved or len(log) % 4 == 0):
+        if not report.degraded and (moved or len(log) % 4 == 0):
             self._after_cycle(name)
 
     def _guard(self, inst: Installation, r: Replica, fn: Callable[[], object]) -> bool:
