@@ -607,6 +607,11 @@ class SimRegion:
     def server_count(self) -> int:
         return len(self._servers)
 
+    def is_deleting(self, server_id: str) -> bool:
+        """Whether a delete was sent for the server."""
+        s = self._servers.get(server_id)
+        return s is not None and s.deleting
+
     def is_draining(self, server_id: str) -> bool:
         """Whether the server's node was told to leave."""
         s = self._servers.get(server_id)

@@ -290,6 +290,8 @@ class Swarm:
                 self._created.add(v.server_id)
                 if v.notice_deadline is not None:
                     seen = self.ledger.noticed.get(v.server_id)
+                    if seen is None and self.region.is_deleting(v.server_id):
+                        continue  # sco was deleting it already: nothing left to tell
                     if seen is None:
                         self.ledger.noticed[v.server_id] = Notice(
                             v.partition, now, v.notice_deadline

@@ -1,0 +1,157 @@
+"""The swarm (issue 25): a short run of fixed seeds that must hold every invariant, a
+seed that replays exactly, checks that can fail, and mutants that still apply.
+
+The long form is `bench/swarm.py`; these seeds were picked to cover every kind of
+partition and fault, both kinds of leases and a second installation.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sco.lab.swarm.batch import Trial, run_trials, shrink, trials
+from sco.lab.swarm.checks import INVARIANTS, Ledger, Notice, check_history
+from sco.lab.swarm.run import SeedResult
+from sco.lab.swarm.spec import ALL_KINDS, world_of
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = (2, 6, 10, 15, 18, 19, 52, 179)
+
+
+def test_the_fixed_seeds_cover_every_fault_and_world_and_hold_every_invariant() -> None:
+    specs = [world_of(s) for s in SEEDS]
+    kinds = {f.kind for s in specs for f in s.faults}
+    assert kinds == set(ALL_KINDS), f"seeds miss {set(ALL_KINDS) - kinds}"
+    assert {p.kind for s in specs for p in s.partitions} == {"slurm", "kubernetes", "static"}
+    assert {s.leases for s in specs} == {"database", "kubernetes"}
+    assert any(s.second_installation for s in specs)
+    results = dict(run_trials([Trial(s) for s in SEEDS], workers=2))
+    failed = {
+        t.seed: [v.describe() for v in r.violations] for t, r in results.items() if r.violations
+    }
+    assert failed == {}, failed
+    checked = {name for r in results.values() for name, n in r.checked.items() if n}
+    assert checked == set(INVARIANTS), f"never checked: {set(INVARIANTS) - checked}"
+
+
+def test_a_seed_replays_exactly() -> None:
+    runs = [r for _, r in run_trials([Trial(10), Trial(10)], workers=2)]
+    assert _shape(runs[0]) == _shape(runs[1])
+
+
+def _shape(r: SeedResult) -> tuple[object, ...]:
+    return (r.cycles, r.checked, r.misses, [v.describe() for v in r.violations])
+
+
+def test_a_world_without_faults_has_none() -> None:
+    (trial,) = trials(1, 6, ())
+    assert trial.spec().faults == ()
+    assert "--faults " in trial.command()
+
+
+def test_a_schedule_shrinks_to_the_faults_that_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shrinking keeps a fault only while taking it away makes the failure go: here a
+    failure that needs exactly one fault of the schedule (stood in for by a result)."""
+    from sco.lab.swarm import batch
+
+    trial = Trial(2)
+    culprit = len(trial.spec().faults) // 2
+
+    def fake(t: Trial) -> SeedResult:
+        return _result(["floor_holds"] if culprit in (t.keep or ()) else [])
+
+    monkeypatch.setattr(batch, "replay", fake)
+    small, _ = shrink(trial, _result(["floor_holds"]))
+    assert small.keep == (culprit,)
+    assert f"--keep {culprit}" in small.command()
+
+
+def _result(broken: list[str]) -> SeedResult:
+    from sco.lab.swarm.checks import Violation
+
+    return SeedResult(0, 0.0, 0, [Violation(n, 0.0, "x") for n in broken], {}, {}, 0, 0.0)
+
+
+# ---------------------------------------------------------------- the checks can fail
+
+
+def test_work_cut_by_a_reclaim_sco_had_time_for_is_a_violation() -> None:
+    ledger = Ledger(0.0)
+    ledger.noticed["s1"] = Notice("p1", 100.0, 400.0)
+    ledger.cycles["p1"] = [(110.0, True, True), (350.0, True, True)]
+    ledger.cut("p1", "s1", "job 7", 400.0, 60.0, since=0.0)
+    assert [v.invariant for v in ledger.violations] == ["reclaim_reaches_scheduler"]
+
+
+def test_work_cut_with_the_scheduler_away_is_a_miss_with_its_cause() -> None:
+    ledger = Ledger(0.0)
+    ledger.noticed["s1"] = Notice("p1", 100.0, 400.0)
+    ledger.cycles["p1"] = [(110.0, True, False), (350.0, True, False)]
+    ledger.cut("p1", "s1", "job 7", 400.0, 60.0, since=0.0)
+    assert ledger.violations == []
+    assert ledger.misses == {"the scheduler was away between the notice and its deadline": 1}
+
+
+def test_a_ready_instance_whose_node_sco_drained_is_a_violation() -> None:
+    from sco.domain.lifecycle import State
+    from sco.testing.builders import instance, spot_pool
+
+    ledger = Ledger(0.0)
+    ready = instance(spot_pool(), State.READY)
+    assert ready.server_id is not None
+    ledger.records("p1", [ready], [ready.server_id], {ready.server_id}, 10.0)
+    assert [v.invariant for v in ledger.violations] == ["out_not_counted"]
+
+
+def test_an_edge_off_the_table_is_a_violation(tmp_path: Path) -> None:
+    from sqlalchemy import insert
+
+    from sco.adapters.sqlstate import schema as t
+    from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+
+    store = SqlFleetStore(sqlite_url(tmp_path / "s.db"))
+    row = {"partition": "p", "pool": "r/h/f", "at": 1.0, "reason": "", "code": ""}
+    with store.engine.begin() as conn:
+        conn.execute(
+            insert(t.instance_history).values(
+                instance_id="i", from_state=None, to_state="requested", trigger=None, **row
+            )
+        )
+        conn.execute(insert(t.instance_history).values(instance_id="i", from_state="requested",
+                                                       to_state="ready", trigger="node_joined",
+                                                       **row))  # fmt: skip
+    ledger = Ledger(0.0)
+    check_history(ledger, store.engine, 2.0)
+    store.close()
+    assert [v.invariant for v in ledger.violations] == ["transitions_on_table"]
+
+
+@pytest.mark.parametrize("patch", sorted((ROOT / "bench" / "mutants").glob("*.patch")))
+def test_every_mutant_still_applies(patch: Path) -> None:
+    """bench/swarm.py reverts each seam's fix from these patches: one that no longer
+    applies would leave its defect untested."""
+    done = subprocess.run(
+        ["git", "apply", "--check", str(patch)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_command_lists_its_faults_and_refuses_unknown_ones() -> None:
+    sco = str(ROOT / ".venv" / "bin" / "sco")
+    listed = subprocess.run(
+        [sco, "lab", "swarm", "--list-faults"], capture_output=True, text=True, check=False
+    )
+    assert listed.returncode == 0
+    assert set(listed.stdout.split()) == {str(k) for k in ALL_KINDS}
+    bad = subprocess.run(
+        [sco, "lab", "swarm", "--faults", "meteor"], capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 2
+    assert "unknown meteor" in bad.stderr
