@@ -40,6 +40,7 @@ def lab_group() -> None:
 @click.option("--list-faults", is_flag=True, help="Print the kinds of fault and exit.")
 @click.option("--workers", type=int, default=None, help="Worker processes (default: CPUs).")
 @click.option("--no-shrink", is_flag=True, help="Do not shrink a failing schedule.")
+@click.option("--stop-at-first", is_flag=True, help="Stop at the first failing seed.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
 def swarm(
     seeds: int,
@@ -50,6 +51,7 @@ def swarm(
     list_faults: bool,
     workers: int | None,
     no_shrink: bool,
+    stop_at_first: bool,
     as_json: bool,
 ) -> None:
     """Deterministic simulation of the whole control plane under faults.
@@ -92,6 +94,8 @@ def swarm(
                 say(f"  {v.describe()}")
         if tally.seeds % 50 == 0:
             say(f"{tally.seeds}/{len(todo)} seeds, {time.monotonic() - started:.0f} s")
+        if stop_at_first and result.violations:
+            break
     for trial, result in tally.failing[:3]:
         say(f"replay: {trial.command()}")
         if not no_shrink:

@@ -248,11 +248,23 @@ class ReplicaRunner:
         free = [p for p in self.partitions if p not in self.held]
         taken: list[tuple[str, Lease]] = []
         held_elsewhere = False
+        # One read of every lease: a partition another replica holds is not raced for
+        # (an acquire that must fail costs several writes, every tend, per partition).
+        others = {
+            x.partition: x.expires_at
+            for x in (self.leases.leases() if free and len(self.held) < share else ())
+            if x.partition in self.partitions
+            and x.holder != self.config.name
+            and x.expires_at >= now
+        }
         for name in sorted(free, key=lambda p: _spread(self.config.name, p)):
             if len(self.held) >= share:
                 break
             if self.loops.busy(name):
                 continue  # its last controller is finishing a cycle: not two at once
+            if name in others:
+                held_elsewhere = True
+                continue
             lease = self.leases.acquire(name, self.config.name, self.config.lease_ttl_s, now)
             if lease is None:
                 held_elsewhere = True
@@ -275,7 +287,7 @@ class ReplicaRunner:
             taken.append((name, lease))
         # Room left, and leases held elsewhere: look again when the first of them
         # expires (a dead replica's), not a tend interval later.
-        self._next_expiry = self._expiry_of_others() if held_elsewhere else None
+        self._next_expiry = min(others.values(), default=None) if held_elsewhere else None
         for name, _ in taken:
             controller = self._kit.controller(self.partitions[name])
             with self._lock:
@@ -283,19 +295,6 @@ class ReplicaRunner:
             self._note(name, "acquired", self.token(name))
             if self._threads:
                 self.loops.start(name, controller)
-
-    def _expiry_of_others(self) -> float | None:
-        """When the first lease of one of this replica's partitions held by another
-        replica expires, if it is in the future."""
-        now = self.clock.now()
-        times = [
-            lease.expires_at
-            for lease in self.leases.leases()
-            if lease.partition in self.partitions
-            and lease.holder != self.config.name
-            and lease.expires_at >= now
-        ]
-        return min(times, default=None)
 
     def _until_next_tend(self) -> float:
         """A tend interval, or less: until just after the next lease that may become

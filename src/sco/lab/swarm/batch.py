@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 
 from sco.lab.swarm.checks import INVARIANTS
 from sco.lab.swarm.run import SeedResult, run_seed
@@ -66,13 +68,25 @@ def trials(seeds: int, first: int = 0, kinds: Sequence[Kind] = ALL_KINDS) -> lis
 def run_trials(
     todo: Sequence[Trial], workers: int | None = None
 ) -> Iterator[tuple[Trial, SeedResult]]:
-    """Each trial's result as it finishes (in order of the trials), in `workers`
-    processes (default: one per CPU)."""
+    """Each trial's result in the order of the trials, run in `workers` processes
+    (default: one per CPU), a few ahead; leaving the loop early cancels the rest."""
     workers = workers or os.cpu_count() or 1
     os.environ["PYTHONHASHSEED"] = HASH_SEED  # the workers are spawned with it
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        yield from zip(todo, pool.map(_run, todo, chunksize=1), strict=True)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    pending: deque[tuple[Trial, Future[SeedResult]]] = deque()
+    ahead = iter(todo)
+    try:
+        for trial in islice(ahead, 2 * workers):
+            pending.append((trial, pool.submit(_run, trial)))
+        while pending:
+            trial, future = pending.popleft()
+            result = future.result()
+            for following in islice(ahead, 1):
+                pending.append((following, pool.submit(_run, following)))
+            yield trial, result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def replay(trial: Trial) -> SeedResult:

@@ -38,8 +38,8 @@ from sco.runtime.clock import ManualClock
 
 log = logging.getLogger(__name__)
 
-TICK_S = 5.0
-DRY_RUN_EVERY_S = 900.0
+TICK_S = 10.0
+DRY_RUN_EVERY_S = 1800.0
 
 
 @dataclass
