@@ -142,6 +142,7 @@ class ReplicaRunner:
         self.partitions: dict[str, Partition] = {p.name: p for p in demand.partitions()}
         self.held: dict[str, Lease] = {}
         self._fences: dict[str, int] = {}  # the token each held partition is written with
+        self._taken_at: dict[str, float] = {}  # when each held lease was taken
         self.fenced: dict[str, int] = {}  # partition -> times its writes were refused
         self._fenced_run: dict[str, int] = {}  # ... since its last cycle that ended well
         self.controllers: dict[str, PartitionController] = {}
@@ -204,7 +205,7 @@ class ReplicaRunner:
             live = self.leases.live_replicas(now)
             self._renew(now)
             share = fair_share(len(self.partitions), len(live))
-            self._shed(share)
+            self._shed(share, now)
             self._take(share, now)
         except Exception as e:  # the database is unreachable: nothing can be proven
             first = self._unreachable_since is None
@@ -235,9 +236,16 @@ class ReplicaRunner:
                 with self._lock:
                     self.held[name] = renewed
 
-    def _shed(self, share: int) -> None:
+    def _shed(self, share: int, now: float) -> None:
+        """Hand back what is above the fair share, but not a lease taken less than a TTL
+        ago (an orphan this replica rescued waits for a replica with room to be up)."""
+        settled = [
+            p
+            for p in self.held
+            if now - self._taken_at.get(p, -math.inf) >= self.config.lease_ttl_s
+        ]
         extra = len(self.held) - share
-        for name in sorted(self.held, key=lambda p: _spread(self.config.name, p))[: max(extra, 0)]:
+        for name in sorted(settled, key=lambda p: _spread(self.config.name, p))[: max(extra, 0)]:
             lease = self.held[name]
             self._drop(name, "released")
             self.leases.release(lease)
@@ -250,16 +258,23 @@ class ReplicaRunner:
         held_elsewhere = False
         # One read of every lease: a partition another replica holds is not raced for
         # (an acquire that must fail costs several writes, every tend, per partition).
+        known = {x.partition: x for x in (self.leases.leases() if free else ())}
         others = {
-            x.partition: x.expires_at
-            for x in (self.leases.leases() if free and len(self.held) < share else ())
-            if x.partition in self.partitions
-            and x.holder != self.config.name
-            and x.expires_at >= now
+            p: x.expires_at
+            for p, x in known.items()
+            if p in self.partitions and x.holder != self.config.name and x.expires_at >= now
         }
         for name in sorted(free, key=lambda p: _spread(self.config.name, p)):
-            if len(self.held) >= share:
-                break
+            # An orphan (a lease that expired unreleased: its replica died) is taken
+            # beyond the fair share: the replica with room for it may still be starting.
+            orphan = (
+                name in known
+                and name not in others
+                and known[name].holder != ""  # not handed back: its holder died
+                and now - known[name].expires_at <= 4 * self.config.lease_ttl_s
+            )
+            if len(self.held) >= share and not orphan:
+                continue
             if self.loops.busy(name):
                 continue  # its last controller is finishing a cycle: not two at once
             if name in others:
@@ -284,6 +299,7 @@ class ReplicaRunner:
             with self._lock:
                 self.held[name] = lease
                 self._fences[name] = fence
+            self._taken_at[name] = now
             taken.append((name, lease))
         # Room left, and leases held elsewhere: look again when the first of them
         # expires (a dead replica's), not a tend interval later.

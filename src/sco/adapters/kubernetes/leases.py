@@ -146,7 +146,10 @@ class KubernetesLeases:
         spec = current.spec
         if spec.holder_identity != lease.holder or spec.lease_transitions != lease.token:
             return
+        # No holder, as client-go's leader election hands a Lease back: a replica that
+        # died leaves its name there, and others may rescue its partitions beyond their share.
         spec.renew_time = _time(0)
+        spec.holder_identity = ""
         try:
             self.api.replace_namespaced_lease(name, self.namespace, current)
         except ApiException as e:

@@ -99,8 +99,8 @@ class SqlLeases:
         return Lease(lease.partition, lease.holder, lease.token, now + ttl_s)
 
     def release(self, lease: Lease) -> None:
-        """Expire it at once; the row (and its token) stays, so the next holder's
-        token is still larger."""
+        """Expire it at once, with no holder (handed back, not orphaned by a death); the
+        row (and its token) stays, so the next holder's token is still larger."""
         row = t.leases.c
         with self.engine.begin() as conn:
             conn.execute(
@@ -110,7 +110,7 @@ class SqlLeases:
                     row.holder == lease.holder,
                     row.token == lease.token,
                 )
-                .values(expires_at=-1.0)
+                .values(expires_at=-1.0, holder="")
             )
 
     def leases(self) -> list[Lease]:

@@ -62,7 +62,7 @@ class MemoryLeases:
         self._reach()
         held = self._leases.get(lease.partition)
         if held is not None and held.holder == lease.holder and held.token == lease.token:
-            held.expires_at = float("-inf")
+            held.expires_at, held.holder = float("-inf"), ""
 
     def leases(self) -> list[Lease]:
         self._reach()
