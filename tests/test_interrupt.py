@@ -148,7 +148,7 @@ def _interrupt(watch: Watch, sig: signal.Signals, log: Path) -> int:
     except subprocess.TimeoutExpired:
         watch.child.kill()
         raise AssertionError(f"still running 240 s after {sig.name}:\n{_tail(log)}") from None
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # a loaded machine reaps slowly; done sooner if so
     while watch.left() and time.monotonic() < deadline:
         time.sleep(0.5)
     return code
@@ -204,9 +204,10 @@ def test_sigterm_stops_the_nova_stack_of_a_bench(tmp_path: Path) -> None:
 
 def test_sigint_stops_a_half_started_patroni_cluster(tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
-    # Writing for long after the failover, so the signal lands while the bench runs even
-    # on a loaded machine (with 5 s, a slow look at the processes found it finished).
-    watch = Watch(_start(["bench/failover.py", "--after-s", "120"], log))
+    # Writing for an hour after the failover: the bench ends only by the signal, however
+    # slow the machine (with 5 s, and issue 25's loaded run even with 120 s, a slow look
+    # at the processes found it finished and the signal landed on nothing).
+    watch = Watch(_start(["bench/failover.py", "--after-s", "3600"], log))
     try:
 
         def patroni_folder() -> bool:
