@@ -288,3 +288,21 @@ def test_a_replica_fenced_out_stops_the_partition_and_says_so(tmp_path: Path) ->
     assert not ok
     assert "p1" in why
     assert "refused" in why
+
+
+def test_a_sync_that_loses_its_race_looks_again_and_never_plans_from_nothing(
+    tmp_path: Path,
+) -> None:
+    """Found by the swarm (issue 25): when the sync's write lost its race the records
+    were dropped and the cycle planned on an empty partition: it reserved capacity for
+    every target, then failed an assertion before creating (a traceback every time)."""
+    w = World(tmp_path)
+    first, _ = w.ready()
+    assert first.server_id is not None
+    w.region.give_notice(first.server_id, 900.0)
+    w.store.refusal = StateConflict("someone else wrote")  # the notice's transition loses
+    w.at(600.0)
+    report = w.controller.cycle()  # no AssertionError
+    assert report.degraded == ""
+    assert w.one(first.id).state is State.DRAINING, "seen again in the same cycle"
+    assert w.region.server_count() == 3, "one replacement, not a partition's worth"

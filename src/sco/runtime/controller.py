@@ -206,9 +206,15 @@ class PartitionController:
         except (ProviderError, SchedulerUnavailable) as e:
             log.warning("partition %s: observe failed, not acting: %s", name, e)
             return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
-        records = self._load()
         self._keep_notes(servers, nodes)
-        synced = self._sync(records, servers, nodes, now)
+        synced = self._sync(self._load(), servers, nodes, now)
+        if self._records is None:
+            # A write lost its race: what this cycle knew is stale. Read again and look
+            # once more; a second loss waits for the next cycle, and nothing is planned
+            # from records that are not there.
+            synced = self._sync(self._load(), servers, nodes, now)
+            if self._records is None:
+                return self._report(now, 0, Actions(), 0, degraded="records moved: reloading")
         self.signals.refresh(now)
         handback = self.signals.intent(self.partition.name) == HANDBACK
         drained, busy, pinned, untold = _node_sets(self._live(), nodes)
@@ -703,10 +709,10 @@ class PartitionController:
         # write refused (a conflict, another leader) leaves no node drained that sco
         # still counts as ready, and none deleted; one told late is told again (`untold`).
         n = self._commit(changes)
-        if n or not changes:
-            self._tell_drains(tell)
-        if n:
-            self._delete([i.server_id for i, _ in deletes if i.server_id])
+        if changes and not n:
+            return 0, 0  # lost a race: the next cycle plans from what is there
+        self._tell_drains(tell)
+        self._delete([i.server_id for i, _ in deletes if i.server_id])
         created_n = 0
         for create in actions.creates:
             k, recorded = self._create(create, snapshot, plan, now)

@@ -29,6 +29,7 @@ INVARIANTS = (
     "transitions_on_table",
     "life_in_history",  # each server's life reads back from history
     "floor_holds",  # whenever the world allowed it, or reported at risk
+    "cycles_do_not_crash",  # no cycle or lease round ends in an error no fault raised
 )
 
 

@@ -7,6 +7,7 @@ replica that learned it was fenced out must take none after.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -42,7 +43,6 @@ class Schedule:
     faults: tuple[Fault, ...]
     start_s: float
     now: Callable[[], float]
-    conflicts: dict[str, int] = field(default_factory=dict)  # replica -> writes to refuse
     writes: dict[str, int] = field(default_factory=dict)  # replica -> writes made
     fired: set[int] = field(default_factory=set)  # faults that happen once, done
 
@@ -233,12 +233,10 @@ class StoreFaults(SqlFleetStore):
         kill = s.active(Kind.KILL, self.replica)
         if kill is not None and n >= kill.value and s.once(Kind.KILL, self.replica):
             raise Killed(f"{self.replica} killed before write {n}")
-        left = s.conflicts.get(self.replica, 0)
-        if left == 0:
-            fault = s.once(Kind.STORE_CONFLICT, self.replica)
-            left = int(fault.value) if fault is not None else 0
-        if left > 0:
-            s.conflicts[self.replica] = left - 1
+        race = s.active(Kind.STORE_CONFLICT, self.replica)
+        # While it lasts, each write loses its compare-and-swap with the fault's odds
+        # (drawn from the write's number: a replay loses the same ones).
+        if race is not None and random.Random(f"{race.at_s}/{n}").random() < race.value:
             self.lost_races += 1
             raise StateConflict(f"{partition}: a row moved (the swarm's conflict)")
 

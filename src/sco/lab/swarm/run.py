@@ -12,10 +12,14 @@ import logging
 import math
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import select
+
+from sco.adapters.sqlstate import schema as t
 from sco.domain.lifecycle import State
 from sco.lab.swarm.adversary import Adversary
 from sco.lab.swarm.checks import Ledger, Notice, Violation, check_history, check_lives
@@ -251,8 +255,17 @@ class Swarm:
         except Killed:
             self.adversary.killed(inst, r.slot)
             return False
-        except (DatabaseDown, Exception) as e:
+        except DatabaseDown as e:
             log.debug("%s: %s", r.name, e)
+            return False
+        except Exception as e:  # what a fault did not raise itself is a defect of sco's
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            self.ledger.violate(
+                "cycles_do_not_crash",
+                self.now(),
+                f"{r.name}: {type(e).__name__}: {e} "
+                f"({Path(where.filename).name}:{where.lineno} {where.name})",
+            )
             return False
         return True
 
@@ -290,7 +303,7 @@ class Swarm:
                 self._created.add(v.server_id)
                 if v.notice_deadline is not None:
                     seen = self.ledger.noticed.get(v.server_id)
-                    if seen is None and self.region.is_deleting(v.server_id):
+                    if seen is None and self._leaving_already(v.server_id):
                         continue  # sco was deleting it already: nothing left to tell
                     if seen is None:
                         self.ledger.noticed[v.server_id] = Notice(
@@ -305,6 +318,17 @@ class Swarm:
         for inst in (self.blue, self.green):
             if inst is not None:
                 self._boot(inst)
+
+    def _leaving_already(self, server_id: str) -> bool:
+        """Whether sco had sent (or tried to send) the server's delete before a notice
+        came: its node was told to leave before, and is drained or past its deadline."""
+        if self.region.is_deleting(server_id):
+            return True
+        with self.blue.store.engine.connect() as conn:
+            state = conn.execute(
+                select(t.instances.c.state).where(t.instances.c.server_id == server_id)
+            ).scalar()
+        return state in ("terminating", "failed", "gone")
 
     def _boot(self, inst: Installation) -> None:
         for name, twin in inst.twins.items():

@@ -25,7 +25,7 @@ class Kind(StrEnum):
     CREDENTIAL_EXPIRED = "credential_expired"  # nothing reaches the cloud
     SCHEDULER_DOWN = "scheduler_down"  # a partition's scheduler cannot be reached
     SCHEDULER_FORGETS = "scheduler_forgets"  # it forgets a node (a restart on old state)
-    STORE_CONFLICT = "store_conflict"  # a replica's next writes lose their compare-and-swap
+    STORE_CONFLICT = "store_conflict"  # a replica's writes lose their races (`value`: odds)
     DATABASE_DOWN = "database_down"  # fleet state (and database leases) unreachable
     LEASE_LOSS = "lease_loss"  # a replica stalls past its leases' TTL
     TOKEN_RESET = "token_reset"  # a Kubernetes Lease is recreated: its token counts from 1
@@ -186,7 +186,7 @@ def _fault(rng: random.Random, spec: WorldSpec, kinds: Sequence[Kind]) -> Fault:
         value = rng.randint(1, 4)
     elif kind is Kind.STORE_CONFLICT:
         target = rng.choice(spec.replicas)
-        value = rng.randint(1, 5)
+        value = rng.uniform(0.2, 0.6)  # the odds each write loses its race
     elif kind is Kind.SLOW_CLOUD:
         value = rng.uniform(1, 20)
     if kind in (Kind.NOTICE, Kind.RECLAIM, Kind.SCHEDULER_FORGETS, Kind.TAKEOVER_MID_CYCLE):
