@@ -306,3 +306,17 @@ def test_a_sync_that_loses_its_race_looks_again_and_never_plans_from_nothing(
     assert report.degraded == ""
     assert w.one(first.id).state is State.DRAINING, "seen again in the same cycle"
     assert w.region.server_count() == 3, "one replacement, not a partition's worth"
+
+
+def test_a_create_whose_outcome_loses_its_race_stops_the_cycle_s_creates(tmp_path: Path) -> None:
+    """Found by the swarm (issue 25): the first create's outcome lost its race, the
+    records were dropped, and the next create of the cycle failed an assertion."""
+    w = World(tmp_path, target=4)
+    w.store.refusal = StateConflict("someone else wrote")  # the first outcome loses
+    report = w.controller.cycle()  # no AssertionError
+    assert report.created <= 2
+    w.at(30.0)
+    w.controller.cycle()
+    w.at(90.0)
+    w.controller.cycle()
+    assert w.region.server_count() == 4, "nothing lost, nothing twice"

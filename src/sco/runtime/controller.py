@@ -764,7 +764,10 @@ class PartitionController:
     def _create(
         self, create: Create, snapshot: PartitionSnapshot, plan: Plan, now: float
     ) -> tuple[int, int]:
-        """Reserve, record REQUESTED, create, record the outcome. Returns (created, changes)."""
+        """Reserve, record REQUESTED, create, record the outcome. Returns (created, changes).
+        Nothing once a write of this cycle lost its race: what it planned from is stale."""
+        if self._records is None:
+            return 0, 0
         view = snapshot.pools[create.pool]
         fresh = self._records_of_pools(now, fresh=True).get(create.pool)
         if fresh is None:
