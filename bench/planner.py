@@ -35,16 +35,16 @@ from sco.testing.services import stop_on_signals
 POOLS, HALLS, INSTANCES = 200, 3, 20_000
 
 
-def pools() -> list[Pool]:
-    spot = many_spot_pools(POOLS, halls=HALLS, flavors=1)
+def pools(count: int = POOLS) -> list[Pool]:
+    spot = many_spot_pools(count, halls=HALLS, flavors=1)
     return [*spot, Pool("bench", "hall-1", "gpu", CapacityClass.GUARANTEED, 1, 3.0)]
 
 
-def instances(spot: list[Pool], rng: random.Random) -> tuple[Instance, ...]:
+def instances(spot: list[Pool], rng: random.Random, count: int) -> tuple[Instance, ...]:
     ready = State.READY
     return tuple(
         instance(spot[rng.randrange(len(spot))], ready, partition_name="bench", ready_at=100.0)
-        for _ in range(INSTANCES)
+        for _ in range(count)
     )
 
 
@@ -52,11 +52,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--decisions", type=int, default=1000)
     ap.add_argument("--sample", type=int, default=20)
+    ap.add_argument("--instances", type=int, default=INSTANCES, help="smaller: a smoke run")
+    ap.add_argument("--pools", type=int, default=POOLS)
     args = ap.parse_args()
     rng = random.Random(7)
-    all_pools = pools()
+    all_pools = pools(args.pools)
     spot = all_pools[:-1]
-    insts = instances(spot, rng)
+    insts = instances(spot, rng, args.instances)
+    scale = args.instances / INSTANCES
     cfg = HedgeConfig()
     policy = ScoPolicy(cfg)
     part = Partition("bench", "bench", SchedulerKind.KUBERNETES)
@@ -78,7 +81,7 @@ def main() -> None:
                 excluded=rng.random() < 0.05,
                 headroom=rng.randrange(0, 200),
             )
-        target = rng.randrange(18_000, 22_000)
+        target = int(rng.randrange(18_000, 22_000) * scale)
         snap = PartitionSnapshot(
             partition=part,
             now=now + 30 * k,
@@ -96,8 +99,8 @@ def main() -> None:
         json.dumps(
             {
                 "decisions": len(times),
-                "instances": INSTANCES,
-                "pools": POOLS,
+                "instances": args.instances,
+                "pools": args.pools,
                 "p50_ms": round(statistics.median(times), 2),
                 "p99_ms": round(times[int(0.99 * (len(times) - 1))], 2),
                 "objective_gap_vs_milp": round(max(gaps), 6) + 0.0 if gaps else None,  # no -0.0

@@ -250,6 +250,7 @@ class Swarm:
     def _guard(self, inst: Installation, r: Replica, fn: Callable[[], object]) -> bool:
         """Run a replica's step as its process would: a failure is logged and the next
         turn comes; a kill ends the process."""
+        self.ledger.checked["cycles_do_not_crash"] += 1
         try:
             fn()
         except Killed:
