@@ -161,6 +161,7 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--lease-ttl", type=float, default=15.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--settle-s", type=float, default=20.0, help="Before the first kill.")
     ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -180,12 +181,25 @@ def run(root: Path, args: argparse.Namespace, rng: random.Random) -> dict[str, A
         {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]},
         slots=4,
     )
-    replicas: Replicas | None = None
-    watcher: Takeovers | None = None
     try:
         t0 = time.monotonic()
         stack.up()
         log(f"nova stack up in {time.monotonic() - t0:.0f} s; postgres at {url}")
+        return measure(root, args, rng, stack, url)
+    finally:
+        stack.down()
+        pg.stop()
+
+
+def measure(
+    root: Path, args: argparse.Namespace, rng: random.Random, stack: NovaStack, url: str
+) -> dict[str, Any]:
+    """The chaos on a running Nova stack and PostgreSQL database (the test suite's
+    smoke run brings its own)."""
+    replicas: Replicas | None = None
+    watcher: Takeovers | None = None
+    reclaimed[0] = 0
+    try:
         region = root / "region.yaml"
         region.write_text(yaml.safe_dump(stack.region(guaranteed=False)))
         demand = root / "demand.yaml"
@@ -219,7 +233,7 @@ def run(root: Path, args: argparse.Namespace, rng: random.Random) -> dict[str, A
             replicas.start()
         watcher = Takeovers(url)
         watcher.start()
-        time.sleep(20)  # leases spread, first servers booting
+        time.sleep(args.settle_s)  # leases spread, first servers booting
         kills = 0
         chaos_end = time.monotonic() + args.duration
         reclaimer = threading.Thread(
@@ -269,8 +283,8 @@ def run(root: Path, args: argparse.Namespace, rng: random.Random) -> dict[str, A
     finally:
         if replicas is not None:
             replicas.stop_all()
-        stack.down()
-        pg.stop()
+        if watcher is not None and watcher._thread.is_alive():
+            watcher.stop()
 
 
 if __name__ == "__main__":

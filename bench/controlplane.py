@@ -103,7 +103,10 @@ def measure(
     broker: TansuBroker,
     region_file: Path,
     steady_s: float,
+    partitions: int = PARTITIONS,
 ) -> dict[str, Any]:
+    """The measure on running services (the test suite's smoke run brings its own,
+    with fewer partitions on its two-hall stack)."""
     prefix = f"sco.bench{uuid.uuid4().hex[:6]}."
     history_url = f"chdb://{folder / 'history'}"
     config = {
@@ -127,7 +130,7 @@ def measure(
                 "floor_units": 1,
                 "max_units": TARGET,
             }
-            for i in range(PARTITIONS)
+            for i in range(partitions)
         ],
         "policy": {"interval_s": 5},
         "log": {"level": "info"},
@@ -135,7 +138,7 @@ def measure(
     run = ControlPlaneRun(folder / "cp", config, dict(os.environ))
     try:
         start_control_plane(run, score_every="60s")
-        want = PARTITIONS * TARGET
+        want = partitions * TARGET
 
         def spot() -> list[dict[str, Any]]:
             return spot_servers(stack.servers(tags="sco"))
@@ -168,7 +171,7 @@ def measure(
         cycles = sum(
             sample(t, "sco_cycle_seconds_count", partition=f"p{i}") or 0
             for t in texts
-            for i in range(PARTITIONS)
+            for i in range(partitions)
         )
         generations = sample(run.metrics("score"), "sco_score_generation") or 0
         events = stop_and_audit(run, url, history_url, broker.bootstrap, prefix)

@@ -34,11 +34,11 @@ SERVICE_BENCHES = {
     "chaos.py": "tests/test_benches_services.py",
     "controlplane.py": "tests/test_benches_services.py",
     "distributor.py": "tests/test_benches_services.py",
-    "failover.py": "tests/test_interrupt.py",
-    "faults.py": "tests/test_benches_services.py",
-    "openstack_tier.py": "tests/test_interrupt.py",
-    "slurm.py": "tests/test_benches_services.py",
-    "soak.py": "tests/test_benches_services.py",
+    "faults.py": "tests/test_faults.py",
+    "failover.py": "tests/test_interrupt.py",  # run, then interrupted mid-way
+    "openstack_tier.py": "tests/test_interrupt.py",  # run, then interrupted mid-way
+    "slurm.py": "",  # make bench only: see issue 25's closing note
+    "soak.py": "",  # make bench only: 35 minutes, Patroni and three replicas
 }
 
 

@@ -1,0 +1,78 @@
+"""The benches that start real services, at a smoke size on the services the test
+session already runs (the shared Nova stack, PostgreSQL, a Kafka-protocol broker):
+their own code runs to its JSON result, so none rots between measuring runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from sco.testing.kafka_broker import TansuBroker
+from sco.testing.openstack_stack import NovaStack
+from sco.testing.postgres import PostgresServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
+    b = TansuBroker(tmp_path_factory.mktemp("tansu")).start()
+    yield b
+    b.stop()
+
+
+def test_chaos_bench(stack: NovaStack, postgres: PostgresServer, tmp_path: Path) -> None:
+    chaos = bench("chaos")
+    args = argparse.Namespace(
+        duration=10.0, kill_every=5.0, reclaim_every=4.0, replicas=2, lease_ttl=6.0, settle_s=8.0
+    )
+    result = chaos.measure(tmp_path, args, random.Random(1), stack, postgres.new_database())
+    assert result["kills"] >= 1
+    assert result["duplicate_creates"] == 0, result
+    assert result["leaked_servers"] == 0, result
+    assert result["lost_transitions"] == 0, result
+    assert result["untaken"] == 0, result
+
+
+def test_controlplane_bench(
+    stack: NovaStack, postgres: PostgresServer, broker: TansuBroker, tmp_path: Path
+) -> None:
+    controlplane = bench("controlplane")
+    region = tmp_path / "region.yaml"
+    region.write_text(yaml.safe_dump(stack.region()))
+    result = controlplane.measure(
+        tmp_path, stack, postgres.new_database(), broker, region, steady_s=2.0, partitions=3
+    )
+    for loss in ("duplicate_creates", "leaked_servers", "lost_transitions", "lost_events"):
+        assert result[loss] == 0, result
+    assert result["cycles"] > 0
+
+
+def test_distributor_bench(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "distributor.py"), "--agents", "40",
+         "--replicas", "2", "--changes", "10", "--wait", "5", "--ramp", "1"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["agents"] == 40
+    assert line["errors"] == 0, line
