@@ -320,3 +320,26 @@ def test_a_create_whose_outcome_loses_its_race_stops_the_cycle_s_creates(tmp_pat
     w.at(90.0)
     w.controller.cycle()
     assert w.region.server_count() == 4, "nothing lost, nothing twice"
+
+
+def test_a_create_answered_slowly_keeps_its_listing_grace(tmp_path: Path) -> None:
+    """Found by the swarm (issue 25): with a slow cloud the create was answered long
+    after the cycle began, and the records were stamped with the cycle's start; the
+    next cycle found the listing grace spent before the server could be listed, closed
+    the record as vanished, then adopted the server as a stranger and deleted it."""
+    w = World(tmp_path, target=1)
+    region_create = w.region.create
+
+    def slow_create(*args: object, **kwargs: object) -> object:
+        w.at(w.clock.now() + 70.0)  # the answer comes 70 s later (the grace is 60 s)
+        return region_create(*args, **kwargs)  # type: ignore[arg-type]
+
+    w.region.create = slow_create  # type: ignore[method-assign]
+    w.controller.cycle()
+    (inst,) = w.store.instances("p1")
+    assert inst.state is State.CREATING
+    w.controller.cycle()  # at once: not listed yet (the cloud lists it a second later)
+    w.at(w.clock.now() + 5.0)
+    w.controller.cycle()
+    assert [(i.id, i.state) for i in w.store.instances("p1")] == [(inst.id, State.CREATING)]
+    assert w.region.server_count() == 1

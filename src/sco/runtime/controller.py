@@ -397,7 +397,8 @@ class PartitionController:
         for sid in by_server.keys() - listed:
             inst = by_server[sid]
             if inst.state in HAS_SERVER:
-                young = now - inst.created_at < self.config.list_grace_s
+                # Since the create was answered (a slow answer must not eat the grace).
+                young = now - inst.state_since < self.config.list_grace_s
                 if young and inst.state is State.CREATING and sid not in self._seen:
                     continue  # a create's servers may not be listed yet; a listed one was
                 changes.append(self._vanished(inst, now))
@@ -768,6 +769,9 @@ class PartitionController:
         Nothing once a write of this cycle lost its race: what it planned from is stale."""
         if self._records is None:
             return 0, 0
+        # The request's own time, not the cycle's: calls before it (a slow cloud) may
+        # have taken a while, and the listing grace of its servers counts from here.
+        now = self.clock.now()
         view = snapshot.pools[create.pool]
         fresh = self._records_of_pools(now, fresh=True).get(create.pool)
         if fresh is None:
@@ -838,6 +842,7 @@ class PartitionController:
             self._refused_at[pool.id] = now
             self._refused(instances, request_id, str(e), now)
             return 0, len(instances)
+        now = self.clock.now()  # the answer's time: what it accepted was made by then
         if result.pending:
             # Taken: the records stay REQUESTED until their servers are listed.
             unsent = instances[result.pending :]

@@ -183,12 +183,14 @@ class NodeFaults:
         self.inner = inner
         self.stage = stage
         self.replica = replica
+        self.tends: list[tuple[str, float]] = []  # (partition, when) of each tend called
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         return self.inner.nodes(partition)
 
     def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
         self.stage.acted(self.replica, partition, "tend", "")
+        self.tends.append((partition, self.stage.now()))
         self.inner.tend(partition, servers)
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:

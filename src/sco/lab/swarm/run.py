@@ -88,7 +88,7 @@ class Swarm:
         self.adversary = Adversary(self)
         # server -> (partition, installation, reclaim told at, its node joined at)
         self._seen: dict[str, tuple[str, str | None, float | None, float | None]] = {}
-        self._created: set[str] = set()
+        self._created: dict[str, tuple[str, float]] = {}  # blue's servers: partition, seen
         self._gone_at: dict[str, float] = {}
         self._in_takeover = False
         self._next_dry_run = START_S + DRY_RUN_EVERY_S / 2
@@ -207,6 +207,7 @@ class Swarm:
     def cycle(self, inst: Installation, r: Replica, name: str) -> None:
         """One cycle of `name` by `r`, and what the checks learn of it."""
         r.cloud.partition = name
+        del r.nodes.tends[:]
         fenced_before = r.runner.fenced.get(name, 0)
         races = r.store.lost_races
         # What the world allowed this cycle, whatever sco made of it: the cloud could be
@@ -240,7 +241,9 @@ class Swarm:
         if inst is not self.blue or report is None:
             return
         log = self.ledger.cycles.setdefault(name, [])
-        log.append((now, cloud and r.store.lost_races == races, reached))
+        # When it reached the scheduler, not when it ended (a slow cloud stretches it).
+        for _, at in [t for t in r.nodes.tends if t[0] == name] or [(name, now)]:
+            log.append((at, cloud and r.store.lost_races == races, reached))
         # What a quiet cycle leaves is what the last one left: look after those that
         # acted, and every fourth one.
         moved = report.transitions or report.created or report.drained or report.deleted
@@ -301,7 +304,7 @@ class Swarm:
             since = node.joined_at if node is not None and node.joined else None
             current[v.server_id] = (v.partition, who, told, since)
             if who == BLUE:
-                self._created.add(v.server_id)
+                self._created.setdefault(v.server_id, (v.partition, now))
                 if v.notice_deadline is not None:
                     seen = self.ledger.noticed.get(v.server_id)
                     if seen is None and self._leaving_already(v.server_id):
@@ -398,17 +401,27 @@ class Swarm:
         self.ledger.records(partition, records, servers, out, self.clock.now())
         self.adversary.floor(partition, records)
 
+    def _seen_by_sco(self, now: float) -> set[str]:
+        """The servers sco could have recorded: listed while a cycle of their partition
+        observed, and not gone in the last two cycles (the next has not looked yet).
+        One made and gone unseen (its create's answer lost) has no record to read."""
+        out = set()
+        settle = 2 * self.spec.interval_s + TICK_S
+        for sid, (partition, seen) in self._created.items():
+            gone = self._gone_at.get(sid)
+            if gone is not None and now - gone <= settle:
+                continue
+            end = gone if gone is not None else now
+            looks = self.ledger.cycles.get(partition, [])
+            if any(seen < at < end and observed for at, observed, _ in looks):
+                out.add(sid)
+        return out
+
     def finish(self) -> None:
         now = self.clock.now()
         check_history(self.ledger, self.blue.store.engine, now)
         alive = {sid for sid, (_, who, *_) in self._seen.items() if who == BLUE}
-        # A server gone within the last two cycles may not be recorded so yet.
-        settled = {
-            sid
-            for sid in self._created
-            if now - self._gone_at.get(sid, now - 1e9) > 2 * self.spec.interval_s + TICK_S
-        }
-        check_lives(self.ledger, self.blue.store.engine, settled, alive, now)
+        check_lives(self.ledger, self.blue.store.engine, self._seen_by_sco(now), alive, now)
         for name in self.blue.plans:
             live = [i for i in self.blue.store.instances(name) if i.state is not State.GONE]
             listed = {v.server_id for v in self.blue.tenant.list(name)}
