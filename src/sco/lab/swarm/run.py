@@ -242,7 +242,7 @@ class Swarm:
             return
         log = self.ledger.cycles.setdefault(name, [])
         # When it reached the scheduler, not when it ended (a slow cloud stretches it).
-        for _, at in [t for t in r.nodes.tends if t[0] == name] or [(name, now)]:
+        for _, at in [x for x in r.nodes.tends if x[0] == name] or [(name, now)]:
             log.append((at, cloud and r.store.lost_races == races, reached))
         # What a quiet cycle leaves is what the last one left: look after those that
         # acted, and every fourth one.
