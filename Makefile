@@ -46,7 +46,7 @@ check-deploy: $(STAMP) deploy-tools
 	$(BIN)/pytest tests/test_deploy.py
 
 unit: $(STAMP) openstack deploy-tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 
 test: lint typecheck layers unit
 

@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,13 +27,47 @@ def pytest_configure(config: pytest.Config) -> None:
     services.install()
 
 
+# The modules on the shared Nova stack. Under xdist they are one unit of work on one
+# worker (the session starts one stack there), begun first: it is the longest.
+NOVA_MODULES = frozenset(
+    {
+        "test_benches_services.py",
+        "test_contracts_e2e.py",
+        "test_kubernetes_e2e.py",
+        "test_openstack_nova.py",
+        "test_security.py",
+        "test_slurm.py",
+    }
+)
+
+
+def _on_stack(nodeid: str) -> bool:
+    return Path(nodeid.split("::", 1)[0]).name in NOVA_MODULES
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules on the shared Nova stack run last, one after another: the stack is
-    up from the first of them to the end of the session, and none of the other tests
-    (some with Nova stacks of their own) runs beside it."""
-    on_stack = {i.module for i in items if "nova_stack" in getattr(i, "fixturenames", ())}
+    """The modules on the shared Nova stack run one after another: first under xdist,
+    so the longest unit of work starts at once; last in a plain run, so none of the
+    other tests (some with Nova stacks of their own) runs beside the stack."""
+    for item in items:
+        if "nova_stack" in getattr(item, "fixturenames", ()) and not _on_stack(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the shared Nova stack: list its module in NOVA_MODULES"
+            )
+    first = bool(os.environ.get("PYTEST_XDIST_WORKER"))
     order = {id(item): n for n, item in enumerate(items)}
-    items.sort(key=lambda i: (i.module in on_stack, order[id(i)]))
+    items.sort(key=lambda i: (_on_stack(i.nodeid) != first, order[id(i)]))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist hands out whole modules, and the Nova stack's modules as one."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "nova-stack" if _on_stack(nodeid) else nodeid.split("::", 1)[0]
+
+    return ByModule(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -232,7 +232,10 @@ def test_with_fleet_state_away_reads_go_on_and_acks_wait(
 
         for name in ("changed_since", "last_change", "current", "get_many", "by_token", "ack"):
             monkeypatch.setattr(store.contracts, name, away)
-        time.sleep(0.5)  # the feed notices
+        # The feed notices (however loaded the machine: waited for, not slept on).
+        deadline = time.monotonic() + 60
+        while "unreachable" not in client.get("/readyz").text and time.monotonic() < deadline:
+            time.sleep(0.05)
         r = client.get("/v1/contract", headers=_auth(token))
         assert r.status_code == 200, "the last known contract, from the replica's copy"
         ready = client.get("/readyz")

@@ -17,8 +17,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,6 @@ from typing import Any
 
 import pytest
 import yaml
-from sqlalchemy import create_engine, text
 
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.openstack import open_provider
@@ -35,7 +32,6 @@ from sco.adapters.openstack.provider import OpenStackProvider
 from sco.adapters.openstack.resources import (
     META_RECLAIM_AT,
     QuotaRoom,
-    parse_time,
     partition_tag,
 )
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
@@ -46,24 +42,11 @@ from sco.domain.lifecycle import State
 from sco.runtime.clock import SystemClock
 from sco.runtime.controller import ControllerConfig
 from sco.runtime.realtime import RealtimeRunner
-from sco.testing.chaos import audit
 from sco.testing.controlplane import (
-    REPLICAS,
-    ControlPlaneRun,
-    acting_on,
-    exclusion_since,
-    histogram_quantile,
-    ready_servers,
-    sample,
-    spot_servers,
-    start_control_plane,
-    stop_and_audit,
     wait_for,
 )
 from sco.testing.fakes import RecordingProvider
-from sco.testing.kafka_broker import TansuBroker
-from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port, region_spec
-from sco.testing.postgres import PostgresServer
+from sco.testing.openstack_stack import ROOT, NovaStack, echo, region_spec
 
 CLOUD = "sco-test"
 MICROVERSION = "2.90"
@@ -623,209 +606,3 @@ def test_dry_run_prints_intent_and_touches_nothing(clean: Cloud, tmp_path: Path)
     assert "why:" in err  # the plan's reasons
     assert not clean.of("dry")
     assert not state.exists(), "a dry run writes no state"
-
-
-def test_chaos_light_replicas_take_over_without_duplicates(
-    clean: Cloud, tmp_path: Path, postgres: PostgresServer
-) -> None:
-    """Two `sco run` replicas on PostgreSQL share four partitions; the one holding
-    partitions is killed with SIGKILL while a server is reclaimed; the other takes
-    its partitions over within the lease TTL, replaces the server, and the cloud
-    matches the fleet state: no duplicate, no leak, no lost transition."""
-    url = postgres.new_database()
-    ttl = 6.0
-    demand = tmp_path / "demand.yaml"
-    demand.write_text(
-        yaml.safe_dump(
-            {
-                "partitions": [
-                    {"name": f"c{i}", "kind": "slurm", "target_units": 1, "max_units": 1}
-                    for i in range(4)
-                ]
-            }
-        )
-    )
-    env = dict(os.environ, OS_CLIENT_CONFIG_FILE=str(clean.clouds_yaml))
-    args = [
-        *_run_args(clean, demand, tmp_path / "unused.sqlite"),
-        "--lease-ttl",
-        f"{ttl:.0f}s",
-    ]
-    args[args.index("--state") + 1] = url
-    first = _sco(*args, "--replica", "first", env=env)
-    metrics_port = free_port()
-    second = _sco(*args, "--replica", "second", "--metrics-port", str(metrics_port), env=env)
-    engine = create_engine(url)
-
-    def holders() -> dict[str, str]:
-        try:
-            with engine.connect() as c:
-                rows = c.execute(
-                    text("SELECT partition, holder FROM leases WHERE expires_at >= :n"),
-                    {"n": time.time()},
-                )
-                return {r.partition: r.holder for r in rows}
-        except Exception:
-            return {}
-
-    def active() -> list[dict[str, Any]]:
-        return [s for s in clean.servers(tags="sco") if s["status"] == "ACTIVE"]
-
-    try:
-        # The replica that heartbeats first takes every lease, then hands back what is
-        # above its share once the other one is live: wait for both to lead.
-        wait_for(
-            lambda: (
-                len(active()) == 4
-                and len(holders()) == 4
-                and set(holders().values()) == {"first", "second"}
-            ),
-            180,
-            "4 servers, 4 leases shared by both replicas",
-        )
-        assert first.poll() is None
-        assert second.poll() is None
-        held = holders()
-        victim_partitions = {p for p, h in held.items() if h == "first"}
-        clean.delete(active()[0]["id"])  # a reclaim, while...
-        killed_at = time.time()
-        first.send_signal(signal.SIGKILL)  # ...the holder dies
-        first.wait(timeout=30)
-        wait_for(
-            lambda: all(holders().get(p) == "second" for p in victim_partitions),
-            ttl + 10,
-            "takeover",
-            every_s=0.2,
-        )
-        takeover_s = time.time() - killed_at
-        assert takeover_s <= ttl + 2
-        wait_for(lambda: len(active()) == 4, 180, "the reclaimed server replaced")
-        time.sleep(3)  # a round to record what the cloud shows
-        scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read()
-        for p in victim_partitions:
-            assert f'sco_placement_state{{partition="{p}",state="placed"}} 1.0' in scraped.decode()
-    finally:
-        for p in (first, second):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in (first, second):
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    found = audit(url, clean.servers(tags="sco"))
-    assert found["duplicate_creates"] == 0, found
-    assert found["leaked_servers"] == 0, found
-    assert found["lost_transitions"] == 0, found
-    echo(f"chaos light: takeover {takeover_s:.1f} s with a {ttl:.0f} s lease; {found}")
-
-
-# ---------------------------------------------------------------- the whole control plane
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
-    b = TansuBroker(tmp_path_factory.mktemp("tansu")).start()
-    yield b
-    b.stop()
-
-
-def test_control_plane_processes_share_signals_and_lose_nothing(
-    clean: Cloud, tmp_path: Path, postgres: PostgresServer, broker: TansuBroker
-) -> None:
-    """Two `sco run` replicas, `sco watch`, `sco history load` and `sco score --every`
-    as separate processes on PostgreSQL, Kafka (tansu) and chDB. Every spot server of
-    one pool is reclaimed at once: the watcher excludes the pool, both replicas act on
-    it, the partitions are refilled elsewhere; every committed event reaches the topic
-    and pool history; no server is created twice or left behind; every process stops
-    cleanly on SIGTERM."""
-    url = postgres.new_database()
-    prefix = f"sco.cp{uuid.uuid4().hex[:6]}."
-    history = f"chdb://{tmp_path / 'history'}"
-    config = {
-        "state": {"url": url},
-        "events": {
-            "kind": "kafka",
-            "kafka": {
-                "brokers": broker.bootstrap,
-                "topic_prefix": prefix,
-                "new_topic_partitions": 1,
-            },
-        },
-        "history": {"url": history},
-        "leases": {"kind": "database", "ttl_s": 6},
-        "provider": {
-            "cloud": CLOUD,
-            "region_file": str(clean.region_file),
-            "clouds_file": str(clean.clouds_yaml),
-        },
-        "partitions": [
-            {"name": f"c{i}", "kind": "slurm", "target_units": 2, "floor_units": 1, "max_units": 2}
-            for i in range(4)
-        ],
-        # Two spot pools: min_candidates 1 lets the watcher exclude one of them.
-        "policy": {"interval_s": 2, "exclusion": {"min_candidates": 1}},
-        "log": {"level": "info"},
-    }
-    run = ControlPlaneRun(tmp_path / "cp", config, dict(os.environ))
-    try:
-        start_control_plane(run, score_every="15s")
-
-        def spot() -> list[dict[str, Any]]:
-            return spot_servers(clean.servers(tags="sco"))
-
-        def known() -> list[dict[str, Any]]:
-            """Spot servers the controllers have seen ready: a reclaim of a server no
-            listing showed yet is, to sco, a create that got no answer."""
-            ready = ready_servers(url)
-            return [s for s in spot() if s["id"] in ready]
-
-        wait_for(
-            lambda: len(known()) >= 8 or not all(v is None for v in run.alive().values()),
-            180,
-            "8 spot servers ready",
-        )
-        assert not run.dead(), run.dead()
-        victims = [s["id"] for s in known() if s["OS-EXT-AZ:availability_zone"] == "hall-a"]
-        assert len(victims) >= 3, "enough in one pool to cross the watcher's threshold"
-        for sid in victims:
-            clean.delete(sid)
-        since = exclusion_since(url, SPOT_A, 60)
-        seen = acting_on(run, SPOT_A, 30)
-        visible_s = max(seen.values()) - since
-        # Refilled: once both act on the exclusion, nothing new goes to the excluded pool
-        # (what was replaced there before the watcher's word stays).
-        wait_for(lambda: len(spot()) >= 8, 120, "the reclaimed servers replaced")
-        acted = max(seen.values())
-        late = [
-            s
-            for s in clean.servers(tags="sco")
-            if s["OS-EXT-AZ:availability_zone"] == "hall-a"
-            and s["metadata"].get("sco:class") == "spot"
-            and parse_time(s["created"]) > acted + 1.0
-        ]
-        assert not late, [(s["id"], s["created"]) for s in late]
-        cycle_p99 = histogram_quantile(
-            [run.metrics(n) for n in REPLICAS], "sco_cycle_seconds", 0.99
-        )
-        wait_for(
-            lambda: (sample(run.metrics("score"), "sco_score_generation") or 0) >= 1,
-            60,
-            "a score generation",
-        )
-        events = stop_and_audit(run, url, history, broker.bootstrap, prefix)
-    finally:
-        run.stop_all()
-    assert events["exit_codes"] == dict.fromkeys(("ra", "rb", "watch", "history", "score"), 0), {
-        n: run.tail(n) for n in run.procs
-    }
-    assert events["lost_events"] == 0, events["lost_ids"]
-    found = audit(url, clean.servers(tags="sco"))
-    assert found["duplicate_creates"] == 0, found
-    assert found["leaked_servers"] == 0, found
-    assert found["lost_transitions"] == 0, found
-    echo(
-        f"control plane: 5 processes, exclusion acted on by both replicas {visible_s:.2f} s "
-        f"after the watcher's crossing, {events['events_committed']} events committed, "
-        f"{events['topic_records']} records in the topic, cycle p99 {cycle_p99 or 0:.2f} s"
-    )
