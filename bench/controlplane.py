@@ -104,9 +104,11 @@ def measure(
     region_file: Path,
     steady_s: float,
     partitions: int = PARTITIONS,
+    min_candidates: int = 2,
 ) -> dict[str, Any]:
     """The measure on running services (the test suite's smoke run brings its own,
-    with fewer partitions on its two-hall stack)."""
+    with fewer partitions on its two-hall stack, where excluding one of its two spot
+    pools needs `min_candidates` 1)."""
     prefix = f"sco.bench{uuid.uuid4().hex[:6]}."
     history_url = f"chdb://{folder / 'history'}"
     config = {
@@ -132,7 +134,7 @@ def measure(
             }
             for i in range(partitions)
         ],
-        "policy": {"interval_s": 5},
+        "policy": {"interval_s": 5, "exclusion": {"min_candidates": min_candidates}},
         "log": {"level": "info"},
     }
     run = ControlPlaneRun(folder / "cp", config, dict(os.environ))

@@ -66,14 +66,21 @@ def _agent(tmp: Path, http: httpx.Client, marks: Path) -> Agent:
     return Agent(config, http=http)
 
 
-def _had_read_the_notice(tmp: Path, client: TestClient) -> None:
-    """The agent's state file as if it had read the contract that says leave."""
+def _served_notice(tmp: Path, client: TestClient) -> httpx.Response:
+    """The distributor serves from a copy its feed refreshes; on a loaded machine the
+    notice reaches that copy late, so tests wait for it rather than race it."""
     auth = {"Authorization": f"Bearer {(tmp / 'token').read_text().strip()}"}
-    r = wait_for(
-        lambda: (g := client.get("/v1/contract", headers=auth)).headers["ETag"] == '"2"' and g,
-        10,
+    got: httpx.Response = wait_for(
+        lambda: (g := client.get("/v1/contract", headers=auth)).json()["state"] == "leaving" and g,
+        60,
         "the distributor's copy to show the notice",
     )
+    return got
+
+
+def _had_read_the_notice(tmp: Path, client: TestClient) -> None:
+    """The agent's state file as if it had read the contract that says leave."""
+    r = _served_notice(tmp, client)
     AgentState(etag=r.headers["ETag"], contract=r.json()).save(tmp / "agent.json")
 
 
@@ -94,6 +101,7 @@ def test_told_to_leave_it_drains_once_and_acknowledges(
     assert a.state.contract["state"] == "serving"
     assert not marks.exists()
     _notice(store, inst, 4_000_000_000.0)
+    _served_notice(tmp_path, client)
     for _ in range(3):
         a.step()
     assert marks.read_text().split() == ["4000000000"]
@@ -146,6 +154,7 @@ def test_a_rotated_token_is_read_again(
     (tmp_path / "token").write_text(fresh)
     store.contracts.set_token(inst.id, token_digest(fresh), 1e12)
     _notice(store, inst, 4_000_000_000.0)
+    _served_notice(tmp_path, client)
     for _ in range(3):
         a.step()
     c = store.contracts.get(inst.id)
@@ -251,6 +260,7 @@ def test_a_failed_drain_is_tried_again_and_acknowledged_once_it_drains(
     deadline = 4_000_000_000.0
     now = [deadline - 600]
     _notice(store, inst, deadline)
+    _served_notice(tmp_path, client)
     drain = FlakyDrain(failing=1)
     a = _flaky_agent(tmp_path, client, drain, now)
     a.step()
@@ -283,6 +293,7 @@ def test_a_drain_that_keeps_failing_backs_off_and_gives_up_before_the_deadline(
     deadline = 4_000_000_000.0
     now = [deadline - 300]
     _notice(store, inst, deadline)
+    _served_notice(tmp_path, client)
     drain = FlakyDrain(failing=1_000, why="exit 1: the API server is away")
     a = _flaky_agent(tmp_path, client, drain, now)
     for _ in range(200):

@@ -68,7 +68,14 @@ def test_controlplane_bench(
     region = tmp_path / "region.yaml"
     region.write_text(yaml.safe_dump(stack.region()))
     result = controlplane.measure(
-        tmp_path, stack, postgres.new_database(), broker, region, steady_s=2.0, partitions=3
+        tmp_path,
+        stack,
+        postgres.new_database(),
+        broker,
+        region,
+        steady_s=2.0,
+        partitions=4,
+        min_candidates=1,  # two halls: one spot pool must stay placeable
     )
     for loss in ("duplicate_creates", "leaked_servers", "lost_transitions", "lost_events"):
         assert result[loss] == 0, result

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from sco.adapters.sqlstate.store import SqlFleetStore
-from sco.apps.distributor import DistributorConfig, create_app
+from sco.apps.distributor import ChangeFeed, DistributorConfig, create_app
 from sco.domain.contracts import token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
@@ -182,6 +182,26 @@ def test_no_token_in_logs_or_rows(store: SqlFleetStore, caplog: pytest.LogCaptur
         for table in ("contracts", "instance_history", "outbox"):
             for row in conn.execute(text(f"SELECT * FROM {table}")):
                 assert canary not in " ".join(str(v) for v in row)
+
+
+def test_a_node_never_sees_its_contract_go_back(store: SqlFleetStore) -> None:
+    """Regression (issue 25, found by a loaded CI run): a token not yet in the copy
+    was served from fleet state (version 2, leave), then the feed applied a read
+    that began before the notice (version 1, serve), and the node's next poll saw
+    its contract go back, which reset the agent's drain retries."""
+    inst, token = _node(store)
+    v1 = store.contracts.get(inst.id)
+    store.record([step(inst, Trigger.RECLAIM_NOTICE, 10.0, "n", notice_deadline=4e9)])
+    v2 = store.contracts.get(inst.id)
+    assert v1 is not None
+    assert v2 is not None
+    assert v2.version > v1.version
+    feed = ChangeFeed(store.contracts, poll_s=1.0)
+    feed.learn(v2)  # a request read it from fleet state itself
+    feed.mirror.apply([v1], now=time.time())  # the feed's older read lands after
+    served = feed.mirror.by_digest(token_digest(token), time.time())
+    assert served is not None
+    assert (served.version, str(served.terms.state)) == (v2.version, "leaving")
 
 
 def test_buckets_refill_at_their_rate() -> None:

@@ -72,6 +72,10 @@ class Mirror:
     def apply(self, rows: Iterable[ContractRow], now: float) -> None:
         for row in rows:
             old = self.rows.get(row.instance_id)
+            if old is not None and old.version > row.version:
+                # A read that began before a newer version this copy already holds
+                # (from a request's own read): a node never sees its contract go back.
+                continue
             if old is not None and old.token_hash and old.token_hash != row.token_hash:
                 self._by_digest.pop(old.token_hash, None)
             if row.terms.state is NodeState.GONE and row.changed_at < now - self.gone_keep_s:
@@ -135,7 +139,9 @@ class ChangeFeed:
         rows = await asyncio.to_thread(self.contracts.current, gone_since)
         self.mirror.load(rows)
         self.last = last
-        self.loaded = True
+        # Fleet state answered: ready, not "unreachable" while the first follow of
+        # the change log is still to come (found by a loaded CI run).
+        self.loaded = self.healthy = True
         log.info("distributor: %d contracts loaded (changes up to %d)", len(rows), last)
 
     async def run(self) -> None:
@@ -169,6 +175,13 @@ class ChangeFeed:
         if time.time() - self._pruned_at > 600:
             self._pruned_at = time.time()
             await asyncio.to_thread(self.contracts.prune_changes, time.time() - 3600)
+
+    def learn(self, row: ContractRow) -> None:
+        """A row a request read from fleet state itself: newer than this copy, so
+        the copy takes it (else the next request, served from the copy, would see
+        an older version than this one did)."""
+        self.mirror.apply([row], now=time.time())
+        self._wake([row.instance_id])
 
     def _wake(self, instance_ids: Iterable[str]) -> None:
         for instance_id in instance_ids:
@@ -344,6 +357,8 @@ def create_app(
                 # Not in this replica's copy, which may be a moment behind (a token
                 # just issued): ask fleet state.
                 row = await asyncio.to_thread(contracts.by_token, digest, clock())
+                if row is not None:
+                    feed.learn(row)
         no = admission.admit(client, row.instance_id if row is not None else None)
         if no is not None:
             if no.failed_auth:
