@@ -172,7 +172,11 @@ def test_pending_pods_bring_up_labelled_nodes_that_leave_with_them(
         # The tolerant pods finish: their nodes drain, their servers go, so do the Nodes.
         for i in range(4):
             api.delete("pods", "prod", f"web-{i}")
-        wait_for(lambda: set(_nodes(api)) == {running["db-0"]}, 120, "only db's node left")
+        try:
+            wait_for(lambda: set(_nodes(api)) == {running["db-0"]}, 120, "only db's node left")
+        except AssertionError:
+            left = [(n["metadata"], n["spec"]) for n in _nodes(api).values()]
+            raise AssertionError(f"{left}\n{log.read_text()[-4000:]}") from None
         wait_for(lambda: len(stack.servers(tags="sco")) == 1, 60, "only db's server left")
         down_s = time.monotonic() - started - up_s
 

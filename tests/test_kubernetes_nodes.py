@@ -281,6 +281,40 @@ def test_a_node_is_labelled_as_its_server_and_goes_when_its_server_does(
     assert ("", "theirs") in api.objects["nodes"]
 
 
+def test_a_node_that_registers_as_its_server_goes_is_deleted_too(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    """A kubelet that registers just before its server is deleted leaves a Node sco
+    never labelled; sco listed that server for the partition, so the Node is its to
+    delete (found by CI on a loaded machine: it stayed for good). A server listed
+    more than `REMEMBER_S` ago no longer counts."""
+    from sco.adapters.kubernetes.nodes import REMEMBER_S
+    from sco.domain.pools import CapacityClass, Pool
+    from sco.ports import ServerStatus, ServerView
+
+    base, clock = plane
+    spot = Pool("lab", "hall-a", "m1", CapacityClass.SPOT, 1, 0.1)
+    listed = [
+        ServerView(f"srv-{i}", "web", spot.id, "r1", 1, ServerStatus.ACTIVE, 0.0) for i in (1, 2)
+    ]
+    nodes = KubernetesNodes(
+        base.core, base._nodes, base._pods, clock, listing=lambda _: list(listed), pools=[spot]
+    )
+    look(nodes)  # both listed, neither a Node yet
+    listed.pop(1)  # srv-2 goes first, and long ago by the time its Node shows
+    clock.advance(REMEMBER_S + 1)
+    look(nodes)
+    listed.pop(0)  # srv-1 is gone before its kubelet's Node shows
+    look(nodes)
+    for name, sid in (("late", "srv-1"), ("stale", "srv-2")):
+        bare = node(name, sid)
+        bare["metadata"]["labels"] = {}
+        api.put("nodes", bare)
+    until(lambda: len(base._nodes.items()) == 2, "two nodes")
+    until(lambda: not look(nodes) and ("", "late") not in api.objects["nodes"], "late deleted")
+    assert ("", "stale") in api.objects["nodes"]
+
+
 def test_a_pod_sco_may_not_disrupt_pins_its_node(
     api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
 ) -> None:

@@ -22,8 +22,10 @@
   (`topology.kubernetes.io/zone`), and a spot node of a partition with
   `spot_taint` gets the `sco.io/capacity-class=spot:NoSchedule` taint. The
   kubelet should register with them already (user data), so that no pod lands
-  before they are there; sco puts back what is missing. A Node sco labelled
-  whose server is no longer listed is deleted.
+  before they are there; sco puts back what is missing. A Node whose server is
+  no longer listed is deleted if sco labelled it or listed its server for the
+  partition within the last `REMEMBER_S` (a kubelet may register just before
+  its server goes, too late for sco's labels).
 
 A drain's deadline and reason are annotations on its Node (`sco.io/drain-by`,
 `sco.io/drain-reason`): a restarted sco reads them back and goes on draining.
@@ -72,6 +74,7 @@ DRAIN_REASON = "sco.io/drain-reason"  # and the reason code sco drains it for
 RECLAIM = "reclaim_notice"  # the reason code of a drain for a reclaim (acquirer's Reason)
 _GONE = NodeView(joined=False, drained=False)
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+REMEMBER_S = 3600.0  # how long a server once listed still makes its Node sco's
 
 
 @dataclass
@@ -109,6 +112,7 @@ class KubernetesNodes:
         self._pools = {p.id: p for p in pools}
         self._drains: dict[str, _Drain] = {}  # server id -> its drain
         self._left: dict[str, list[Any]] = {}  # server id -> pods its drain left, by `tend`
+        self._listed: dict[str, dict[str, float]] = {}  # partition -> server id -> last listed
 
     # ------------------------------------------------------------ SchedulerCluster
 
@@ -127,6 +131,7 @@ class KubernetesNodes:
             by_server = self._by_server()
             if servers is not None and self._listing is not None:
                 listed = {v.server_id: v for v in servers}
+                self._remember(partition, listed)
                 self._forget_gone(partition, listed, by_server)
                 by_server = {sid: n for sid, n in by_server.items() if sid in listed}
                 for sid, node in by_server.items():
@@ -218,19 +223,28 @@ class KubernetesNodes:
             return dict(part.labels)
         return {PARTITION_LABEL: label_value(partition)}
 
+    def _remember(self, partition: str, listed: Mapping[str, ServerView]) -> None:
+        now = self.clock.now()
+        seen = self._listed.setdefault(partition, {})
+        for sid in [s for s, at in seen.items() if now - at > REMEMBER_S]:
+            del seen[sid]
+        seen.update(dict.fromkeys(listed, now))
+
     def _forget_gone(
         self, partition: str, listed: Mapping[str, ServerView], by_server: Mapping[str, Json]
     ) -> None:
-        """Delete the Nodes sco labelled for this partition (its labels and a pool's)
-        whose servers are gone: no cloud controller does it for servers it does not
-        know. A node sco never labelled is never deleted."""
+        """Delete this partition's Nodes whose servers are gone: no cloud controller
+        does it for servers it does not know. A Node is the partition's if sco
+        labelled it (its labels and a pool's) or listed its server lately; a node of
+        a server sco never listed nor labelled is never deleted."""
         from kubernetes.client.exceptions import ApiException
 
         mine = self._identity(partition)
+        seen = self._listed.get(partition, {})
         for sid, node in by_server.items():
             labels = (node.get("metadata") or {}).get("labels") or {}
-            ours = POOL_LABEL in labels and all(labels.get(k) == v for k, v in mine.items())
-            if sid in listed or not ours:
+            labelled = POOL_LABEL in labels and all(labels.get(k) == v for k, v in mine.items())
+            if sid in listed or not (labelled or sid in seen):
                 continue
             name = node["metadata"]["name"]
             try:
