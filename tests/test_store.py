@@ -130,6 +130,30 @@ def test_upsert_updates_an_existing_pool_and_keeps_its_version(store: SqlFleetSt
     assert store.pool_records()[POOL_A.id].version == 1
 
 
+def test_replicas_that_start_together_write_the_same_pools_at_once(store: SqlFleetStore) -> None:
+    """Every `sco run` replica writes the region's pools at start; two that started
+    together both read a pool as new and the second INSERT crashed its replica
+    (found by CI: the control-plane bench's second replica never came up)."""
+    pools = [spot_pool(zone=f"z{i}") for i in range(30)]
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        start.wait()
+        try:
+            store.upsert_pools(pools)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=write) for _ in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert {p.id for p in pools} <= set(store.pool_records())
+
+
 def test_pool_records_sum_reservations_per_pool(store: SqlFleetStore) -> None:
     store.reserve(_request(POOL_A, "r1", 2, 0))
     store.reserve(_request(POOL_A, "r2", 3, 1))

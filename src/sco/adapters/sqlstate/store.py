@@ -164,14 +164,14 @@ class SqlFleetStore:
     # ------------------------------------------------------------ pools
 
     def upsert_pools(self, pools: Sequence[Pool]) -> None:
+        # One statement per pool, not a read then a write: replicas that start together
+        # write the same pools at once (the second one's INSERT crashed it).
+        dialect = sqlite if self.engine.dialect.name == "sqlite" else postgresql
         with self.engine.begin() as conn:
-            known = {r.id for r in conn.execute(select(t.pools.c.id))}
             for p in pools:
                 values = _pool_row(p)
-                if p.id in known:
-                    conn.execute(update(t.pools).where(t.pools.c.id == p.id).values(**values))
-                else:
-                    conn.execute(insert(t.pools).values(id=p.id, version=0, **values))
+                row = dialect.insert(t.pools).values(id=p.id, version=0, **values)
+                conn.execute(row.on_conflict_do_update(index_elements=["id"], set_=values))
 
     def pool_records(self) -> Mapping[PoolId, PoolRecord]:
         with self.engine.connect() as conn:
