@@ -283,6 +283,8 @@ def acting_on(run: ControlPlaneRun, pool: str, timeout_s: float) -> dict[str, fl
     seen: dict[str, float] = {}
 
     def all_act() -> bool:
+        if any(run.alive().get(name) is not None for name in REPLICAS):
+            raise AssertionError(f"a replica exited:\n{run.dead()}")
         for name in REPLICAS:
             if name not in seen and excluded_anywhere(run.metrics(name), pool):
                 seen[name] = time.time()
