@@ -4,7 +4,7 @@ Starts the Nova test stack (three halls of two fake computes, four spot slots
 each), a real Slurm cluster (slurmctld, munge, one slurmd per node in a network
 namespace) and `sco run` from a sco.yaml whose partition takes its demand from
 Slurm. Submits jobs of mixed sizes (one or two nodes, one or two CPUs each,
-20-80 s, some asking for guaranteed capacity) in waves; meanwhile a reclaimer
+20-80 s, some asking for guaranteed capacity) in waves (a minute apart); meanwhile a reclaimer
 gives a busy spot server a 40 s notice every so often, as a cloud operator's
 tooling would. Ends when every job completed (or the time is up).
 
@@ -55,6 +55,15 @@ def main() -> None:
     ap.add_argument("--notice-every", type=float, default=25.0, help="Seconds between notices.")
     ap.add_argument("--notice-s", type=float, default=40.0, help="Each notice's lead time.")
     ap.add_argument("--limit-s", type=float, default=900.0, help="Give up after this long.")
+    ap.add_argument(
+        "--job-s",
+        type=float,
+        nargs=2,
+        default=(20.0, 80.0),
+        metavar=("MIN", "MAX"),
+        help="Each job runs this long, drawn uniformly.",
+    )
+    ap.add_argument("--wave-every", type=float, default=60.0, help="Seconds between waves.")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--base-port", type=int, default=19300)
     args = ap.parse_args()
@@ -63,7 +72,6 @@ def main() -> None:
 
 
 def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    rng = random.Random(args.seed)
     stack = NovaStack(folder / "nova", args.base_port, HALLS, 4)
     cluster = SlurmCluster(
         folder / "slurm", partitions=("batch",), sco_partition="hpc", accounting=True
@@ -73,23 +81,35 @@ def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     cluster.start()
     boot = SlurmBoot(cluster, lambda: stack.servers(tags="sco")).start()
     log(f"Nova and Slurm up in {time.monotonic() - started:.0f} s")
-    proc = None
     try:
-        config = _config(folder, stack, cluster)
-        proc = services.spawn(
-            [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(config)],
-            log=folder / "sco-run.log",
-            cwd=ROOT,
-        )
-        result = _drive(args, rng, stack, cluster, boot, proc)
-        result["node_hours"] = _usage(config)
-        return result
+        return measure(folder, stack, cluster, boot, args)
     finally:
-        if proc is not None:
-            services.stop_group(proc, signal.SIGTERM, 60)
         boot.stop()
         cluster.stop()
         stack.down()
+
+
+def measure(
+    folder: Path,
+    stack: NovaStack,
+    cluster: SlurmCluster,
+    boot: SlurmBoot,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """The measure on running services (the Slurm tier's smoke run brings its own)."""
+    rng = random.Random(args.seed)
+    config = _config(folder, stack, cluster)
+    proc = services.spawn(
+        [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(config)],
+        log=folder / "sco-run.log",
+        cwd=ROOT,
+    )
+    try:
+        result = _drive(args, rng, stack, cluster, boot, proc)
+    finally:
+        services.stop_group(proc, signal.SIGTERM, 60)
+    result["node_hours"] = _usage(config)
+    return result
 
 
 def _config(folder: Path, stack: NovaStack, cluster: SlurmCluster) -> Path:
@@ -118,9 +138,9 @@ def _config(folder: Path, stack: NovaStack, cluster: SlurmCluster) -> Path:
     return path
 
 
-def _submit(cluster: SlurmCluster, rng: random.Random) -> int:
+def _submit(cluster: SlurmCluster, rng: random.Random, job_s: tuple[float, float]) -> int:
     kind = rng.random()
-    seconds = rng.uniform(20, 80)
+    seconds = rng.uniform(*job_s)
     if kind < 0.1:
         return cluster.sbatch("-N1", "-c1", "-t", "3", "--constraint=guaranteed", seconds=seconds)
     if kind < 0.3:
@@ -151,8 +171,8 @@ def _drive(
         now = time.monotonic() - t0
         if waves and now >= next_wave:
             for _ in range(waves.pop(0)):
-                submitted[_submit(cluster, rng)] = time.monotonic()
-            next_wave = now + 60
+                submitted[_submit(cluster, rng, tuple(args.job_s))] = time.monotonic()
+            next_wave = now + args.wave_every
         if proc.poll() is not None:
             raise RuntimeError(f"sco run exited {proc.returncode}")
         if first_node is None and boot.booted:

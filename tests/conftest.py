@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -68,6 +70,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return "nova-stack" if _on_stack(nodeid) else nodeid.split("::", 1)[0]
 
     return ByModule(config, log)
+
+
+def _load_bench(name: str) -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def bench() -> Callable[[str], ModuleType]:
+    """A program of bench/ as a module: the tiers whose services a bench needs run its
+    measure at a smoke size on their own services."""
+    return _load_bench
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ SERVICE_BENCHES = {
     "faults.py": "tests/test_faults.py",
     "failover.py": "tests/test_interrupt.py",  # run, then interrupted mid-way
     "openstack_tier.py": "tests/test_interrupt.py",  # run, then interrupted mid-way
-    "slurm.py": "",  # make bench only: see issue 25's closing note
+    "slurm.py": "tests/test_slurm.py",
     "soak.py": "",  # make bench only: 35 minutes, Patroni and three replicas
 }
 

@@ -1,5 +1,6 @@
 """The benches that start real services, at a smoke size on the services the test
-session already runs (the shared Nova stack, PostgreSQL, a Kafka-protocol broker):
+session already runs (the shared Nova stack, PostgreSQL, a Kafka-protocol broker; Slurm's in
+tests/test_slurm.py):
 their own code runs to its JSON result, so none rots between measuring runs.
 
 The chaos and control-plane benches at this size are also the Nova tier's tests of
@@ -11,12 +12,11 @@ and pool history, every process stops cleanly)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -28,15 +28,7 @@ from sco.testing.openstack_stack import NovaStack
 from sco.testing.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def bench(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+Bench = Callable[[str], ModuleType]  # the `bench` fixture: a program of bench/ as a module
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +38,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
     b.stop()
 
 
-def test_chaos_bench(stack: NovaStack, postgres: PostgresServer, tmp_path: Path) -> None:
+def test_chaos_bench(
+    stack: NovaStack, postgres: PostgresServer, tmp_path: Path, bench: Bench
+) -> None:
     stack.clear()
     chaos = bench("chaos")
     args = argparse.Namespace(
@@ -61,7 +55,7 @@ def test_chaos_bench(stack: NovaStack, postgres: PostgresServer, tmp_path: Path)
 
 
 def test_controlplane_bench(
-    stack: NovaStack, postgres: PostgresServer, broker: TansuBroker, tmp_path: Path
+    stack: NovaStack, postgres: PostgresServer, broker: TansuBroker, tmp_path: Path, bench: Bench
 ) -> None:
     stack.clear()  # the chaos bench leaves its fleet behind
     controlplane = bench("controlplane")

@@ -146,8 +146,15 @@ def _interrupt(watch: Watch, sig: signal.Signals, log: Path) -> int:
     try:
         code = watch.child.wait(timeout=240)
     except subprocess.TimeoutExpired:
+        # SIGABRT makes the child's faulthandler (on: see `_start`) write where every
+        # thread of it is stuck into its log, for the failure message.
+        watch.child.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watch.child.wait(timeout=10)
         watch.child.kill()
-        raise AssertionError(f"still running 240 s after {sig.name}:\n{_tail(log)}") from None
+        raise AssertionError(
+            f"still running 240 s after {sig.name}; processes: {watch.alive()}\n{_tail(log, 80)}"
+        ) from None
     deadline = time.monotonic() + 60  # a loaded machine reaps slowly; done sooner if so
     while watch.left() and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -166,7 +173,7 @@ def _start(
         return subprocess.Popen(
             [sys.executable, *args],
             cwd=ROOT,
-            env=dict(os.environ) | (env or {}),
+            env=dict(os.environ) | {"PYTHONFAULTHANDLER": "1"} | (env or {}),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -8,6 +8,7 @@ killed never writes it; a requeued one writes it once, when it finally completes
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -349,6 +351,27 @@ def test_slurmctld_restart_and_outage_lose_nothing(
 
 
 # ---------------------------------------------------------------- bad input at start
+
+
+def test_the_slurm_bench_at_smoke_size(
+    tmp_path: Path,
+    stack: NovaStack,
+    cluster: SlurmCluster,
+    boot: SlurmBoot,
+    bench: Callable[[str], ModuleType],
+) -> None:
+    """bench/slurm.py's own code to its result, on this tier's services: every job
+    completes, none is lost, and the node-hours read back from Slurm's accounting."""
+    args = argparse.Namespace(
+        jobs=4, notice_every=8.0, notice_s=30.0, limit_s=300.0, job_s=(8.0, 15.0),
+        wave_every=5.0, seed=3,
+    )  # fmt: skip
+    result = bench("slurm").measure(tmp_path, stack, cluster, boot, args)
+    assert result["jobs_submitted"] == 4, result
+    assert result["jobs_completed"] == 4, result
+    assert result["jobs_lost"] == 0, result
+    assert result["first_node_ready_s"] is not None, result
+    assert sum(result["node_hours"].values()) > 0, result
 
 
 def test_slurm_start_errors_exit_2_naming_the_problem(
