@@ -38,7 +38,7 @@ SERVICE_BENCHES = {
     "failover.py": "tests/test_interrupt.py",  # run, then interrupted mid-way
     "openstack_tier.py": "tests/test_interrupt.py",  # run, then interrupted mid-way
     "slurm.py": "tests/test_slurm.py",
-    "soak.py": "",  # make bench only: 35 minutes, Patroni and three replicas
+    "soak.py": "tests/test_benches_services.py",
 }
 
 

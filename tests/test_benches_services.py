@@ -25,6 +25,7 @@ import yaml
 
 from sco.testing.kafka_broker import TansuBroker
 from sco.testing.openstack_stack import NovaStack
+from sco.testing.patroni import PatroniCluster
 from sco.testing.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +77,29 @@ def test_controlplane_bench(
     assert result["cycles"] > 0
     assert result["events_in_history"] == result["events_committed"] > 0, result
     assert set(result["exit_codes"].values()) == {0}, result  # every process stopped cleanly
+
+
+def test_soak_bench(stack: NovaStack, broker: TansuBroker, tmp_path: Path, bench: Bench) -> None:
+    """Half a minute of the soak: a replica killed, a server reclaimed, the Patroni
+    primary killed, one rolling stop; nothing duplicated, leaked or lost, and the
+    replica stopped with SIGTERM exits 0."""
+    stack.clear()
+    soak = bench("soak")
+    region = tmp_path / "region.yaml"
+    region.write_text(yaml.safe_dump(stack.region()))
+    args = argparse.Namespace(
+        minutes=0.5, kill_every_s=10.0, reclaim_every_s=8.0, restart_after_s=2.0,
+        failover_at_s=15.0, warmup_s=5.0, measure_s=5.0, rolling_stops=1,
+    )  # fmt: skip
+    cluster = PatroniCluster().start()
+    try:
+        result = soak.measure(tmp_path, stack, cluster, broker, region, args)
+    finally:
+        cluster.stop()
+    for loss in ("duplicate_creates", "leaked_servers", "lost_transitions", "lost_events"):
+        assert result[loss] == 0, result
+    assert len(result["kills"]) >= 1, result
+    assert [h["exit"] for h in result["handovers"]] == [0], result
 
 
 def test_distributor_bench(tmp_path: Path) -> None:
