@@ -357,6 +357,28 @@ def config_check(file: Path) -> None:
     click.echo(f"{file}: ok", err=True)
 
 
+@config_group.command("reference")
+@click.option(
+    "--into",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Rewrite what follows the generated-reference marker in this file "
+    "(docs/configuration.md) instead of printing.",
+)
+def config_reference(into: Path | None) -> None:
+    """Print every key of sco.yaml as Markdown tables: type, default and meaning, read
+    from the settings model itself."""
+    from sco.apps.reference import reference, write_into
+
+    if into is None:
+        click.echo(reference(), nl=False)
+        return
+    try:
+        changed = write_into(into)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    click.echo(f"{into}: {'updated' if changed else 'already current'}", err=True)
+
+
 @config_group.command("migrate")
 @config_option
 def config_migrate(config: Path | None) -> None:

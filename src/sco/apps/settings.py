@@ -87,12 +87,14 @@ class KafkaSettings(_Section):
         default="PLAINTEXT", description="How clients reach the brokers."
     )
     sasl_mechanism: str | None = Field(default=None, description="PLAIN, SCRAM-SHA-512, ...")
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
+    sasl_username: str | None = Field(default=None, description="SASL user.")
+    sasl_password: SecretStr | None = Field(default=None, description="SASL password.")
     ssl_ca_location: str | None = Field(default=None, description="CA bundle (PEM file).")
-    ssl_certificate_location: str | None = None
-    ssl_key_location: str | None = None
-    ssl_key_password: SecretStr | None = None
+    ssl_certificate_location: str | None = Field(
+        default=None, description="Client certificate (PEM file), for mutual TLS."
+    )
+    ssl_key_location: str | None = Field(default=None, description="Its key (PEM file).")
+    ssl_key_password: SecretStr | None = Field(default=None, description="The key's password.")
     regions: list[str] | None = Field(
         default=None,
         description="Regions whose topics the consumers read (default: the provider's region, "
@@ -150,9 +152,11 @@ class HistorySettings(_Section):
         default="chdb://sco-history",
         description="Pool history: chdb://PATH (embedded ClickHouse) or http(s)://host:8123.",
     )
-    database: str = Field(default="sco", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    username: str | None = None
-    password: SecretStr | None = None
+    database: str = Field(
+        default="sco", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="ClickHouse database."
+    )
+    username: str | None = Field(default=None, description="ClickHouse user (a server only).")
+    password: SecretStr | None = Field(default=None, description="Its password.")
 
 
 class KubernetesLeaseSettings(_Section):
@@ -174,7 +178,7 @@ class LeaseSettings(_Section):
 
 
 class ProviderSettings(_Section):
-    kind: Literal["openstack"] = "openstack"
+    kind: Literal["openstack"] = Field(default="openstack", description="The cloud's API.")
     cloud: str | None = Field(default=None, description="Cloud name in clouds.yaml.")
     region_file: Path | None = Field(
         default=None, description="Region file: pools (hall, flavor, class, price), image."
@@ -277,7 +281,9 @@ class DistributorSettings(_Section):
 
 
 class LogSettings(_Section):
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="The least severe records written."
+    )
     format: Literal["text", "json"] = Field(
         default="text", description="text: one line per record; json: one JSON object per line."
     )
@@ -373,10 +379,20 @@ class PartitionSettings(PartitionSpec):
     from (`static`: the numbers here; `slurm`: the pending jobs of Slurm partitions;
     `kubernetes`: the unschedulable pods of a Kubernetes cluster)."""
 
-    target_units: Value = 0
-    demand: Literal["static", "slurm", "kubernetes"] = "static"
-    slurm: SlurmPartitionSettings | None = None
-    kubernetes: KubernetesPartitionSettings | None = None
+    target_units: Value = Field(
+        default=0,
+        description="Units wanted (demand static): a number, {daily: {HH:MM: n}} (UTC) or "
+        "{steps: [[offset_s, n], ...]}.",
+    )
+    demand: Literal["static", "slurm", "kubernetes"] = Field(
+        default="static",
+        description="Where the demand comes from: target_units, a Slurm queue or "
+        "a Kubernetes cluster's unschedulable pods.",
+    )
+    slurm: SlurmPartitionSettings | None = Field(default=None, description="For demand slurm.")
+    kubernetes: KubernetesPartitionSettings | None = Field(
+        default=None, description="For demand kubernetes."
+    )
     agents: bool = Field(
         default=False,
         description="Its nodes run `sco agent`: sco hands each server a node token, and a "

@@ -84,13 +84,26 @@ class PartitionSpec(BaseModel):
     """One partition as a demand file (or `sco.yaml`'s `partitions`) gives it."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    kind: SchedulerKind
-    flavors: list[str] = Field(default_factory=list)
-    target_units: Value
-    floor_units: Value = 0
-    max_units: NonNegative
-    guaranteed_budget_units: NonNegative | None = None
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="The partition's name: letters, digits, '_', '.', '-'.",
+    )
+    kind: SchedulerKind = Field(description="The scheduler its nodes join.")
+    flavors: list[str] = Field(
+        default_factory=list, description="Flavors its nodes may have (default: any)."
+    )
+    target_units: Value = Field(
+        description="Units wanted: a number, {daily: {HH:MM: n}} (UTC) or "
+        "{steps: [[offset_s, n], ...]}."
+    )
+    floor_units: Value = Field(
+        default=0, description="Units kept at all times, on guaranteed capacity if need be."
+    )
+    max_units: NonNegative = Field(description="The most units it may hold.")
+    guaranteed_budget_units: NonNegative | None = Field(
+        default=None, description="The most guaranteed units it may hold (default: max_units)."
+    )
 
     @field_validator("target_units", "floor_units", mode="before")
     @classmethod
