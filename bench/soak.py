@@ -452,7 +452,22 @@ class Soak:
             per = [sum(1 for h in holders.values() if h == n) for n in self.replicas]
             return len(holders) == PARTITIONS and max(per) - min(per) <= 1
 
-        wait_for(even, timeout_s, "the replicas to share the partitions", every_s=0.5)
+        try:
+            wait_for(even, timeout_s, "the replicas to share the partitions", every_s=0.5)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self._lease_report()}") from None
+
+    def _lease_report(self) -> str:
+        """Who holds what, and how each replica that should be running is doing."""
+        try:
+            holders: object = self.leases.holders()
+        except Exception as e:  # the database failing over
+            holders = f"unreadable: {type(e).__name__}"
+        lines = [f"leases {holders}; replicas {self.replicas}"]
+        for name in self.replicas:
+            lines.append(f"--- {name} (exit {self.run.procs[name].popen.poll()}):")
+            lines.append(self.run.tail(name))
+        return "\n".join(lines)
 
     # ------------------------------------------------------------ results
 

@@ -169,9 +169,12 @@ def _start(
     args: list[str], log: Path, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     # A session of its own, as a shell gives a job: the signal reaches the child only.
+    # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background by a
+    # shell without job control (`make test &`, as CI and a loaded run may be) ignores
+    # SIGINT, its children inherit that, and Python then never raises KeyboardInterrupt.
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, *args],
+            [sys.executable, "-c", _INTERRUPTIBLE, *args],
             cwd=ROOT,
             env=dict(os.environ) | {"PYTHONFAULTHANDLER": "1"} | (env or {}),
             stdin=subprocess.DEVNULL,
@@ -179,6 +182,27 @@ def _start(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+# Runs the child in its place (same pid) with SIGINT back at its default: an ignored
+# signal stays ignored across exec, a default one lets Python install its handler.
+_INTERRUPTIBLE = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def test_a_child_takes_sigint_even_when_the_suite_ignores_it(tmp_path: Path) -> None:
+    """Regression: under `make test &` every SIGINT test signalled a child that ignored
+    it (a bench left running 240 s after SIGINT, on a loaded run and in CI)."""
+    log = tmp_path / "handler.log"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child = _start(["-c", "import signal; print(signal.getsignal(signal.SIGINT))"], log)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert child.wait(timeout=60) == 0
+    assert "default_int_handler" in log.read_text(), log.read_text()
 
 
 def test_sigterm_stops_the_nova_stack_of_a_bench(tmp_path: Path) -> None:
