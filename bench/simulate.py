@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sco.adapters.sim.region import SimConfig
 from sco.adapters.sqlstate.store import sqlite_url
-from sco.apps.cli import bundled
+from sco.apps.common import bundled
 from sco.runtime.fleet import FLEET
 from sco.runtime.fleet_eval import FleetCase
 from sco.runtime.simulation import Simulation, SimulationSpec

@@ -26,7 +26,7 @@ from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.leases import SqlLeases
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
-from sco.apps.cli import bundled
+from sco.apps.common import bundled
 from sco.apps.settings import SettingsError, load
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy

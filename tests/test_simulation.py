@@ -8,7 +8,7 @@ import pytest
 
 from sco.adapters.sim.region import SimConfig
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
-from sco.apps.cli import bundled
+from sco.apps.common import bundled
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.runtime.simulation import Simulation, SimulationSpec

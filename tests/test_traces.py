@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sco.adapters.sim.traces import TraceError, load_traces
-from sco.apps.cli import bundled
+from sco.apps.common import bundled
 from sco.testing.builders import write_json_trace
 
 

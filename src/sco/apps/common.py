@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from importlib import resources
 from pathlib import Path
 
 import click
@@ -41,3 +42,8 @@ def console(stderr: bool) -> Console:
     """Rich output; wide enough for tables when not on a terminal (logs, CI)."""
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, width=None if stream.isatty() else 132)
+
+
+def bundled(*parts: str) -> Path:
+    """A path inside the installed package's data folder."""
+    return Path(str(resources.files("sco").joinpath("data", *parts)))

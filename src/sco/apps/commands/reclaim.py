@@ -1,0 +1,242 @@
+"""`sco reclaim`: the cloud operator's side, taking spot servers back with notice
+(one partition, a sweep of due deadlines, or a capacity trace replayed)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sco.apps.common import BadInput, parse_duration
+from sco.apps.options import config_option, settings_of, start_errors, state_override
+from sco.apps.wiring import open_store
+
+
+@click.command()
+@config_option
+@click.option("--state", default=None, help="Fleet state, to spare serving nodes (state.url).")
+@click.option("--hall", default=None, help="The hall whose capacity is wanted back.")
+@click.option("--flavor", default=None, help="The flavor whose capacity is wanted back.")
+@click.option("--count", type=int, default=None, help="How many servers' worth.")
+@click.option("--notice", "notice", default="120s", show_default=True, help="Notice given.")
+@click.option(
+    "--max-noticed",
+    type=int,
+    default=None,
+    help="Disruption budget: servers of one partition (all its halls and flavors) "
+    "under notice at once.",
+)
+@click.option(
+    "--max-fraction",
+    type=float,
+    default=None,
+    help="Disruption budget: fraction of a partition's servers (all its halls, "
+    "flavors and classes) under notice at once.",
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Stay until the deadline and delete what is still there.",
+)
+@click.option(
+    "--sweep",
+    "sweep_only",
+    is_flag=True,
+    help="Only delete servers whose notice has run out (e.g. from cron).",
+)
+@click.option(
+    "--trace",
+    "trace_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Replay this capacity trace folder onto the cloud as reclaims.",
+)
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    metavar="SERIES=HALL/FLAVOR",
+    help="With --trace: which spot pool a trace series plays (repeat).",
+)
+@click.option(
+    "--speed",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="With --trace: trace seconds per second.",
+)
+@click.option(
+    "--pool-size",
+    type=int,
+    default=None,
+    help="With --trace: instances per trace unit (default: the trace's pool_size "
+    "for 0/1 traces, 1 for counts).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+def reclaim(
+    config: Path | None, state: str | None, hall: str | None, flavor: str | None,
+    count: int | None, notice: str, max_noticed: int | None, max_fraction: float | None,
+    wait: bool, sweep_only: bool, trace_dir: Path | None, maps: tuple[str, ...],
+    speed: float, pool_size: int | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Take spot capacity back with notice, as a cloud operator would: choose the
+    servers of HALL/FLAVOR by least harm within a disruption budget, set their
+    `sco:reclaim-at`, and delete them at the deadline."""
+    from sco.apps import logs
+    from sco.apps.run import scope_warning, start_openstack
+    from sco.apps.wiring import require
+    from sco.decide.reclaim import Budget
+    from sco.runtime.clock import SystemClock
+    from sco.runtime.reclaimer import Reclaimer
+
+    settings = settings_of(config, {"state.url": state_override(state)})
+    replaying = trace_dir is not None
+    if not (sweep_only or replaying) and (
+        hall is None or flavor is None or count is None or count < 1
+    ):
+        raise BadInput("give --hall, --flavor and --count (>= 1), --trace, or --sweep")
+    plays = _trace_pools(trace_dir, maps, pool_size) if trace_dir is not None else None
+    if speed <= 0:
+        raise BadInput("--speed: more than 0")
+    if max_fraction is not None and not 0 < max_fraction <= 1:
+        raise BadInput("--max-fraction: between 0 and 1")
+    notice_s = parse_duration(notice, "--notice")
+    # The sweep reports what it leaves alone (an unreadable notice) in the log.
+    logs.setup("reclaim", settings.log.level, settings.log.format)
+    with start_errors():
+        require(settings, "provider.cloud", "provider.region_file")
+        provider = start_openstack(settings.provider, creates=False)
+        store = open_store(settings, run_migrations=False) if state or config else None
+    if warning := scope_warning(provider):
+        click.echo(f"warning: {warning}", err=True)
+    clock = SystemClock()
+    reclaimer = Reclaimer(provider, clock, store)
+    try:
+        deleted = reclaimer.sweep()
+        if sweep_only:
+            _say(
+                as_json,
+                {"deleted": deleted, "foreign": provider.foreign()},
+                f"deleted {len(deleted)} servers past their notice" + _foreign_note(provider),
+            )
+            return
+        if plays is not None:
+            _replay(reclaimer, plays, speed, notice_s, Budget(max_noticed, max_fraction), as_json)
+            return
+        assert hall is not None
+        assert flavor is not None
+        assert count is not None
+        try:
+            done = reclaimer.request(
+                hall, flavor, count, notice_s, Budget(max_noticed, max_fraction)
+            )
+        except ValueError as e:
+            raise BadInput(str(e)) from None
+        for v in done.choice.victims:
+            if not as_json:
+                click.echo(f"{v.server_id} ({v.partition}): {v.why}")
+        if not as_json:
+            click.echo(
+                f"noticed {len(done.choice.victims) - len(done.failed)} of {count}, "
+                f"deadline in {notice_s:.0f} s; short {done.choice.short}"
+                + (
+                    f" (budget held back {dict(done.choice.held_back)})"
+                    if done.choice.held_back
+                    else ""
+                )
+            )
+        gone: list[str] = []
+        if wait and done.choice.victims:
+            time.sleep(max(0.0, done.deadline - clock.now()) + 0.5)
+            gone = reclaimer.sweep()
+            if not as_json:
+                click.echo(f"deleted {len(gone)} at the deadline")
+        noticed = [v.server_id for v in done.choice.victims if v.server_id not in done.failed]
+        if as_json:
+            click.echo(json.dumps({
+                "noticed": noticed,
+                "why": {v.server_id: v.why for v in done.choice.victims},
+                "failed": list(done.failed), "short": done.choice.short,
+                "held_back": dict(done.choice.held_back), "deadline": done.deadline,
+                "deleted": deleted + gone, "foreign": provider.foreign(),
+            }, sort_keys=True))  # fmt: skip
+        elif provider.foreign():
+            click.echo(_foreign_note(provider).strip("; "))
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _foreign_note(provider: Any) -> str:
+    """The servers of other projects the reclaimer saw and left alone, if any."""
+    counts = provider.foreign_servers()
+    if not counts:
+        return ""
+    by = ", ".join(f"{n} in {p}" for p, n in sorted(counts.items()))
+    return f"; left alone {sum(counts.values())} servers outside sco's projects ({by})"
+
+
+def _trace_pools(
+    folder: Path, maps: tuple[str, ...], pool_size: int | None
+) -> tuple[list[Any], int]:
+    """The trace's series, each on the spot pool `--map` names, and the pool size."""
+    from sco.adapters.sim.traces import TraceError, load_traces
+    from sco.runtime.reclaimer import ReplayPool
+
+    try:
+        traces = load_traces(folder)
+    except (TraceError, OSError) as e:
+        raise BadInput(f"--trace: {e}") from None
+    by_name = {s.name: s for s in traces.series}
+    if not maps:
+        raise BadInput(f"--trace needs --map SERIES=HALL/FLAVOR (series: {', '.join(by_name)})")
+    pools = []
+    for m in maps:
+        name, _, where = m.partition("=")
+        hall, _, flavor = where.partition("/")
+        if name not in by_name or not hall or not flavor:
+            raise BadInput(
+                f"--map {m!r}: SERIES=HALL/FLAVOR with SERIES one of {', '.join(by_name)}"
+            )
+        pools.append(ReplayPool(by_name[name], hall, flavor))
+    binary = all(p.series.binary for p in pools)
+    size = pool_size if pool_size is not None else (traces.region.pool_size if binary else 1)
+    if size < 1:
+        raise BadInput("--pool-size: at least 1")
+    return pools, size
+
+
+def _replay(
+    reclaimer: Any, plays: tuple[list[Any], int], speed: float, notice_s: float,
+    budget: Any, as_json: bool,
+) -> None:  # fmt: skip
+    import signal
+    import threading
+
+    from sco.runtime.reclaimer import replay
+
+    pools, size = plays
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def told(t: float, p: Any, done: Any) -> None:
+        ids = [v.server_id for v in done.choice.victims if v.server_id not in done.failed]
+        doc = {"trace_s": round(t, 1), "hall": p.hall, "flavor": p.flavor, "noticed": ids,
+               "short": done.choice.short, "deadline": done.deadline}  # fmt: skip
+        _say(as_json, doc, f"trace {t:.0f} s: {p.hall}/{p.flavor}: noticed {len(ids)}"
+             + (f", short {done.choice.short}" if done.choice.short else ""))  # fmt: skip
+
+    n = replay(
+        reclaimer, pools, pool_size=size, speed=speed, notice_s=notice_s, budget=budget,
+        stop=stop.is_set, sleep=stop.wait, on_notice=told,
+    )  # fmt: skip
+    _say(as_json, {"noticed_total": n}, f"trace replayed: {n} servers noticed")
+
+
+def _say(as_json: bool, doc: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(doc, sort_keys=True) if as_json else text)
