@@ -599,3 +599,50 @@ def test_a_new_exclusion_is_read_at_once_when_the_pump_says_so(tmp_path: Path) -
     signals.refresh(101.0)
     assert signals.state(pool, 101.0) is ExclusionState.EXCLUDED
     store.close()
+
+
+def test_a_long_running_command_waits_for_the_database_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (soak, loaded CI): a replica started while Patroni failed over exited 2
+    at once ("session is read-only") and never joined; now it keeps trying for
+    state.start_wait_s, backing off, and a one-shot command still answers at once."""
+    from sqlalchemy.exc import OperationalError
+
+    from sco.apps import wiring
+    from sco.apps.settings import load
+
+    settings = load(write_yaml(tmp_path / "sco.yaml", {"state": {
+        "url": f"sqlite:///{tmp_path / 'state.sqlite'}", "start_wait_s": 30}}))  # fmt: skip
+    real = wiring.SqlFleetStore
+    now = [0.0]
+    tries: list[float] = []
+    up_after = [3]  # failed tries before the database answers
+
+    def store(url: str, run_migrations: bool = True) -> object:
+        tries.append(now[0])
+        if len(tries) <= up_after[0]:
+            raise OperationalError("connect", {}, Exception("session is read-only"))
+        return real(url, run_migrations=run_migrations)
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    def clock() -> float:
+        return now[0]
+
+    monkeypatch.setattr(wiring, "SqlFleetStore", store)
+    wiring.open_store(settings, patient=True, sleep=sleep, monotonic=clock).close()
+    assert tries == [0.0, 1.0, 3.0, 7.0]  # backing off: 1, 2, 4 s
+
+    tries.clear()
+    with pytest.raises(wiring.StartError, match="session is read-only"):
+        wiring.open_store(settings, sleep=sleep, monotonic=clock)
+    assert len(tries) == 1  # a one-shot command tries once
+
+    tries.clear()
+    up_after[0] = 10**6
+    started = now[0]
+    with pytest.raises(wiring.StartError, match="cannot reach the database"):
+        wiring.open_store(settings, patient=True, sleep=sleep, monotonic=clock)
+    assert now[0] - started == 30.0  # gave up at state.start_wait_s, not before or after

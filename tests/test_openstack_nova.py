@@ -534,9 +534,11 @@ def test_start_errors_exit_2_naming_the_problem(cloud: Cloud, tmp_path: Path) ->
 
     args = _run_args(cloud, demand, state)
     args[args.index("--state") + 1] = "postgresql+psycopg://sco@127.0.0.1:9/sco"
-    code, err = run(*args)
+    # A long-running command waits for the database (a failover) before it gives up.
+    code, err = run(*args, env=dict(env, SCO_STATE__START_WAIT_S="2"))
     assert code == 2, err
     assert "cannot reach the database" in err, err
+    assert "trying again for up to" in err, err
 
 
 def test_compute_outage_degrades_and_deletes_nothing(clean: Cloud, tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ def run_controllers(
             return _dry_run(settings, provider, plane, policy)
         finally:
             plane.close()
-    store = open_store(settings)
+    store = open_store(settings, patient=True)
     plane = scheduler_plane(
         settings, region, clock.now(), provider.last_listing, clock,
         acks=store.contracts, pools=pools,

@@ -78,6 +78,13 @@ class StateSettings(_Section):
         description="Fleet state: sqlite:///PATH (one host) or postgresql+psycopg://... "
         "(list every Patroni member with target_session_attrs=read-write).",
     )
+    start_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="How long a long-running command (run, watch, score, history load, "
+        "distributor, status) keeps trying to reach the database at start, as through a "
+        "failover, before it exits 2; one-shot commands try once.",
+    )
 
 
 class KafkaSettings(_Section):

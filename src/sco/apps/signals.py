@@ -83,7 +83,7 @@ def _consume(
 
 def watch(settings: Settings, verbose: int = 0) -> None:
     """The exclusion watcher, until stopped."""
-    store = open_store(settings)
+    store = open_store(settings, patient=True)
     events = open_events(settings, store)
     try:
         with process("watch", settings, settings.http.watch_port, verbose) as proc:
@@ -133,7 +133,7 @@ def load_history(settings: Settings, verbose: int = 0, score_every_s: float | No
     """The history loader, until stopped: the event log into pool history; with
     `score_every_s`, the scorer too, on the same pool history (on chDB, the one
     process that opens the engine)."""
-    store = open_store(settings)
+    store = open_store(settings, patient=True)
     events = open_events(settings, store)
     history = open_history(settings, hold=True)
     try:
@@ -204,7 +204,7 @@ def score(settings: Settings, every_s: float | None, verbose: int = 0) -> int:
     """Score pools from history into a new generation in fleet state: once, or every
     `every_s` until stopped. Returns the generations written; raises StartError when
     a one-shot pass cannot read history."""
-    store = open_store(settings)
+    store = open_store(settings, patient=True)
     history: Any = None  # every pass's, when looping (on chDB, held between passes)
     try:
         with process(

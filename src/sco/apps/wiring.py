@@ -6,6 +6,8 @@ naming the setting, so a command exits 2 before doing anything.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,21 +38,40 @@ from sco.runtime.outbox import relay
 from sco.runtime.tokens import TokenIssuer
 
 Relay = Callable[[], int]
+log = logging.getLogger(__name__)
 
 
 class StartError(Exception):
     """Something named in the configuration or on the command line cannot be used."""
 
 
-def open_store(settings: Settings, run_migrations: bool = True) -> SqlFleetStore:
-    try:
-        return SqlFleetStore(settings.state.url, run_migrations=run_migrations)
-    except OperationalError as e:
-        raise StartError(f"state.url: cannot reach the database: {_first_line(e)}") from None
-    except ModuleNotFoundError as e:
-        raise StartError(
-            f"state.url: {e.name} is not installed (pip install 'sco[postgres]')"
-        ) from None
+def open_store(
+    settings: Settings,
+    run_migrations: bool = True,
+    patient: bool = False,
+    sleep: Callable[[float], object] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> SqlFleetStore:
+    """The fleet state. A `patient` opener (a long-running process) keeps trying for
+    `state.start_wait_s`: a replica started while the database fails over, or before
+    it is up, waits for it, as it would once running, rather than exit."""
+    deadline = monotonic() + (settings.state.start_wait_s if patient else 0.0)
+    wait_s = 1.0
+    while True:
+        try:
+            return SqlFleetStore(settings.state.url, run_migrations=run_migrations)
+        except OperationalError as e:
+            why = f"state.url: cannot reach the database: {_first_line(e)}"
+            left = deadline - monotonic()
+            if left <= 0:
+                raise StartError(why) from None
+            log.warning("%s; trying again for up to %.0f s (state.start_wait_s)", why, left)
+            sleep(min(wait_s, left))
+            wait_s = min(2 * wait_s, 10.0)
+        except ModuleNotFoundError as e:
+            raise StartError(
+                f"state.url: {e.name} is not installed (pip install 'sco[postgres]')"
+            ) from None
 
 
 def _first_line(e: OperationalError) -> str:

@@ -209,7 +209,7 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
     d = settings.distributor
     logs.setup("distributor", settings.log.level, settings.log.format)
     with start_errors():
-        store = open_store(settings)
+        store = open_store(settings, patient=True)
     joins = {p.name: _join_of(p) for p in settings.partitions}
     app = create_app(
         store.contracts,
@@ -271,7 +271,7 @@ def status(config: Path | None, state: str | None, bind: str | None, port: int |
     )
     logs.setup("status", settings.log.level, settings.log.format)
     with start_errors():
-        store = open_store(settings)
+        store = open_store(settings, patient=True)
     try:
         uvicorn.run(
             create_app(store, SystemClock().now),
