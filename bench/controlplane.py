@@ -23,6 +23,9 @@ Prints one JSON line:
   servers with no live record (targets: 0);
 - cycle_p99_s: the 99th percentile of every partition cycle of both replicas
   (`sco_cycle_seconds`, target <= 2 s).
+- phase_p99_s: the same per phase of the cycle (`sco_cycle_phase_seconds`: observe_cloud,
+  observe_scheduler, sync, signals, plan, act, publish), to tell where a slow cycle's
+  time goes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sco.runtime.controller import PHASES
 from sco.testing.chaos import audit
 from sco.testing.controlplane import (
     REPLICAS,
@@ -170,6 +174,10 @@ def measure(
         time.sleep(steady_s)
         texts = [run.metrics(name) for name in REPLICAS]
         cycle_p99 = histogram_quantile(texts, "sco_cycle_seconds", 0.99)
+        phase_p99 = {
+            phase: histogram_quantile(texts, "sco_cycle_phase_seconds", 0.99, phase=phase)
+            for phase in PHASES
+        }
         cycles = sum(
             sample(t, "sco_cycle_seconds_count", partition=f"p{i}") or 0
             for t in texts
@@ -192,6 +200,7 @@ def measure(
         "lost_transitions": found["lost_transitions"],
         "cycles": int(cycles),
         "cycle_p99_s": round(cycle_p99 or 0.0, 3),
+        "phase_p99_s": {k: round(v or 0.0, 3) for k, v in phase_p99.items()},
     }
 
 

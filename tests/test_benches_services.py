@@ -23,6 +23,7 @@ from types import ModuleType
 import pytest
 import yaml
 
+from sco.runtime.controller import PHASES
 from sco.testing.kafka_broker import TansuBroker
 from sco.testing.openstack_stack import NovaStack
 from sco.testing.patroni import PatroniCluster
@@ -75,6 +76,7 @@ def test_controlplane_bench(
     for loss in ("duplicate_creates", "leaked_servers", "lost_transitions", "lost_events"):
         assert result[loss] == 0, result
     assert result["cycles"] > 0
+    assert set(result["phase_p99_s"]) == set(PHASES), result  # where the cycles' time went
     assert result["events_in_history"] == result["events_committed"] > 0, result
     assert set(result["exit_codes"].values()) == {0}, result  # every process stopped cleanly
 

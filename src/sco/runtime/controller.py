@@ -68,6 +68,13 @@ class ControllerConfig:
     node_lost_after_s: float = 300.0
 
 
+# Where a cycle's wall time goes: listing the cloud, the scheduler's deadline work and
+# listing (with the demand), reconciling records with what was seen, reading the fleet's
+# signals, planning (the policy and the diff), acting (creates, drains, deletes and their
+# records), publishing (the plan generation and the report).
+PHASES = ("observe_cloud", "observe_scheduler", "sync", "signals", "plan", "act", "publish")
+
+
 @dataclass(frozen=True, slots=True)
 class CycleReport:
     partition: str
@@ -95,6 +102,7 @@ class CycleReport:
     cost_per_h: float = 0.0  # what the live instances cost, at the pools' current prices
     scored_at: float = 0.0  # when the pool scores in use were computed (0: none)
     took_s: float = 0.0  # how long the cycle took (wall time, for metrics)
+    phases_s: Mapping[str, float] = field(default_factory=dict)  # of took_s, by PHASES
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +191,10 @@ class PartitionController:
     def cycle(self) -> CycleReport:
         started = time.perf_counter()
         report = self._cycle_once()
-        return dataclasses.replace(report, took_s=time.perf_counter() - started)
+        self._cycle.lap("publish")
+        return dataclasses.replace(
+            report, took_s=time.perf_counter() - started, phases_s=dict(self._cycle.phases)
+        )
 
     def _cycle_once(self) -> CycleReport:
         now = self.clock.now()
@@ -194,6 +205,7 @@ class PartitionController:
             cloud_error = ""
         except ProviderError as e:
             servers, cloud_error = None, str(e)
+        self._cycle.lap("observe_cloud")
         try:
             # The scheduler's deadline work first, cloud or no cloud: a reclaim's jobs
             # are requeued and its node taken out in time even while the cloud (or sco's
@@ -205,7 +217,9 @@ class PartitionController:
             demand = self.demand.demand(name, now)
         except (ProviderError, SchedulerUnavailable) as e:
             log.warning("partition %s: observe failed, not acting: %s", name, e)
+            self._cycle.lap("observe_scheduler")
             return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
+        self._cycle.lap("observe_scheduler")
         self._keep_notes(servers, nodes)
         synced = self._sync(self._load(), servers, nodes, now)
         if self._records is None:
@@ -215,15 +229,19 @@ class PartitionController:
             synced = self._sync(self._load(), servers, nodes, now)
             if self._records is None:
                 return self._report(now, 0, Actions(), 0, degraded="records moved: reloading")
+        self._cycle.lap("sync")
         self.signals.refresh(now)
         handback = self.signals.intent(self.partition.name) == HANDBACK
+        self._cycle.lap("signals")
         drained, busy, pinned, untold = _node_sets(self._live(), nodes)
         snapshot = self._snapshot(now, demand, handback, busy)
         if handback:
             decision = Decision({}, {}, ("handback: the operator asked for everything back",))
         else:
             decision = self.policy.decide(snapshot)
+        self._cycle.lap("plan")
         plan = self._publish_plan(decision, now, snapshot.demand)
+        self._cycle.lap("publish")
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
         if handback:
             pinned = frozenset()  # the operator's order outranks what the pods asked
@@ -234,10 +252,12 @@ class PartitionController:
         # Replacements are owed only while the plan is short of what is live.
         short = sum(plan.targets().values()) - sum(1 for i in self._live() if i.is_live)
         self._owed = min(self._owed, max(0, short))
+        self._cycle.lap("plan")
         transitions, created_n = self._act(actions, snapshot, plan, now)
         self._sweep(now)
         if self.tokens is not None:
             self.tokens.issue(self.partition.name, now)
+        self._cycle.lap("act")
         report = self._report(now, synced + transitions, actions, created_n, notes=decision.notes)
         live = self._live()
         return dataclasses.replace(
@@ -904,6 +924,15 @@ class _CycleTally:
     acted: Counter[tuple[str, str]] = field(default_factory=Counter)
     reclaims: Counter[tuple[PoolId, str]] = field(default_factory=Counter)
     replaced: Counter[PoolId] = field(default_factory=Counter)
+    phases: dict[str, float] = field(default_factory=dict)  # wall seconds, by PHASES
+    _lap_at: float = field(default_factory=time.perf_counter)
+
+    def lap(self, phase: str) -> None:
+        """Close a phase: the wall time since the last lap counts toward `phase` (a
+        phase may come back, as planning does around publishing the plan)."""
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self._lap_at
+        self._lap_at = now
 
 
 def _node_sets(

@@ -114,6 +114,14 @@ class PlacementMetrics:
             buckets=CYCLE_BUCKETS,
             registry=r,
         )
+        self.phase = Histogram(
+            "sco_cycle_phase_seconds",
+            "Seconds of a partition's cycle by phase (observe_cloud, observe_scheduler, sync, "
+            "signals, plan, act, publish): where a slow cycle spends its time.",
+            ["partition", "phase"],
+            buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
         self.last_cycle = Gauge(
             "sco_partition_last_cycle_timestamp_seconds",
             "When the partition's last cycle ended, in seconds since the epoch.",
@@ -188,6 +196,8 @@ class PlacementMetrics:
         p = report.partition
         self.degraded.labels(p).set(1 if report.degraded else 0)
         self.cycle.labels(p).observe(report.took_s)
+        for phase, took in report.phases_s.items():
+            self.phase.labels(p, phase).observe(took)
         self.last_cycle.labels(p).set(report.at + report.took_s)
         if report.placement is None:
             return  # the cycle could not observe: nothing else is known

@@ -143,13 +143,17 @@ def excluded_anywhere(metrics_text: str, pool: str) -> bool:
     )
 
 
-def histogram_quantile(texts: list[str], name: str, q: float) -> float | None:
-    """`histogram_quantile` over every series of `name` in several processes' metrics:
-    buckets merged, linear within the bucket, as Prometheus computes it."""
+def histogram_quantile(texts: list[str], name: str, q: float, **labels: str) -> float | None:
+    """`histogram_quantile` over every series of `name` (with `labels`, if given) in
+    several processes' metrics: buckets merged, linear within the bucket, as Prometheus
+    computes it."""
     buckets: dict[float, float] = {}
+    want = [f'{k}="{v}"' for k, v in labels.items()]
     for t in texts:
         for line in t.splitlines():
             if not line.startswith(f"{name}_bucket{{"):
+                continue
+            if any(w not in line for w in want):
                 continue
             head, _, value = line.rpartition(" ")
             le = head.split('le="', 1)[1].split('"', 1)[0]
