@@ -27,8 +27,8 @@ from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.provider import OpenStackProvider
 from sco.adapters.openstack.resources import META_RECLAIM_AT
 from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.apps.planes import scheduler_plane
 from sco.apps.settings import load
-from sco.apps.wiring import scheduler_plane
 from sco.decide.acquirer import ActConfig
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy

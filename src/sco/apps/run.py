@@ -13,16 +13,15 @@ from typing import Any
 
 import click
 
+from sco.apps.planes import SchedulerPlane, scheduler_plane
 from sco.apps.process import process
 from sco.apps.settings import ProviderSettings, Settings
 from sco.apps.wiring import (
-    SchedulerPlane,
     StartError,
     open_events,
     open_leases,
     open_store,
     require,
-    scheduler_plane,
     token_issuers,
 )
 from sco.decide.policies import Policy, ScoPolicy, policy_named
