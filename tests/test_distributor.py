@@ -159,6 +159,42 @@ def test_a_valid_token_is_served_from_an_address_over_the_failure_limit(
     assert 'sco_distributor_requests_total{code="200",route="contract"} 2.0' in metrics
 
 
+class _HeldCopy:
+    """Fleet state's contracts, but the replica's first copy waits for `release`."""
+
+    def __init__(self, store: SqlFleetStore) -> None:
+        self._contracts = store.contracts
+        self.release = threading.Event()
+
+    def current(self, gone_since: float) -> object:
+        self.release.wait(30)
+        return self._contracts.current(gone_since)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._contracts, name)
+
+
+def test_a_valid_token_is_served_over_the_failure_limit_before_the_copy_is_filled(
+    store: SqlFleetStore,
+) -> None:
+    """Regression (found by CI on PostgreSQL): a replica starting had not filled its
+    copy yet, so a valid token was missing from it and, from an address over its
+    failure limit, refused with 429 without asking fleet state."""
+    _inst, token = _node(store)
+    held = _HeldCopy(store)
+    app = create_app(held, DistributorConfig(auth_failures_per_min=5), engine=store.engine)  # type: ignore[arg-type]
+    try:
+        with TestClient(app) as client:
+            stale = [client.get("/v1/contract", headers=_auth(secrets.token_urlsafe(32)))
+                     for _ in range(6)]  # fmt: skip
+            assert [r.status_code for r in stale] == [401] * 5 + [429]
+            assert client.get("/readyz").status_code == 503, "the copy is still held"
+            assert client.get("/v1/contract", headers=_auth(token)).status_code == 200
+            held.release.set()
+    finally:
+        held.release.set()
+
+
 def test_a_node_that_polls_too_often_is_slowed(store: SqlFleetStore) -> None:
     _inst, token = _node(store)
     with _client(store, requests_per_s=1.0) as client:

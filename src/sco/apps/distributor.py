@@ -110,6 +110,9 @@ class ChangeFeed:
         self.last = 0
         self.loaded = False
         self.healthy = False
+        # Whether the copy was ever filled: before, a token missing from it says
+        # nothing about the token.
+        self.copied = False
         self._pruned_at = 0.0
 
     def register(self, instance_id: str) -> asyncio.Event:
@@ -139,6 +142,7 @@ class ChangeFeed:
         rows = await asyncio.to_thread(self.contracts.current, gone_since)
         self.mirror.load(rows)
         self.last = last
+        self.copied = True
         # Fleet state answered: ready, not "unreachable" while the first follow of
         # the change log is still to come (found by a loaded CI run).
         self.loaded = self.healthy = True
@@ -353,9 +357,10 @@ def create_app(
             digest = token_digest(token.strip())
             feed: ChangeFeed = state["feed"]
             row = feed.mirror.by_digest(digest, clock())
-            if row is None and admission.may_look_further(client):
+            if row is None and (not feed.copied or admission.may_look_further(client)):
                 # Not in this replica's copy, which may be a moment behind (a token
-                # just issued): ask fleet state.
+                # just issued) or not filled yet (a replica starting, whatever the
+                # address's failures): ask fleet state.
                 row = await asyncio.to_thread(contracts.by_token, digest, clock())
                 if row is not None:
                     feed.learn(row)
