@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck layers unit openstack deploy-tools check-deploy bench clean lab lab-down
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh
+$(STAMP): pyproject.toml tests/harness/pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh $(VENV)
 	touch $(STAMP)
 
@@ -19,7 +19,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --no-cache --check src tests bench
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict src/sco
+	$(BIN)/mypy --strict src/sco tests/harness/sco_harness
 
 layers: $(STAMP)
 	$(BIN)/lint-imports
@@ -73,7 +73,7 @@ clean:
 # A local OpenStack (Nova with fake computes, Placement, Glance, Neutron's API) to try
 # sco on: writes .lab/sco.yaml, region.yaml and clouds.yaml. `make lab-down` stops it.
 lab: $(STAMP) openstack
-	$(BIN)/python -m sco.testing.lab up .lab
+	$(BIN)/python -m sco_harness.lab up .lab
 
 lab-down: $(STAMP)
-	$(BIN)/python -m sco.testing.lab down .lab
+	$(BIN)/python -m sco_harness.lab down .lab

@@ -34,11 +34,11 @@ from typing import Any
 import yaml
 from sqlalchemy import create_engine, text
 
-from sco.testing import services
-from sco.testing.chaos import audit
-from sco.testing.openstack_stack import NovaStack
-from sco.testing.postgres import PostgresServer
-from sco.testing.services import stop_on_signals
+from sco_harness import services
+from sco_harness.chaos import audit
+from sco_harness.openstack_stack import NovaStack
+from sco_harness.postgres import PostgresServer
+from sco_harness.services import stop_on_signals
 
 PARTITIONS = 12
 

@@ -40,9 +40,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sco.runtime.controller import PHASES
-from sco.testing.chaos import audit
-from sco.testing.controlplane import (
+from sco.engine.controller import PHASES
+from sco_harness.chaos import audit
+from sco_harness.controlplane import (
     REPLICAS,
     ControlPlaneRun,
     acting_on,
@@ -55,10 +55,10 @@ from sco.testing.controlplane import (
     stop_and_audit,
     wait_for,
 )
-from sco.testing.kafka_broker import TansuBroker
-from sco.testing.openstack_stack import NovaStack
-from sco.testing.postgres import PostgresServer
-from sco.testing.services import stop_on_signals
+from sco_harness.kafka_broker import TansuBroker
+from sco_harness.openstack_stack import NovaStack
+from sco_harness.postgres import PostgresServer
+from sco_harness.services import stop_on_signals
 
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
 PARTITIONS = 6

@@ -23,15 +23,15 @@ import time
 from pathlib import Path
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import ScoPolicy
-from sco.runtime.clock import CountingIds, ManualClock
-from sco.runtime.controller import PartitionController
-from sco.testing.builders import write_json_trace, write_yaml
-from sco.testing.postgres import PostgresServer
-from sco.testing.services import stop_on_signals
+from sco.engine.clock import CountingIds, ManualClock
+from sco.engine.controller import PartitionController
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import load_traces
+from sco_harness.builders import write_json_trace, write_yaml
+from sco_harness.postgres import PostgresServer
+from sco_harness.services import stop_on_signals
 
 
 def log(msg: str) -> None:

@@ -41,11 +41,11 @@ from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.contracts import token_digest
 from sco.domain.instances import created, step
 from sco.domain.lifecycle import State, Trigger
-from sco.testing import services
-from sco.testing.builders import instance, spot_pool
-from sco.testing.openstack_stack import ROOT, free_port
-from sco.testing.postgres import PostgresServer
-from sco.testing.services import stop_on_signals
+from sco_harness import services
+from sco_harness.builders import instance, spot_pool
+from sco_harness.openstack_stack import ROOT, free_port
+from sco_harness.postgres import PostgresServer
+from sco_harness.services import stop_on_signals
 
 POOL = spot_pool(zone="a")
 

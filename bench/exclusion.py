@@ -29,9 +29,9 @@ from sco.adapters.sqlstate.store import SqlFleetStore, open_engine, sqlite_url
 from sco.decide.exclusion import ExclusionConfig
 from sco.domain.events import LifecycleEvent
 from sco.domain.pools import Pool
-from sco.runtime.watcher import ExclusionWatcher
-from sco.testing.builders import many_spot_pools
-from sco.testing.services import stop_on_signals
+from sco.engine.watcher import ExclusionWatcher
+from sco_harness.builders import many_spot_pools
+from sco_harness.services import stop_on_signals
 
 POOLS = 200
 

@@ -14,9 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sco.testing.failover import run_failover
-from sco.testing.patroni import PatroniCluster
-from sco.testing.services import stop_on_signals
+from sco_harness.failover import run_failover
+from sco_harness.patroni import PatroniCluster
+from sco_harness.services import stop_on_signals
 
 
 def main() -> None:

@@ -5,8 +5,8 @@ Scenarios (each starts the services it needs and stops them):
   history and the Nova stack; Nova 5xx storm, Nova answering in 10 s, Placement
   down, the broker down for 60 s, chDB unavailable, 2 s of clock skew between
   replicas, the database unreachable for 30 s, the PostgreSQL primary lost
-  (sco.testing.faults.controlplane says how each is measured);
-- the scenarios in sco.testing.faults' other modules: slurmctld restarted, a
+  (sco_harness.faults.controlplane says how each is measured);
+- the scenarios in sco_harness.faults' other modules: slurmctld restarted, a
   distributor replica killed, OpenBao unreachable at credential refresh, a full
   disk under the embedded SQLite state (slurm, openbao and disk share one Nova
   test stack).
@@ -29,10 +29,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sco.testing.faults import FaultResult, total
-from sco.testing.faults.watch import HALLS, SLOTS
-from sco.testing.openstack_stack import NovaStack
-from sco.testing.services import stop_on_signals
+from sco_harness.faults import FaultResult, total
+from sco_harness.faults.watch import HALLS, SLOTS
+from sco_harness.openstack_stack import NovaStack
+from sco_harness.services import stop_on_signals
 
 SCENARIOS = ("controlplane", "slurm", "distributor", "openbao", "disk")
 SHARED_PORT = 19740  # the Nova stack slurm, openbao and disk share
@@ -49,7 +49,7 @@ def main() -> None:
     with contextlib.ExitStack() as shared:
         stack: NovaStack | None = None  # one Nova test stack for the scenarios that take one
         for name in args.scenarios:
-            module = importlib.import_module(f"sco.testing.faults.{name}")
+            module = importlib.import_module(f"sco_harness.faults.{name}")
             kwargs: dict[str, Any] = {}
             if name == "controlplane" and args.faults:
                 kwargs["only"] = args.faults

@@ -2,7 +2,7 @@
 folders, events from the stream, Nova and Placement answers, Slurm's JSON,
 Kubernetes objects and the distributor's HTTP API.
 
-Cases come from `sco.testing.fuzz` (hypothesis strategies: valid inputs mutated,
+Cases come from `sco_harness.fuzz` (hypothesis strategies: valid inputs mutated,
 and noise); each is judged by running the code sco runs on such an input. For the
 files a `sco` command reads, a sample also goes through the real `sco` in a
 subprocess (`--commands`).
@@ -29,9 +29,9 @@ from typing import Any
 import yaml
 
 from sco.apps.distributor import DistributorConfig, create_app
-from sco.apps.settings import SettingsError, load, masked
-from sco.testing.fuzz import AppHooks, Finding, Tally, draw_cases, run_commands, run_target
-from sco.testing.fuzz.kinds import targets
+from sco.assembly.settings import SettingsError, load, masked
+from sco_harness.fuzz import AppHooks, Finding, Tally, draw_cases, run_commands, run_target
+from sco_harness.fuzz.kinds import targets
 
 
 def config_check(path: Any) -> str:

@@ -36,7 +36,7 @@ from typing import Any  # noqa: E402
 from sco.adapters.kubernetes.pods import NodeShape, Taint, intake, node_room, request_of  # noqa: E402
 from sco.decide.binpack import Size  # noqa: E402
 from sco.decide.optimal import highs_banner_to_stderr  # noqa: E402
-from sco.testing.services import stop_on_signals  # noqa: E402
+from sco_harness.services import stop_on_signals  # noqa: E402
 
 ALLOCATABLE = {"cpu": "31500m", "memory": "120Gi", "pods": "110", "nvidia.com/gpu": "4"}
 LABELS = {

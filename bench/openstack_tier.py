@@ -35,11 +35,11 @@ from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.adapters.standalone import ServersAsNodes
 from sco.decide.acquirer import ActConfig
 from sco.decide.policies import policy_named
+from sco.engine.clock import SystemClock
+from sco.engine.controller import ControllerConfig
+from sco.engine.realtime import RealtimeRunner
 from sco.ports import ProviderError, ServerStatus
-from sco.runtime.clock import SystemClock
-from sco.runtime.controller import ControllerConfig
-from sco.runtime.realtime import RealtimeRunner
-from sco.testing.openstack_stack import (
+from sco_harness.openstack_stack import (
     NovaStack,
     free_port,
     generate_providers,
@@ -48,7 +48,7 @@ from sco.testing.openstack_stack import (
     placement_up,
     sdk_connection,
 )
-from sco.testing.services import stop_on_signals
+from sco_harness.services import stop_on_signals
 
 HALLS = {"hall-a": ["c1", "c2"], "hall-b": ["c3", "c4"]}
 SLOTS = 25

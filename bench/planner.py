@@ -29,8 +29,8 @@ from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
 from sco.domain.pools import CapacityClass, Pool
 from sco.domain.snapshot import PartitionSnapshot, PoolView
-from sco.testing.builders import instance, many_spot_pools, pool_score
-from sco.testing.services import stop_on_signals
+from sco_harness.builders import instance, many_spot_pools, pool_score
+from sco_harness.services import stop_on_signals
 
 POOLS, HALLS, INSTANCES = 200, 3, 20_000
 

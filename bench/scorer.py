@@ -24,8 +24,8 @@ from collections.abc import Iterator, Sequence
 from sco.adapters.clickhouse.history import ClickHouseHistory
 from sco.decide.scorer import ScorerConfig, score_pools
 from sco.domain.events import LifecycleEvent
-from sco.testing.builders import many_spot_pools
-from sco.testing.services import stop_on_signals
+from sco_harness.builders import many_spot_pools
+from sco_harness.services import stop_on_signals
 
 POOLS = 200
 SMOKE_EVENTS = 20_000

@@ -5,9 +5,9 @@ for a number of simulated days and prints one JSON object as its last line:
 simulated days per wall second and controller cycles per second.
 
 With `--instances N` it runs the first fleet scenario instead
-(`sco.runtime.fleet`: the 9-zone V100 trace with each 1 standing for 1,000
+(`sco.lab.fleet`: the 9-zone V100 trace with each 1 standing for 1,000
 instances, N instances of demand at the peak over four partitions, ample
-guaranteed quota) in the fleet suite's setting (`sco.runtime.fleet_eval`: a
+guaranteed quota) in the fleet suite's setting (`sco.lab.fleet_eval`: a
 900 s warm-up that counts nothing, event-driven cycles), and adds the fleet
 measures.
 
@@ -23,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from sco.adapters.sim.region import SimConfig
 from sco.adapters.sqlstate.store import sqlite_url
 from sco.apps.common import bundled
-from sco.runtime.fleet import FLEET
-from sco.runtime.fleet_eval import FleetCase
-from sco.runtime.simulation import Simulation, SimulationSpec
-from sco.testing.services import stop_on_signals
+from sco.lab.fleet import FLEET
+from sco.lab.fleet_eval import FleetCase
+from sco.lab.region import SimConfig
+from sco.lab.simulation import Simulation, SimulationSpec
+from sco_harness.services import stop_on_signals
 
 
 def main() -> None:

@@ -37,10 +37,10 @@ from typing import Any
 import yaml
 
 from sco.adapters.openstack.resources import META_RECLAIM_AT
-from sco.testing import services
-from sco.testing.openstack_stack import ROOT, NovaStack
-from sco.testing.services import stop_on_signals
-from sco.testing.slurm_cluster import SlurmBoot, SlurmCluster
+from sco_harness import services
+from sco_harness.openstack_stack import ROOT, NovaStack
+from sco_harness.services import stop_on_signals
+from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
 
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
 

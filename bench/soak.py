@@ -14,7 +14,7 @@ live 15 s (leases.ttl_s). Once the fleet is at target, for `--minutes`:
 - every `--reclaim-every-s` one random ACTIVE spot server sco created is deleted
   (a reclaim without notice); it must be replaced;
 - once, at `--failover-at-s` (minute 17 of 30), the Patroni primary is killed with
-  SIGKILL (Patroni and its PostgreSQL), as `sco.testing.failover` does.
+  SIGKILL (Patroni and its PostgreSQL), as `sco_harness.failover` does.
 
 Then three rolling-upgrade stops: a replica gets SIGTERM (it hands its leases
 back), a new one starts, and the replicas rebalance.
@@ -48,9 +48,9 @@ Measures:
   partition, as leaderless_s, around the primary's kill: no lease can be proven
   while the database is away, so every partition stops by design).
 - reclaims, replaced (back at target after each), replaced_max_s.
-- duplicate_creates, leaked_servers, lost_transitions (sco.testing.chaos.audit)
+- duplicate_creates, leaked_servers, lost_transitions (sco_harness.chaos.audit)
   and lost_events (committed events missing from the topic or pool history:
-  sco.testing.controlplane.stop_and_audit).
+  sco_harness.controlplane.stop_and_audit).
 
 Progress lines on stderr every minute; one JSON line on stdout.
 """
@@ -81,8 +81,8 @@ import psutil
 import yaml
 from sqlalchemy import create_engine, text
 
-from sco.testing.chaos import audit
-from sco.testing.controlplane import (
+from sco_harness.chaos import audit
+from sco_harness.controlplane import (
     ControlPlaneRun,
     ready_servers,
     spot_servers,
@@ -90,10 +90,10 @@ from sco.testing.controlplane import (
     stop_and_audit,
     wait_for,
 )
-from sco.testing.kafka_broker import TansuBroker, free_port
-from sco.testing.openstack_stack import NovaStack
-from sco.testing.patroni import PatroniCluster
-from sco.testing.services import stop_on_signals
+from sco_harness.kafka_broker import TansuBroker, free_port
+from sco_harness.openstack_stack import NovaStack
+from sco_harness.patroni import PatroniCluster
+from sco_harness.services import stop_on_signals
 
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
 PARTITIONS = 6

@@ -18,3 +18,5 @@ fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q -e ".[dev]"
+# The test harnesses, a package of their own so that the product never ships them.
+"$venv/bin/python" -m pip install -q --no-deps -e tests/harness

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from sco.adapters.sqlstate.store import sqlite_url
-from sco.testing import services
-from sco.testing.openstack_stack import NovaStack, echo
-from sco.testing.postgres import PostgresServer
+from sco_harness import services
+from sco_harness.openstack_stack import NovaStack, echo
+from sco_harness.postgres import PostgresServer
 
 # The halls of the Nova test stack the OpenStack, Slurm, Kubernetes, contract and
 # security tiers share: two computes each, four spot slots a compute.

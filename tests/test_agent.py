@@ -24,8 +24,8 @@ from sco.domain.contracts import token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.ports import ServerStatus, ServerView
-from sco.testing.builders import instance, spot_pool
-from sco.testing.controlplane import wait_for
+from sco_harness.builders import instance, spot_pool
+from sco_harness.controlplane import wait_for
 
 POOL = spot_pool(zone="a")
 RECORD = "import os,sys; open(sys.argv[1],'a').write(os.environ['SCO_DRAIN_BY']+'\\n')"

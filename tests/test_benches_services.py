@@ -23,11 +23,11 @@ from types import ModuleType
 import pytest
 import yaml
 
-from sco.runtime.controller import PHASES
-from sco.testing.kafka_broker import TansuBroker
-from sco.testing.openstack_stack import NovaStack
-from sco.testing.patroni import PatroniCluster
-from sco.testing.postgres import PostgresServer
+from sco.engine.controller import PHASES
+from sco_harness.kafka_broker import TansuBroker
+from sco_harness.openstack_stack import NovaStack
+from sco_harness.patroni import PatroniCluster
+from sco_harness.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
 Bench = Callable[[str], ModuleType]  # the `bench` fixture: a program of bench/ as a module

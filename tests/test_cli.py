@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.store import sqlite_url
 from sco.apps.common import bundled, parse_duration
-from sco.testing.builders import pool_score, write_json_trace, write_yaml
+from sco.lab.traces import load_traces
+from sco_harness.builders import pool_score, write_json_trace, write_yaml
 
 V100_4NODE = bundled("traces", "apache", "v100-4node")
 

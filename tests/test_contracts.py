@@ -11,8 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.apps.cli import cli
 from sco.decide.hedge import HedgeConfig
@@ -20,11 +18,13 @@ from sco.decide.policies import ScoPolicy
 from sco.domain.contracts import AckStatus, NodeState, terms_of, token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
+from sco.engine.clock import CountingIds, ManualClock
+from sco.engine.controller import PartitionController
+from sco.engine.tokens import TokenIssuer
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import load_traces
 from sco.ports import StateConflict
-from sco.runtime.clock import CountingIds, ManualClock
-from sco.runtime.controller import PartitionController
-from sco.runtime.tokens import TokenIssuer
-from sco.testing.builders import instance, spot_pool, write_json_trace, write_yaml
+from sco_harness.builders import instance, spot_pool, write_json_trace, write_yaml
 
 POOL = spot_pool(zone="a")
 

@@ -19,9 +19,9 @@ import yaml
 from sco.adapters.openstack.resources import META_NODE_TOKEN
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.lifecycle import State
-from sco.testing.chaos import audit
-from sco.testing.controlplane import wait_for
-from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port
+from sco_harness.chaos import audit
+from sco_harness.controlplane import wait_for
+from sco_harness.openstack_stack import ROOT, NovaStack, echo, free_port
 
 FLOOR, TARGET = 3, 5
 RECORD = (
@@ -215,7 +215,7 @@ def test_a_capacity_trace_replayed_onto_the_cloud_takes_servers_back(
 ) -> None:
     """`sco reclaim --trace`: a pool that falls from 8 instances to 3 takes back what
     sco holds above 3, with notice, and deletes it at the deadline."""
-    from sco.testing.builders import write_json_trace
+    from sco_harness.builders import write_json_trace
 
     config = _config(tmp_path, stack, free_port())
     trace = tmp_path / "trace"

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
+from sco.engine.clock import CountingIds, ManualClock
+from sco.engine.controller import ControllerConfig, PartitionController
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import load_traces
 from sco.ports import HistoryRow, NewRequest, NodeView, Reservation, ServerView
-from sco.runtime.clock import CountingIds, ManualClock
-from sco.runtime.controller import ControllerConfig, PartitionController
-from sco.testing.builders import instance, write_json_trace, write_yaml
+from sco_harness.builders import instance, write_json_trace, write_yaml
 
 
 class World:
@@ -236,7 +236,7 @@ def test_servers_that_come_and_go_before_a_listing_do_not_hold_the_partition_sho
     target) until the 5-minute timeout. It is closed after the listing grace and the
     partition creates again."""
     from sco.ports import CreateResult
-    from sco.testing.fakes import RecordingProvider
+    from sco_harness.fakes import RecordingProvider
 
     w = World(tmp_path)
 

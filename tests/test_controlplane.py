@@ -21,25 +21,25 @@ import pytest
 import yaml
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.leases import SqlLeases
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.apps.common import bundled
-from sco.apps.settings import SettingsError, load
+from sco.assembly.settings import SettingsError, load
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.events import LifecycleEvent
 from sco.domain.signals import Exclusion, ExclusionState
-from sco.runtime.clock import ManualClock, UuidIds
-from sco.runtime.controller import CycleReport, PartitionController
-from sco.runtime.loops import PartitionLoops
-from sco.runtime.pump import PumpConfig, SignalPump
-from sco.runtime.replicas import ReplicaConfig, ReplicaRunner
-from sco.runtime.signals import FleetSignals
-from sco.testing.builders import write_json_trace, write_yaml
-from sco.testing.fakes import RecordingProvider
+from sco.engine.clock import ManualClock, UuidIds
+from sco.engine.controller import CycleReport, PartitionController
+from sco.engine.loops import PartitionLoops
+from sco.engine.pump import PumpConfig, SignalPump
+from sco.engine.replicas import ReplicaConfig, ReplicaRunner
+from sco.engine.signals import FleetSignals
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import load_traces
+from sco_harness.builders import write_json_trace, write_yaml
+from sco_harness.fakes import RecordingProvider
 
 # ---------------------------------------------------------------- sco config check
 
@@ -373,7 +373,7 @@ def test_recent_reclaims_of_every_partition_reach_every_controller(tmp_path: Pat
     assert other.recent_reclaims(pool, 100.0) == 0
     from sco.domain.instances import created, step
     from sco.domain.lifecycle import State, Trigger
-    from sco.testing.builders import instance
+    from sco_harness.builders import instance
 
     rec = instance(w.pools[1], State.READY, partition_name="p0")
     store.record([created(rec, "adopted")])
@@ -610,7 +610,7 @@ def test_a_long_running_command_waits_for_the_database_at_start(
     from sqlalchemy.exc import OperationalError
 
     from sco.apps import wiring
-    from sco.apps.settings import load
+    from sco.assembly.settings import load
 
     settings = load(write_yaml(tmp_path / "sco.yaml", {"state": {
         "url": f"sqlite:///{tmp_path / 'state.sqlite'}", "start_wait_s": 30}}))  # fmt: skip

@@ -9,16 +9,16 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
-from sco.runtime.clock import CountingIds, ManualClock
-from sco.runtime.controller import PHASES, CycleReport, PartitionController
-from sco.runtime.metrics import PlacementMetrics
-from sco.testing.builders import write_json_trace, write_yaml
-from sco.testing.controlplane import histogram_quantile
+from sco.engine.clock import CountingIds, ManualClock
+from sco.engine.controller import PHASES, CycleReport, PartitionController
+from sco.engine.metrics import PlacementMetrics
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import load_traces
+from sco_harness.builders import write_json_trace, write_yaml
+from sco_harness.controlplane import histogram_quantile
 
 
 def _reports(tmp: Path) -> list[CycleReport]:

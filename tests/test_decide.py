@@ -22,7 +22,7 @@ from sco.decide.policies import (
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State, Trigger
 from sco.domain.snapshot import PoolView
-from sco.testing.builders import (
+from sco_harness.builders import (
     demand,
     guaranteed_pool,
     instance,

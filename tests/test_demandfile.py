@@ -10,7 +10,7 @@ import yaml
 import sco
 from sco.adapters.demandfile.intake import DemandFileError, FileDemandSource, read_demand_file
 from sco.domain.demand import Demand, SchedulerKind
-from sco.testing.builders import write_yaml
+from sco_harness.builders import write_yaml
 
 DAY = 86400.0
 H = 3600.0

@@ -166,8 +166,8 @@ def test_the_placement_alert_reads_the_decision_not_the_boot() -> None:
     by interpolation), and no boot in it."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from sco.runtime.controller import CycleReport, Placement
-    from sco.runtime.metrics import PlacementMetrics
+    from sco.engine.controller import CycleReport, Placement
+    from sco.engine.metrics import PlacementMetrics
 
     rule = next(r for r in rules() if r["alert"] == "ScoPlacementSlow")
     (series,) = set(_WORD.findall(str(rule["expr"])))
@@ -408,7 +408,7 @@ def seeded(tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
     from sco.domain.events import LifecycleEvent
     from sco.domain.signals import Exclusion, ExclusionState
-    from sco.testing.openstack_stack import free_port
+    from sco_harness.openstack_stack import free_port
 
     state = tmp_path / "state.sqlite"
     traces = ROOT / "src" / "sco" / "data" / "traces" / "apache" / "v100-16node"

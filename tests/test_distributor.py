@@ -20,8 +20,8 @@ from sco.apps.distributor import ChangeFeed, DistributorConfig, create_app
 from sco.domain.contracts import token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
-from sco.runtime.admission import Buckets
-from sco.testing.builders import instance, spot_pool
+from sco.engine.admission import Buckets
+from sco_harness.builders import instance, spot_pool
 
 POOL = spot_pool(zone="a")
 

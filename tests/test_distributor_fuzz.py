@@ -19,7 +19,7 @@ from sco.apps.distributor import DistributorConfig, create_app
 from sco.domain.contracts import token_digest
 from sco.domain.instances import created
 from sco.domain.lifecycle import State
-from sco.testing.builders import instance, spot_pool
+from sco_harness.builders import instance, spot_pool
 
 POOL = spot_pool(zone="a")
 

@@ -17,9 +17,9 @@ from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.domain.contracts import token_digest
 from sco.domain.instances import created
 from sco.domain.lifecycle import State
-from sco.testing.builders import instance, spot_pool
-from sco.testing.controlplane import wait_for
-from sco.testing.openstack_stack import ROOT, free_port
+from sco_harness.builders import instance, spot_pool
+from sco_harness.controlplane import wait_for
+from sco_harness.openstack_stack import ROOT, free_port
 
 POOL = spot_pool(zone="a")
 

@@ -17,10 +17,10 @@ from sco.domain.instances import created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.domain.pools import Pool
 from sco.domain.signals import Exclusion, ExclusionState
+from sco.engine.outbox import relay
+from sco.engine.watcher import ExclusionWatcher
 from sco.ports import LogRecord
-from sco.runtime.outbox import relay
-from sco.runtime.watcher import ExclusionWatcher
-from sco.testing.builders import instance, spot_pool
+from sco_harness.builders import instance, spot_pool
 
 POOLS = [spot_pool(f"hall-{i % 3 + 1}", f"z{i}") for i in range(4)]
 

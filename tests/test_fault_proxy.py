@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sco.testing.faults.proxy import FaultProxy
+from sco_harness.faults.proxy import FaultProxy
 
 
 class _Ok(BaseHTTPRequestHandler):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sco.testing.faults import LOSSES
+from sco_harness.faults import LOSSES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sco.testing.fuzz import draw_cases, run_commands, run_target
-from sco.testing.fuzz.kinds import targets
-from sco.testing.fuzz.values import _retyped
+from sco_harness.fuzz import draw_cases, run_commands, run_target
+from sco_harness.fuzz.kinds import targets
+from sco_harness.fuzz.values import _retyped
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "fuzz.py"
 

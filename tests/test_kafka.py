@@ -26,11 +26,11 @@ from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.decide.exclusion import ExclusionConfig
 from sco.domain.events import LifecycleEvent, parse_event
 from sco.domain.signals import ExclusionState
+from sco.engine.outbox import relay
+from sco.engine.watcher import CONSUMER, ExclusionWatcher
 from sco.ports import LogRecord
-from sco.runtime.outbox import relay
-from sco.runtime.watcher import CONSUMER, ExclusionWatcher
-from sco.testing.builders import spot_pool
-from sco.testing.kafka_broker import TansuBroker, free_port
+from sco_harness.builders import spot_pool
+from sco_harness.kafka_broker import TansuBroker, free_port
 
 POOLS = [spot_pool(f"hall-{i % 3 + 1}", f"z{i}") for i in range(4)]  # region r1
 WAIT_S = 20.0  # far above tansu's join time: only a broken adapter waits this long
@@ -298,7 +298,7 @@ def test_a_producer_fenced_after_an_outage_is_replaced(tmp_path: Path) -> None:
     fenced it (PRODUCER_FENCED on every record, a delivery error not marked fatal):
     every relay after the outage failed until the process restarted, and the events
     waited in the outbox. Now a fenced producer is replaced and the next append lands."""
-    from sco.testing.faults.proxy import FaultProxy
+    from sco_harness.faults.proxy import FaultProxy
 
     upstream = free_port()
     proxy = FaultProxy(("127.0.0.1", upstream)).start()

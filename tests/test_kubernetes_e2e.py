@@ -1,6 +1,6 @@
 """A Kubernetes partition through `sco run`: the configuration file, the Nova test
-stack whose servers boot into Nodes (`sco.testing.kube_cluster.KubeletSim`, which
-also schedules pods), and the test API server (`sco.testing.kube_api`).
+stack whose servers boot into Nodes (`sco_harness.kube_cluster.KubeletSim`, which
+also schedules pods), and the test API server (`sco_harness.kube_api`).
 
 Pending pods bring up nodes of the right class, labelled as their servers; pods
 no node can run are told so; pods that leave take their nodes with them; an API
@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from sco.testing.controlplane import wait_for
-from sco.testing.kube_api import KubeApi
-from sco.testing.kube_cluster import UNSCHEDULABLE, KubeletSim
-from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port
+from sco_harness.controlplane import wait_for
+from sco_harness.kube_api import KubeApi
+from sco_harness.kube_cluster import UNSCHEDULABLE, KubeletSim
+from sco_harness.openstack_stack import ROOT, NovaStack, echo, free_port
 
 pytest.importorskip("kubernetes")
 

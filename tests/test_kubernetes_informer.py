@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from sco.adapters.kubernetes.informer import Informer
-from sco.testing.controlplane import wait_for
-from sco.testing.kube_api import KubeApi
+from sco_harness.controlplane import wait_for
+from sco_harness.kube_api import KubeApi
 
 
 def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:

@@ -23,7 +23,7 @@ from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.domain.instances import created
 from sco.domain.lifecycle import State
 from sco.ports import FencedOut, Lease
-from sco.testing.builders import instance, spot_pool
+from sco_harness.builders import instance, spot_pool
 
 
 class FakeCoordination:
@@ -182,10 +182,10 @@ def test_a_lease_that_counts_from_one_again_writes_above_what_the_database_saw(
 def test_leases_kubernetes_in_sco_yaml_reach_an_api_server(tmp_path: Path) -> None:
     """`leases: {kind: kubernetes}` builds the adapter from a kubeconfig and speaks HTTP
     to the API server through the official client: replicas share partitions."""
-    from sco.apps.settings import load
-    from sco.apps.wiring import open_leases
-    from sco.testing.builders import write_yaml
-    from sco.testing.kube_api import KubeApi
+    from sco.assembly.settings import load
+    from sco.assembly.wiring import open_leases
+    from sco_harness.builders import write_yaml
+    from sco_harness.kube_api import KubeApi
 
     api = KubeApi().start()
     try:

@@ -14,10 +14,10 @@ import pytest
 
 from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, RECLAIM, KubernetesNodes
+from sco.engine.clock import ManualClock
 from sco.ports import NodeView
-from sco.runtime.clock import ManualClock
-from sco.testing.controlplane import wait_for
-from sco.testing.kube_api import KubeApi
+from sco_harness.controlplane import wait_for
+from sco_harness.kube_api import KubeApi
 
 
 def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:

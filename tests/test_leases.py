@@ -13,7 +13,7 @@ from sco.domain.instances import created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.domain.plans import Plan
 from sco.ports import FencedOut, Lease, NewRequest, Reservation
-from sco.testing.builders import instance, spot_pool
+from sco_harness.builders import instance, spot_pool
 
 POOL = spot_pool(zone="a")
 

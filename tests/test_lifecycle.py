@@ -20,7 +20,7 @@ from sco.domain.lifecycle import (
     can,
     next_state,
 )
-from sco.testing.builders import instance, spot_pool
+from sco_harness.builders import instance, spot_pool
 
 
 def test_every_state_has_a_row() -> None:

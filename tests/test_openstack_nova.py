@@ -39,14 +39,14 @@ from sco.adapters.standalone import ServersAsNodes
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy, policy_named
 from sco.domain.lifecycle import State
-from sco.runtime.clock import SystemClock
-from sco.runtime.controller import ControllerConfig
-from sco.runtime.realtime import RealtimeRunner
-from sco.testing.controlplane import (
+from sco.engine.clock import SystemClock
+from sco.engine.controller import ControllerConfig
+from sco.engine.realtime import RealtimeRunner
+from sco_harness.controlplane import (
     wait_for,
 )
-from sco.testing.fakes import RecordingProvider
-from sco.testing.openstack_stack import ROOT, NovaStack, echo, region_spec
+from sco_harness.fakes import RecordingProvider
+from sco_harness.openstack_stack import ROOT, NovaStack, echo, region_spec
 
 CLOUD = "sco-test"
 MICROVERSION = "2.90"

@@ -21,8 +21,8 @@ import pytest
 from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.placement import PlacementHeadroom, Want, as_nova_schedules
 from sco.adapters.openstack.resources import ResourceRequest, flavor_request
-from sco.runtime.clock import SystemClock
-from sco.testing.openstack_stack import (
+from sco.engine.clock import SystemClock
+from sco_harness.openstack_stack import (
     echo,
     free_port,
     generate_providers,

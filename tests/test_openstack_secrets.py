@@ -1,7 +1,7 @@
 """Credentials from OpenBao through hvac, and their refresh before the lease ends.
 
 No OpenBao server installs from this machine's registries, so the tests run
-against `sco.testing.openbao.FakeBao`: the four OpenBao HTTP endpoints hvac
+against `sco_harness.openbao.FakeBao`: the four OpenBao HTTP endpoints hvac
 calls (token lookup and renewal, AppRole login, KV v2 read); hvac itself is
 real.
 """
@@ -18,9 +18,9 @@ import pytest
 from sco.adapters.openstack import connect as connect_module
 from sco.adapters.openstack.connect import CloudSessions
 from sco.adapters.openstack.secrets import OpenBaoConfig, OpenBaoSecrets
+from sco.engine.clock import ManualClock
 from sco.ports import Credential, PermanentProviderError, RetryableProviderError, Secret
-from sco.runtime.clock import ManualClock
-from sco.testing.openbao import APPROLE_SECRET, FakeBao
+from sco_harness.openbao import APPROLE_SECRET, FakeBao
 
 TOKEN = "s.bao-token-5c1e"
 PASSWORD_V1 = "pw-first-77aa"

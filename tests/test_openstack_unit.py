@@ -29,6 +29,7 @@ from sco.adapters.openstack.resources import (
     server_views,
 )
 from sco.adapters.standalone import ServersAsNodes
+from sco.engine.clock import ManualClock
 from sco.ports import (
     Credential,
     PermanentProviderError,
@@ -38,7 +39,6 @@ from sco.ports import (
     ServerStatus,
     ServerView,
 )
-from sco.runtime.clock import ManualClock
 
 # ---------------------------------------------------------------- flavors
 

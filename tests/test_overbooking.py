@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.domain.lifecycle import State
 from sco.ports import NewRequest, Reservation, StateConflict
-from sco.testing.builders import instance, spot_pool
+from sco_harness.builders import instance, spot_pool
 
 POOLS = [spot_pool(zone="a"), spot_pool(zone="b")]
 CAPACITY = 5

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sco.testing.failover import run_failover
-from sco.testing.patroni import PatroniCluster
+from sco_harness.failover import run_failover
+from sco_harness.patroni import PatroniCluster
 
 
 @pytest.fixture(scope="module")

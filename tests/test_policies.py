@@ -18,7 +18,7 @@ from sco.decide.placement import Slot, cost, place
 from sco.decide.policies import POLICIES, ScoPolicy, policy_named
 from sco.domain.lifecycle import State
 from sco.domain.snapshot import PoolView
-from sco.runtime.evaluation import (
+from sco.lab.crosscheck import (
     Capacity,
     EvalConfig,
     evaluate_named,
@@ -26,7 +26,7 @@ from sco.runtime.evaluation import (
     run_window,
     window_starts,
 )
-from sco.testing.builders import demand, guaranteed_pool, instance, snapshot, spot_pool
+from sco_harness.builders import demand, guaranteed_pool, instance, snapshot, spot_pool
 
 SPOT = [spot_pool(f"hall-{k % 3 + 1}", f"z{k}") for k in range(5)]
 G = guaranteed_pool("hall-1")

@@ -11,13 +11,14 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sco.adapters.sim.traces import load_traces
 from sco.decide.reclaim import Budget, Candidate, Standing, choose
 from sco.domain.pools import Pool
+from sco.engine.clock import ManualClock
+from sco.engine.reclaimer import Reclaimer
+from sco.lab.reclaim_replay import ReplayPool, replay
+from sco.lab.traces import load_traces
 from sco.ports import ServerStatus, ServerView
-from sco.runtime.clock import ManualClock
-from sco.runtime.reclaimer import Reclaimer, ReplayPool, replay
-from sco.testing.builders import spot_pool, write_json_trace
+from sco_harness.builders import spot_pool, write_json_trace
 
 
 def c(sid: str, partition: str = "p1", created_at: float = 0.0, serving: bool = True,

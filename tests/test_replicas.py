@@ -15,19 +15,19 @@ from pathlib import Path
 import pytest
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.leases import SqlLeases
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.lifecycle import State
 from sco.domain.plans import Plan
+from sco.engine.clock import ManualClock
+from sco.engine.controller import ControllerConfig
+from sco.engine.replicas import ReplicaConfig, ReplicaRunner, fair_share
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import load_traces
 from sco.ports import FencedOut
-from sco.runtime.clock import ManualClock
-from sco.runtime.controller import ControllerConfig
-from sco.runtime.replicas import ReplicaConfig, ReplicaRunner, fair_share
-from sco.testing.builders import write_json_trace, write_yaml
+from sco_harness.builders import write_json_trace, write_yaml
 
 PARTITIONS = 6
 
@@ -184,7 +184,7 @@ def test_database_loss_stops_acting(tmp_path: Path, fleet_url: str) -> None:
 def test_placement_metrics_follow_the_partitions(tmp_path: Path, fleet_url: str) -> None:
     from prometheus_client import generate_latest
 
-    from sco.runtime.metrics import PlacementMetrics
+    from sco.engine.metrics import PlacementMetrics
 
     c = Cluster(tmp_path, fleet_url)
     r = c.start("solo")
@@ -264,7 +264,7 @@ def test_a_full_disk_under_the_lease_store_is_named_once(
 
             return fail
 
-    caplog.set_level(logging.INFO, logger="sco.runtime.replicas")
+    caplog.set_level(logging.INFO, logger="sco.engine.replicas")
     r.leases = Full()  # type: ignore[assignment]
     for _ in range(5):
         r.tend_leases()
@@ -297,7 +297,7 @@ def test_a_cycle_failing_the_same_way_logs_its_traceback_once(
     import threading
     import time
 
-    from sco.runtime.loops import PartitionLoops
+    from sco.engine.loops import PartitionLoops
 
     failures = 4
     done = threading.Event()
@@ -312,7 +312,7 @@ def test_a_cycle_failing_the_same_way_logs_its_traceback_once(
             done.set()
             return object()
 
-    caplog.set_level(logging.INFO, logger="sco.runtime.loops")
+    caplog.set_level(logging.INFO, logger="sco.engine.loops")
     loops = PartitionLoops(0.01)
     loops.start("p0", Controller())  # type: ignore[arg-type]
     try:

@@ -13,9 +13,9 @@ from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.decide.scorer import PoolStats, ScorerConfig, beta_prior, gamma_prior, score_pools
 from sco.domain.events import LifecycleEvent as E
-from sco.runtime.history import WindowedHistory
-from sco.runtime.signals_jobs import HistoryLoader, ScoringJob, sample_headroom, score_now
-from sco.testing.builders import guaranteed_pool, spot_pool
+from sco.engine.signals_jobs import HistoryLoader, ScoringJob, sample_headroom, score_now
+from sco.lab.history import WindowedHistory
+from sco_harness.builders import guaranteed_pool, spot_pool
 
 A, B, C = spot_pool("hall-1", "a"), spot_pool("hall-2", "b"), spot_pool("hall-3", "c")
 POOLS = {p.id: p for p in (A, B, C, guaranteed_pool())}

@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import load_traces
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.contracts import terms_of
 from sco.domain.instances import Change, Instance
 from sco.domain.lifecycle import State
+from sco.engine.clock import CountingIds, ManualClock
+from sco.engine.controller import HANDBACK, ControllerConfig, PartitionController
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import load_traces
 from sco.ports import (
     FencedOut,
     NodeView,
@@ -26,9 +28,7 @@ from sco.ports import (
     ServerView,
     StateConflict,
 )
-from sco.runtime.clock import CountingIds, ManualClock
-from sco.runtime.controller import HANDBACK, ControllerConfig, PartitionController
-from sco.testing.builders import write_json_trace, write_yaml
+from sco_harness.builders import write_json_trace, write_yaml
 
 
 @dataclass
@@ -247,8 +247,8 @@ def test_a_replica_fenced_out_stops_the_partition_and_says_so(tmp_path: Path) ->
     from prometheus_client import CollectorRegistry
 
     from sco.adapters.sqlstate.leases import SqlLeases
-    from sco.runtime.metrics import PlacementMetrics
-    from sco.runtime.replicas import FENCED_STALL, ReplicaConfig, ReplicaRunner
+    from sco.engine.metrics import PlacementMetrics
+    from sco.engine.replicas import FENCED_STALL, ReplicaConfig, ReplicaRunner
 
     w = World(tmp_path)
     registry = CollectorRegistry()

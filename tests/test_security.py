@@ -43,11 +43,11 @@ from sco.adapters.openstack.resources import (
     server_metadata,
     server_tags,
 )
-from sco.testing.controlplane import ControlPlaneRun, committed_events, sample, wait_for
-from sco.testing.kafka_broker import TansuBroker
-from sco.testing.openbao import FakeBao
-from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port
-from sco.testing.postgres import PostgresServer
+from sco_harness.controlplane import ControlPlaneRun, committed_events, sample, wait_for
+from sco_harness.kafka_broker import TansuBroker
+from sco_harness.openbao import FakeBao
+from sco_harness.openstack_stack import ROOT, NovaStack, echo, free_port
+from sco_harness.postgres import PostgresServer
 
 MICROVERSION = "2.90"
 SPOT_A = "lab/hall-a/spot.small"

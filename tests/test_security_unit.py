@@ -35,11 +35,11 @@ from sco.adapters.openstack.scope import (
     noauth_scope,
     ownership,
 )
-from sco.apps.settings import SettingsError, load
+from sco.assembly.settings import SettingsError, load
+from sco.engine.clock import ManualClock
+from sco.engine.metrics import CredentialMetrics
+from sco.engine.reclaimer import Reclaimer
 from sco.ports import Secret
-from sco.runtime.clock import ManualClock
-from sco.runtime.metrics import CredentialMetrics
-from sco.runtime.reclaimer import Reclaimer
 
 OURS = "p-sco"
 THEIRS = "p-mallory"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import load_traces
 from sco.domain.pools import CapacityClass, PoolId
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import load_traces
 from sco.ports import InsufficientCapacity, NodeView, RetryableProviderError, ServerStatus
-from sco.testing.builders import write_json_trace, write_yaml
+from sco_harness.builders import write_json_trace, write_yaml
 
 P = "p1"
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from sco.adapters.sim.region import SimConfig
 from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
 from sco.apps.common import bundled
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
-from sco.runtime.simulation import Simulation, SimulationSpec
-from sco.testing.builders import write_json_trace, write_yaml
+from sco.lab.region import SimConfig
+from sco.lab.simulation import Simulation, SimulationSpec
+from sco_harness.builders import write_json_trace, write_yaml
 
 
 def _region(folder: Path, values: list[int], quota: int = 0) -> Path:

@@ -1,6 +1,6 @@
 """Slurm partitions against real daemons: slurmctld and a slurmd per node (each in a
 network namespace), munge, and the Nova test stack whose servers "boot" into Slurm
-nodes as their cloud-init would (`sco.testing.slurm_cluster.SlurmBoot`).
+nodes as their cloud-init would (`sco_harness.slurm_cluster.SlurmBoot`).
 
 Jobs are `sbatch` jobs that sleep and then write their id to a file: a job lost or
 killed never writes it; a requeued one writes it once, when it finally completes.
@@ -27,19 +27,19 @@ from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.provider import OpenStackProvider
 from sco.adapters.openstack.resources import META_RECLAIM_AT
 from sco.adapters.sqlstate.store import SqlFleetStore
-from sco.apps.planes import scheduler_plane
-from sco.apps.settings import load
+from sco.assembly.planes import scheduler_plane
+from sco.assembly.settings import load
 from sco.decide.acquirer import ActConfig
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.lifecycle import Timeouts
-from sco.runtime.clock import SystemClock
-from sco.runtime.controller import ControllerConfig
-from sco.runtime.realtime import RealtimeRunner
-from sco.testing.chaos import audit
-from sco.testing.controlplane import wait_for
-from sco.testing.openstack_stack import ROOT, NovaStack, echo, free_port
-from sco.testing.slurm_cluster import SlurmBoot, SlurmCluster
+from sco.engine.clock import SystemClock
+from sco.engine.controller import ControllerConfig
+from sco.engine.realtime import RealtimeRunner
+from sco_harness.chaos import audit
+from sco_harness.controlplane import wait_for
+from sco_harness.openstack_stack import ROOT, NovaStack, echo, free_port
+from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
 
 CLOUD = "sco-test"
 

@@ -28,10 +28,10 @@ from sco.decide.binpack import Size, pack
 from sco.decide.hedge import HedgeConfig, plan
 from sco.domain.demand import Demand, Partition, SchedulerKind
 from sco.domain.snapshot import PoolView
+from sco.engine.clock import ManualClock
+from sco.engine.dryrun import DryRunNodes
 from sco.ports import NodeView, SchedulerUnavailable, ServerStatus, ServerView
-from sco.runtime.clock import ManualClock
-from sco.runtime.dryrun import DryRunNodes
-from sco.testing.builders import guaranteed_pool, snapshot, spot_pool
+from sco_harness.builders import guaranteed_pool, snapshot, spot_pool
 
 SHAPE = Size(2, 1000)
 PART = SlurmPartition("hpc", ("batch",), SHAPE, requeue_lead_s=30, idle_keep_s=300)

@@ -16,8 +16,8 @@ from sco.domain.lifecycle import State, Trigger
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool
 from sco.ports import NewRequest, PoolRecord, Reservation, StateConflict
-from sco.testing.builders import guaranteed_pool, instance, spot_pool
-from sco.testing.postgres import PostgresServer
+from sco_harness.builders import guaranteed_pool, instance, spot_pool
+from sco_harness.postgres import PostgresServer
 
 POOL_A = spot_pool(zone="a")
 POOL_B = spot_pool(zone="b")

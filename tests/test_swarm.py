@@ -97,7 +97,7 @@ def test_work_cut_with_the_scheduler_away_is_a_miss_with_its_cause() -> None:
 
 def test_a_ready_instance_whose_node_sco_drained_is_a_violation() -> None:
     from sco.domain.lifecycle import State
-    from sco.testing.builders import instance, spot_pool
+    from sco_harness.builders import instance, spot_pool
 
     ledger = Ledger(0.0)
     ready = instance(spot_pool(), State.READY)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sco.adapters.sim.traces import TraceError, load_traces
 from sco.apps.common import bundled
-from sco.testing.builders import write_json_trace
+from sco.lab.traces import TraceError, load_traces
+from sco_harness.builders import write_json_trace
 
 
 def test_bundled_csv_folder_with_prices() -> None:

@@ -12,7 +12,7 @@ many replicas as wanted behind one service.
 Tokens are looked up by their SHA-256; a token reads only its own contract (no
 request names an instance), and an unknown or expired one gets the same 401.
 Failed authentications are limited per client address, requests per token; a
-valid token is served whatever its address's failures (`sco.runtime.admission`).
+valid token is served whatever its address's failures (`sco.engine.admission`).
 Neither a token nor its digest is ever logged or exported.
 
 Each replica keeps a copy of the contracts (loaded at start, then kept current
@@ -45,7 +45,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sco.adapters.sqlstate.contracts import CHANNEL, ContractRow, ContractStore
 from sco.domain.contracts import AckStatus, Contract, NodeState, token_digest
-from sco.runtime.admission import Admission
+from sco.engine.admission import Admission
 
 log = logging.getLogger(__name__)
 

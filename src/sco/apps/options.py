@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from sco.apps.common import BadInput, state_url
-from sco.apps.settings import Settings, SettingsError, load
-from sco.apps.wiring import StartError
+from sco.assembly.settings import Settings, SettingsError, load
+from sco.assembly.wiring import StartError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

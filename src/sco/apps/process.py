@@ -14,8 +14,8 @@ import click
 from prometheus_client import CollectorRegistry
 
 from sco.apps import logs
-from sco.apps.settings import Settings
-from sco.runtime.service import Check, HttpEndpoints
+from sco.assembly.settings import Settings
+from sco.engine.service import Check, HttpEndpoints
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sco.runtime.simulation import SimulationResult
+from sco.lab.simulation import SimulationResult
 
 DAY_S = 86400.0
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import click
 
-from sco.apps.planes import SchedulerPlane, scheduler_plane
 from sco.apps.process import process
-from sco.apps.settings import ProviderSettings, Settings
-from sco.apps.wiring import (
+from sco.assembly.planes import SchedulerPlane, scheduler_plane
+from sco.assembly.settings import ProviderSettings, Settings
+from sco.assembly.wiring import (
     StartError,
     open_events,
     open_leases,
@@ -25,13 +25,13 @@ from sco.apps.wiring import (
     token_issuers,
 )
 from sco.decide.policies import Policy, ScoPolicy, policy_named
+from sco.engine.clock import SystemClock
+from sco.engine.controller import CycleReport
+from sco.engine.dryrun import DryRunNodes, DryRunProvider, Intent
+from sco.engine.metrics import PlacementMetrics
+from sco.engine.pump import SignalPump
+from sco.engine.realtime import RealtimeRunner, line, summary
 from sco.ports import ProviderError
-from sco.runtime.clock import SystemClock
-from sco.runtime.controller import CycleReport
-from sco.runtime.dryrun import DryRunNodes, DryRunProvider, Intent
-from sco.runtime.metrics import PlacementMetrics
-from sco.runtime.pump import SignalPump
-from sco.runtime.realtime import RealtimeRunner, line, summary
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,8 @@ def run_controllers(
     done: list[CycleReport] = []
     try:
         with process("run", settings, settings.http.run_port, verbose) as proc:
-            from sco.runtime.metrics import CredentialMetrics
-            from sco.runtime.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
+            from sco.engine.metrics import CredentialMetrics
+            from sco.engine.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
 
             if warning := scope_warning(provider):
                 log.warning("%s", warning)

@@ -17,12 +17,12 @@ import click
 from prometheus_client import Counter, Gauge
 
 from sco.apps.process import Process, process
-from sco.apps.settings import Settings
-from sco.apps.wiring import StartError, open_events, open_history, open_store
+from sco.assembly.settings import Settings
+from sco.assembly.wiring import StartError, open_events, open_history, open_store
 from sco.domain.pools import Pool
-from sco.runtime.clock import SystemClock
-from sco.runtime.signals_jobs import HistoryLoader, score_now
-from sco.runtime.watcher import ExclusionWatcher
+from sco.engine.clock import SystemClock
+from sco.engine.signals_jobs import HistoryLoader, score_now
+from sco.engine.watcher import ExclusionWatcher
 
 log = logging.getLogger(__name__)
 

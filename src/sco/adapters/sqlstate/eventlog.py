@@ -74,7 +74,7 @@ class SqlEventLog:
         """Relay the outbox of `source` (default: this log's database); returns how
         many events were relayed (sharing a database: how many were new to the log).
 
-        Sharing a database, the at-least-once relay of `sco.runtime.outbox` is one
+        Sharing a database, the at-least-once relay of `sco.engine.outbox` is one
         INSERT ... SELECT and one DELETE in one transaction. Across databases it is
         copy, then clear: a crash between the two copies again, and the log skips
         event ids it has.

@@ -12,11 +12,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sco.adapters.sim.traces import load_traces
 from sco.apps.commands.simulate import input_errors
 from sco.apps.common import BadInput, bundled
 from sco.apps.common import console as make_console
-from sco.runtime.evaluation import (
+from sco.lab.crosscheck import (
     Capacity,
     EvalConfig,
     evaluate_named,
@@ -24,6 +23,7 @@ from sco.runtime.evaluation import (
     suite,
     window_starts,
 )
+from sco.lab.traces import load_traces
 
 DEFAULT_POLICIES = "optimal,sco,spothedge,round-robin,even-spread,cheapest,all-guaranteed"
 FLEET_POLICIES = "optimal,sco,spothedge,cheapest,all-guaranteed"
@@ -164,7 +164,7 @@ def _evaluate_fleet(
     workers: int,
     as_json: bool,
 ) -> None:
-    from sco.runtime.fleet_eval import DAY_S, RESYNC_S, custom_case, evaluate_fleet, fleet_suite
+    from sco.lab.fleet_eval import DAY_S, RESYNC_S, custom_case, evaluate_fleet, fleet_suite
 
     if suite_name not in (None, "fleet"):
         raise BadInput(f"--suite: {suite_name} does not take --demand")

@@ -14,8 +14,8 @@ import yaml
 
 from sco.apps.common import BadInput, console, parse_duration, state_url
 from sco.apps.options import config_option, settings_of, start_errors, state_override
-from sco.apps.settings import load, mask_url, masked
-from sco.apps.wiring import open_store
+from sco.assembly.settings import load, mask_url, masked
+from sco.assembly.wiring import open_store
 
 
 @click.command()
@@ -61,7 +61,7 @@ def handback(
 
     The intent is kept in fleet state, so it survives restarts and holds on every
     replica. The running `sco run` does the work; this command waits and reports."""
-    from sco.apps.wiring import open_store
+    from sco.assembly.wiring import open_store
 
     settings = settings_of(config, {"state.url": state_override(state)})
     limit_s = parse_duration(timeout, "--timeout")
@@ -230,7 +230,7 @@ def slurm_usage(
     from sco.adapters.slurm.nodes import node_name
     from sco.adapters.slurm.tools import ClusterTools, SlurmBadOutput, SlurmError, SlurmTools
     from sco.adapters.slurm.usage import node_hours
-    from sco.apps.wiring import open_store
+    from sco.assembly.wiring import open_store
 
     settings = settings_of(config, {"state.url": state_override(state)})
     found = [p for p in settings.partitions if p.name == partition and p.slurm is not None]
@@ -280,7 +280,7 @@ def tokens_rotate(
     """Revoke PARTITION's node tokens (or one instance's): they stop working at once,
     and the partition's leader hands each server a new one on its next cycle; agents
     read their token again when refused."""
-    from sco.apps.wiring import open_store
+    from sco.assembly.wiring import open_store
 
     settings = settings_of(config, {"state.url": state_override(state)})
     with start_errors():

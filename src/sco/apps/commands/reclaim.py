@@ -12,7 +12,7 @@ import click
 
 from sco.apps.common import BadInput, parse_duration
 from sco.apps.options import config_option, settings_of, start_errors, state_override
-from sco.apps.wiring import open_store
+from sco.assembly.wiring import open_store
 
 
 @click.command()
@@ -88,10 +88,10 @@ def reclaim(
     `sco:reclaim-at`, and delete them at the deadline."""
     from sco.apps import logs
     from sco.apps.run import scope_warning, start_openstack
-    from sco.apps.wiring import require
+    from sco.assembly.wiring import require
     from sco.decide.reclaim import Budget
-    from sco.runtime.clock import SystemClock
-    from sco.runtime.reclaimer import Reclaimer
+    from sco.engine.clock import SystemClock
+    from sco.engine.reclaimer import Reclaimer
 
     settings = settings_of(config, {"state.url": state_override(state)})
     replaying = trace_dir is not None
@@ -184,8 +184,8 @@ def _trace_pools(
     folder: Path, maps: tuple[str, ...], pool_size: int | None
 ) -> tuple[list[Any], int]:
     """The trace's series, each on the spot pool `--map` names, and the pool size."""
-    from sco.adapters.sim.traces import TraceError, load_traces
-    from sco.runtime.reclaimer import ReplayPool
+    from sco.lab.reclaim_replay import ReplayPool
+    from sco.lab.traces import TraceError, load_traces
 
     try:
         traces = load_traces(folder)
@@ -217,7 +217,7 @@ def _replay(
     import signal
     import threading
 
-    from sco.runtime.reclaimer import replay
+    from sco.lab.reclaim_replay import replay
 
     pools, size = plays
     stop = threading.Event()

@@ -11,7 +11,7 @@ import click
 
 from sco.apps.common import BadInput, parse_duration
 from sco.apps.options import config_option, settings_of, start_errors, state_override, verbose_level
-from sco.apps.wiring import open_store
+from sco.assembly.wiring import open_store
 
 
 @click.command()
@@ -200,7 +200,7 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
     except ModuleNotFoundError as e:
         raise BadInput(f"{e.name} is not installed (pip install 'sco[distributor]')") from None
     from sco.apps import logs
-    from sco.apps.wiring import open_store
+    from sco.assembly.wiring import open_store
 
     settings = settings_of(
         config,
@@ -264,7 +264,7 @@ def status(config: Path | None, state: str | None, bind: str | None, port: int |
     except ModuleNotFoundError as e:
         raise BadInput(f"{e.name} is not installed (pip install 'sco[status]')") from None
     from sco.apps import logs
-    from sco.runtime.clock import SystemClock
+    from sco.engine.clock import SystemClock
 
     settings = settings_of(
         config, {"state.url": state_override(state), "http.bind": bind, "http.status_port": port}

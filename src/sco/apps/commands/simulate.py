@@ -16,20 +16,20 @@ from rich.console import Console
 from rich.table import Table
 
 from sco.adapters.demandfile.intake import DemandFileError
-from sco.adapters.sim.region import SimConfig
-from sco.adapters.sim.traces import TraceError
 from sco.adapters.sqlstate.store import sqlite_url
 from sco.apps.common import BadInput, bundled, parse_duration
 from sco.apps.common import console as make_console
 from sco.decide.policies import POLICIES, UnknownPolicy
-from sco.runtime.accounting import PartitionMetrics
-from sco.runtime.fleet import FLEET
-from sco.runtime.simulation import (
+from sco.lab.accounting import PartitionMetrics
+from sco.lab.fleet import FLEET
+from sco.lab.region import SimConfig
+from sco.lab.simulation import (
     Simulation,
     SimulationInputError,
     SimulationResult,
     SimulationSpec,
 )
+from sco.lab.traces import TraceError
 
 
 @contextmanager

@@ -2,7 +2,7 @@
 
 New policies register here by name, as Cluster Autoscaler registers expanders.
 `optimal` knows the future and so runs only in `sco evaluate`
-(`sco.runtime.evaluation`).
+(`sco.lab.crosscheck`).
 """
 
 from __future__ import annotations

@@ -15,14 +15,14 @@ from sco.decide.policies import ScoPolicy
 from sco.decide.reclaim import Budget
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import HAS_SERVER, State
+from sco.engine.controller import HANDBACK, ControllerConfig
+from sco.engine.dryrun import DryRunNodes, DryRunProvider
+from sco.engine.realtime import ControllerKit
+from sco.engine.reclaimer import Reclaimer
+from sco.engine.routing import NodeRouter
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import START_S, Fault, Kind
 from sco.lab.swarm.world import BLUE, LEASE_TTL_S, Installation, fresh_state
-from sco.runtime.controller import HANDBACK, ControllerConfig
-from sco.runtime.dryrun import DryRunNodes, DryRunProvider
-from sco.runtime.realtime import ControllerKit
-from sco.runtime.reclaimer import Reclaimer
-from sco.runtime.routing import NodeRouter
 
 if TYPE_CHECKING:
     from sco.lab.swarm.run import Swarm

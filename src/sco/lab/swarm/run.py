@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from sco.adapters.sqlstate import schema as t
 from sco.domain.lifecycle import State
+from sco.engine.clock import ManualClock
 from sco.lab.swarm.adversary import Adversary
 from sco.lab.swarm.checks import Ledger, Notice, Violation, check_history, check_lives
 from sco.lab.swarm.faults import DatabaseDown, Killed, Schedule
@@ -38,7 +39,6 @@ from sco.lab.swarm.world import (
     region_of,
 )
 from sco.ports import NodeView
-from sco.runtime.clock import ManualClock
 
 log = logging.getLogger(__name__)
 

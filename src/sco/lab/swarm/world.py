@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from sco.adapters.demandfile.intake import FileDemandSource, PartitionDemand, UnitSeries
-from sco.adapters.sim.region import SimConfig, SimRegion
-from sco.adapters.sim.traces import RegionSpec, Series, TraceSet
 from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec
 from sco.adapters.slurm.nodes import SlurmNodes, SlurmPartition, SlurmView, node_name
 from sco.adapters.sqlstate.eventlog import SqlEventLog
@@ -30,11 +28,21 @@ from sco.decide.policies import ScoPolicy
 from sco.decide.scorer import ScorerConfig
 from sco.domain.demand import Partition, SchedulerKind
 from sco.domain.pools import Pool, PoolId
+from sco.engine.clock import CountingIds, ManualClock
+from sco.engine.controller import ControllerConfig
+from sco.engine.pump import PumpConfig, SignalPump
+from sco.engine.replicas import ReplicaConfig, ReplicaRunner
+from sco.engine.routing import DemandRouter, NodeRouter
+from sco.engine.signals_jobs import HistoryLoader, ScoringJob
+from sco.engine.watcher import ExclusionWatcher
+from sco.lab.history import WindowedHistory
+from sco.lab.region import SimConfig, SimRegion
 from sco.lab.swarm.faults import CloudFaults, LeaseFaults, NodeFaults, Stage, StoreFaults
 from sco.lab.swarm.kube import SimKube
 from sco.lab.swarm.leases import MemoryLeases
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import START_S, PartitionPlan, WorldSpec
+from sco.lab.traces import RegionSpec, Series, TraceSet
 from sco.ports import (
     Clock,
     CreateResult,
@@ -43,14 +51,6 @@ from sco.ports import (
     SchedulerCluster,
     ServerView,
 )
-from sco.runtime.clock import CountingIds, ManualClock
-from sco.runtime.controller import ControllerConfig
-from sco.runtime.history import WindowedHistory
-from sco.runtime.pump import PumpConfig, SignalPump
-from sco.runtime.replicas import ReplicaConfig, ReplicaRunner
-from sco.runtime.routing import DemandRouter, NodeRouter
-from sco.runtime.signals_jobs import HistoryLoader, ScoringJob
-from sco.runtime.watcher import ExclusionWatcher
 
 BLUE = "blue"  # the installation under test
 GREEN = "green"  # another sco in the same project, with a partition of the same name

@@ -1,1 +1,0 @@
-"""The trace-driven region simulator: a first-class provider on a virtual clock."""

@@ -1,0 +1,164 @@
+"""The reference reclaimer: the cloud operator's side of the reclaim-notice contract.
+
+It asks for a hall and flavor's spot servers back: chooses them by least harm
+under a disruption budget (`sco.decide.reclaim`), sets each one's notice
+(`sco:reclaim-at`), and deletes what is still there at the deadline. It keeps
+nothing of its own: the notices live on the servers, so a restarted reclaimer
+(or `sweep`) finds and deletes the ones whose deadline has passed.
+
+`sco.lab.reclaim_replay` drives it from a capacity trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sco.decide.reclaim import Budget, Candidate, Choice, Standing, choose
+from sco.domain.lifecycle import State
+from sco.domain.pools import Pool
+from sco.ports import Clock, FleetStore, ProviderError, ServerView
+
+log = logging.getLogger(__name__)
+
+
+class ReclaimCloud(Protocol):
+    def pools(self) -> Sequence[Pool]: ...
+
+    def all_servers(self) -> Sequence[ServerView]: ...
+
+    def give_notice(self, server_id: str, deadline: float) -> float:
+        """Set the notice unless one is set; returns the deadline in force. A notice
+        set but unreadable is no deadline: a ProviderError, never a guess."""
+        ...
+
+    def delete(self, server_ids: Sequence[str]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Noticed:
+    choice: Choice
+    deadline: float
+    failed: tuple[str, ...]  # servers whose notice could not be set (or already was)
+
+
+class Reclaimer:
+    def __init__(self, cloud: ReclaimCloud, clock: Clock, fleet: FleetStore | None = None) -> None:
+        self.cloud = cloud
+        self.clock = clock
+        self.fleet = fleet
+
+    def candidates(self, hall: str, flavor: str) -> list[Candidate]:
+        """The spot servers of `hall` and `flavor`, with what sco's fleet state says
+        of them (serving or not) when it can be read."""
+        return self.survey(hall, flavor)[0]
+
+    def survey(self, hall: str, flavor: str) -> tuple[list[Candidate], dict[str, Standing]]:
+        """The candidates of `hall` and `flavor`, and the standing of their partitions
+        over every server they hold (what the disruption budget counts), from one
+        listing so that both agree."""
+        spot = {
+            p.id for p in self.cloud.pools() if p.is_spot and p.hall == hall and p.flavor == flavor
+        }
+        if not spot:
+            raise ValueError(f"no spot pool of flavor {flavor!r} in hall {hall!r}")
+        every = self.cloud.all_servers()
+        servers = [v for v in every if v.pool in spot]
+        serving = self._serving({v.partition for v in servers})
+        found = [
+            Candidate(
+                server_id=v.server_id,
+                partition=v.partition,
+                created_at=v.created_at,
+                serving=v.server_id in serving if serving is not None else True,
+                noticed=v.notice_deadline is not None,
+            )
+            for v in servers
+        ]
+        held = Counter(v.partition for v in every)
+        noticed = Counter(v.partition for v in every if v.notice_deadline is not None)
+        return found, {p: Standing(n, noticed[p]) for p, n in held.items()}
+
+    def _serving(self, partitions: set[str]) -> set[str] | None:
+        if self.fleet is None:
+            return None
+        return {
+            i.server_id
+            for p in partitions
+            for i in self.fleet.instances(p)
+            if i.state is State.READY and i.server_id
+        }
+
+    def over_target(self, candidates: Sequence[Candidate]) -> Mapping[str, int]:
+        """Servers each partition holds above its latest plan (fleet state)."""
+        if self.fleet is None:
+            return {}
+        out: dict[str, int] = {}
+        for partition in {c.partition for c in candidates}:
+            plan = self.fleet.latest_plan(partition)
+            if plan is None:
+                continue
+            live = sum(1 for i in self.fleet.instances(partition) if i.is_live)
+            out[partition] = max(0, live - sum(plan.targets().values()))
+        return out
+
+    def request(
+        self, hall: str, flavor: str, count: int, notice_s: float, budget: Budget
+    ) -> Noticed:
+        """Give notice to up to `count` spot servers of `hall`/`flavor`."""
+        found, standing = self.survey(hall, flavor)
+        choice = choose(found, count, self.over_target(found), budget, standing)
+        deadline = self.clock.now() + notice_s
+        failed: list[str] = []
+        for v in choice.victims:
+            try:
+                if self.cloud.give_notice(v.server_id, deadline) != deadline:
+                    failed.append(v.server_id)  # noticed meanwhile: its deadline stands
+                    continue
+                log.info(
+                    "reclaim: %s (%s) goes at %.0f: %s", v.server_id, v.partition, deadline, v.why
+                )
+            except ProviderError as e:
+                failed.append(v.server_id)
+                log.warning("reclaim: notice to %s not set: %s", v.server_id, e)
+        return Noticed(choice, deadline, tuple(failed))
+
+    def sweep(self) -> list[str]:
+        """Delete the spot servers whose notice's deadline has passed. Only servers
+        of the cloud's spot pools are deleted, and only on a notice that reads as a
+        deadline: a notice that does not is reported and the server left alone, since
+        a wrong guess here deletes capacity someone may be paying to keep."""
+        now = self.clock.now()
+        spot = {p.id for p in self.cloud.pools() if p.is_spot}
+        due: list[str] = []
+        for v in self.cloud.all_servers():
+            if v.notice_deadline is None:
+                continue
+            if v.notice_unreadable:
+                log.warning(
+                    "reclaim: %s (%s) left alone: its notice %r is not a deadline",
+                    v.server_id, v.partition, v.notice_unreadable,
+                )  # fmt: skip
+            elif v.pool not in spot:
+                log.warning(
+                    "reclaim: %s (%s) left alone: noticed, but of pool %s, not a spot pool",
+                    v.server_id, v.partition, v.pool,
+                )  # fmt: skip
+            elif v.notice_deadline <= now:
+                due.append(v.server_id)
+        if due:
+            self.cloud.delete(due)
+            log.info("reclaim: deleted %d servers at their deadline", len(due))
+        return due
+
+    def pending(self) -> Counter[str]:
+        """Servers under notice by partition, deadline not yet passed."""
+        now = self.clock.now()
+        return Counter(
+            v.partition
+            for v in self.cloud.all_servers()
+            if v.notice_deadline is not None and v.notice_deadline > now
+        )

@@ -1,0 +1,623 @@
+"""A simulated region driven by traces: the provider and node plane on a virtual clock.
+
+Each series is a spot pool whose capacity over time is the trace value (a 1
+in a 0/1 trace stands for `pool_size` instances; a count trace's unit stands for
+`pool_size` instances when one is given, else for one). Guaranteed pools, one per
+hall, have a fixed quota. When a spot pool's capacity drops below what is
+held there, the newest servers are reclaimed; with `notice_s > 0` the region
+looks ahead in the trace and announces each reclaim that long before it.
+
+Nothing sleeps: `advance_to(t)` applies every scheduled event up to `t`, and
+`next_event_time()` tells the runner when the next one is due.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Protocol, TypeVar
+
+from sco.domain.installation import DEFAULT_INSTALLATION, is_mine
+from sco.domain.pools import CapacityClass, Pool, PoolId
+from sco.lab.traces import TraceSet, hall_names
+from sco.ports import (
+    CreateResult,
+    InsufficientCapacity,
+    NodeView,
+    RetryableProviderError,
+    Secret,
+    ServerStatus,
+    ServerView,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Behaviour of the simulated provider. Times in seconds."""
+
+    api_latency_s: float = 1.0  # a create's servers appear in listings after this
+    cold_start_s: float = 120.0  # create call to server ACTIVE
+    join_s: float = 0.0  # ACTIVE to node joined in its scheduler
+    drain_s: float = 30.0  # a node's drain takes this long
+    delete_s: float = 5.0  # a deleted server holds its capacity this long
+    notice_s: float = 0.0  # reclaim notice lead time; 0: reclaims come unannounced
+    pool_size: int | None = None  # a 1 in a 0/1 trace (None: the region spec's), and
+    # a unit of a count trace (None: 1)
+    unlimited_binary: bool = False  # a 1 in a 0/1 trace means unlimited capacity
+    guaranteed_quota_per_hall: int | None = None  # None: the region spec's
+    error_rate: float = 0.0  # chance a call fails with a retryable 5xx
+    timeout_rate: float = 0.0  # chance a create times out (and took effect half the time)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("api_latency_s", "cold_start_s", "join_s", "drain_s", "delete_s", "notice_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("error_rate", "timeout_rate"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+class SimObserver(Protocol):
+    """What the region reports as it happens, for accounting and reports."""
+
+    def held(self, t: float, pool: PoolId, partition: str, delta: int) -> None: ...
+
+    def running(
+        self, t: float, partition: str, pool: PoolId, delta_units: int, created_at: float
+    ) -> None: ...
+
+    def price(self, t: float, pool: PoolId, price_per_h: float) -> None: ...
+
+    def capacity(self, t: float, pool: PoolId, instances: int) -> None: ...
+
+    def reclaimed(
+        self, t: float, partition: str, pool: PoolId, units: int, notice_s: float
+    ) -> None:
+        """A reclaim announced (`notice_s` ahead) or done without notice (0)."""
+        ...
+
+    def created(self, t: float, partition: str, pool: PoolId, count: int) -> None: ...
+
+
+class _Kind(IntEnum):
+    # Lower runs first at equal times: servers leave before capacity is checked.
+    RECLAIM = 0
+    DELETED = 1
+    CAPACITY = 2
+    NOTICE = 3
+    PRICE = 4
+    LISTED = 5
+    ACTIVE = 6
+    JOINED = 7
+    DRAIN_START = 8
+    DRAINED = 9
+
+
+@dataclass(slots=True)
+class _Server:
+    server_id: str
+    partition: str
+    pool: Pool
+    request_id: str
+    plan_generation: int
+    created_at: float
+    listed: bool = False
+    status: ServerStatus = ServerStatus.BUILD
+    joined: bool = False
+    running: bool = False
+    draining: bool = False
+    drained: bool = False
+    installation: str = DEFAULT_INSTALLATION  # which sco made it (several may share a region)
+    drain_by: float | None = None  # the deadline the node was told
+    reclaim_by: float | None = None  # ... when told by a reclaim
+    deleting: bool = False
+    notice_deadline: float | None = None
+    active_at: float | None = None
+    joined_at: float | None = None
+
+
+UNLIMITED = 1_000_000
+
+V = TypeVar("V")
+_V = TypeVar("_V", ServerView, NodeView)
+
+
+def _from(changes: list[tuple[float, V]], start: float) -> list[tuple[float, V]]:
+    """Change points from `start` on: the one in force at `start` moved to `start`."""
+    before = [c for c in changes if c[0] <= start]
+    after = [c for c in changes if c[0] > start]
+    return ([(start, before[-1][1])] if before else []) + after
+
+
+@dataclass
+class SimRegion:
+    """Provider and SchedulerCluster over a TraceSet, on a virtual clock starting at `start_s`."""
+
+    traces: TraceSet
+    config: SimConfig = field(default_factory=SimConfig)
+    start_s: float | None = None
+    observer: SimObserver | None = None
+
+    def __post_init__(self) -> None:
+        spec = self.traces.region
+        self.now = self.traces.start_s if self.start_s is None else self.start_s
+        self._rng = random.Random(self.config.seed)
+        self._seq = itertools.count()
+        self.events_applied = 0  # lets a runner tell whether anything happened
+        # ... to pools (capacity and notices, then prices: every partition sees those),
+        # and to each partition's own servers
+        self.pool_events = 0
+        self.price_events = 0
+        self.server_events: dict[str, int] = {}
+        self._ids = itertools.count(1)
+        self._events: list[tuple[float, int, int, str]] = []
+        self._servers: dict[str, _Server] = {}
+        self._tokens: dict[str, Secret] = {}
+        self.reclaims_told: dict[str, float] = {}  # server -> when its node first was
+        # Indexes, insertion-ordered: a server leaves in O(1), a partition is listed
+        # without looking at the others'.
+        self._by_pool: dict[PoolId, dict[str, _Server]] = {}
+        self._by_partition: dict[str, dict[str, _Server]] = {}
+        # What `list` and `nodes` answer, kept as servers change: a cycle's listing
+        # costs a copy, not a view built per server.
+        self._listed: dict[str, dict[str, ServerView]] = {}
+        self._node_views: dict[str, dict[str, NodeView]] = {}
+        self._capacity: dict[PoolId, int] = {}
+        self._announced: dict[PoolId, list[tuple[float, int]]] = {}
+        self._price: dict[PoolId, float] = {}
+        self._pools: dict[PoolId, Pool] = {}
+        self._series_of: dict[PoolId, int] = {}
+        self._pending_capacity: dict[tuple[PoolId, float], int] = {}
+        self._pending_price: dict[tuple[PoolId, float], float] = {}
+        halls = hall_names(spec.halls)
+        region = spec.name or self.traces.folder.name
+        mean_spot = self.traces.mean_spot_price
+        spot_default = spec.spot_price_per_h if spec.spot_price_per_h is not None else 1.0
+        g_price = spec.guaranteed_price_per_h
+        if g_price is None:
+            g_price = 3.0 * (mean_spot if mean_spot is not None else spot_default)
+        for i, s in enumerate(self.traces.series):
+            hall = spec.hall_of.get(s.name, halls[i % len(halls)])
+            price = s.prices[0] if s.prices else spot_default
+            pool = Pool(
+                region,
+                hall,
+                spec.flavor,
+                CapacityClass.SPOT,
+                spec.units_per_instance,
+                price,
+                aggregate=s.name,
+                notice_s=self.config.notice_s,
+                cold_start_s=self.config.cold_start_s + self.config.join_s,
+            )
+            self._add_pool(pool, price)
+            self._series_of[pool.id] = i
+            self._schedule_series(pool.id, i)
+        for hall in sorted(set(halls) | set(spec.hall_of.values())):
+            pool = Pool(
+                region,
+                hall,
+                spec.flavor,
+                CapacityClass.GUARANTEED,
+                spec.units_per_instance,
+                g_price,
+                aggregate="guaranteed",
+                cold_start_s=self.config.cold_start_s + self.config.join_s,
+            )
+            self._add_pool(pool, g_price)
+            quota = self.config.guaranteed_quota_per_hall
+            self._capacity[pool.id] = spec.guaranteed_quota_per_hall if quota is None else quota
+        self._apply_due()
+
+    # ------------------------------------------------------------ set-up
+
+    def _add_pool(self, pool: Pool, price: float) -> None:
+        self._pools[pool.id] = pool
+        self._by_pool[pool.id] = {}
+        self._price[pool.id] = price
+        self._capacity[pool.id] = 0
+        self._announced[pool.id] = []
+
+    def _instances_for(self, value: int, binary: bool) -> int:
+        if not binary:
+            # A count trace at scale: each unit stands for `pool_size` instances when
+            # one is given (the region spec's size is for 0/1 traces only).
+            return value * (self.config.pool_size or 1)
+        if value == 0:
+            return 0
+        if self.config.unlimited_binary:
+            return UNLIMITED
+        size = self.config.pool_size or self.traces.region.pool_size
+        return size * value
+
+    def _schedule_series(self, pool_id: PoolId, index: int) -> None:
+        s = self.traces.series[index]
+        binary = s.binary
+        for t, v in _from(s.changes(), self.now):
+            n = self._instances_for(v, binary)
+            self._pending_capacity[(pool_id, t)] = n
+            self._push(t, _Kind.CAPACITY, pool_id)
+            if self.config.notice_s > 0 and t > self.now:
+                self._push(
+                    max(self.now, t - self.config.notice_s), _Kind.NOTICE, f"{pool_id}@{t!r}"
+                )
+        for t, p in _from(s.price_changes(), self.now):
+            self._pending_price[(pool_id, t)] = p
+            self._push(t, _Kind.PRICE, pool_id)
+
+    def _push(self, t: float, kind: _Kind, key: str) -> None:
+        heapq.heappush(self._events, (t, int(kind), next(self._seq), key))
+
+    # ------------------------------------------------------------ clock
+
+    def next_event_time(self) -> float | None:
+        return self._events[0][0] if self._events else None
+
+    def advance_to(self, t: float) -> None:
+        """Apply every event due at or before `t`, then stand at `t`."""
+        if t < self.now:
+            raise ValueError(f"time runs forward: {t} < {self.now}")
+        while self._events and self._events[0][0] <= t:
+            at, kind, _, key = heapq.heappop(self._events)
+            self.now = at
+            self.events_applied += 1
+            self._apply(_Kind(kind), key)
+        self.now = t
+
+    def _apply_due(self) -> None:
+        self.advance_to(self.now)
+
+    def _apply(self, kind: _Kind, key: str) -> None:
+        if kind is _Kind.CAPACITY:
+            self._set_capacity(key)
+        elif kind is _Kind.NOTICE:
+            pool_id, at = key.rsplit("@", 1)
+            self._announce(pool_id, float(at))
+        elif kind is _Kind.PRICE:
+            price = self._pending_price.pop((key, self.now))
+            self._price[key] = price
+            if self.observer:
+                self.observer.price(self.now, key, price)
+        else:
+            server = self._servers.get(key)
+            if server is not None:
+                events = self.server_events
+                events[server.partition] = events.get(server.partition, 0) + 1
+                self._apply_server(kind, server)
+            return
+        if kind is _Kind.PRICE:
+            self.price_events += 1
+        else:
+            self.pool_events += 1
+
+    def _apply_server(self, kind: _Kind, s: _Server) -> None:
+        if kind is _Kind.LISTED:
+            s.listed = True
+            self._relist(s)
+        elif kind is _Kind.ACTIVE and not s.deleting:
+            s.status = ServerStatus.ACTIVE
+            s.active_at = self.now
+            self._relist(s)
+            self._push(self.now + self.config.join_s, _Kind.JOINED, s.server_id)
+        elif kind is _Kind.JOINED and not s.deleting and not s.draining:
+            s.joined = True
+            s.joined_at = self.now
+            self._renode(s)
+            self._set_running(s, True)
+        elif kind is _Kind.DRAIN_START and not s.deleting:
+            self._set_running(s, False)
+        elif kind is _Kind.DRAINED:
+            s.drained = True
+            self._renode(s)
+        elif kind is _Kind.RECLAIM or kind is _Kind.DELETED:
+            self._remove(s)
+
+    # ------------------------------------------------------------ capacity
+
+    def _set_capacity(self, pool_id: PoolId) -> None:
+        n = self._pending_capacity.pop((pool_id, self.now))
+        self._capacity[pool_id] = n
+        self._announced[pool_id] = [(t, v) for t, v in self._announced[pool_id] if t > self.now]
+        if self.observer:
+            self.observer.capacity(self.now, pool_id, n)
+        alive = self._holding(pool_id)
+        excess = len(alive) - n
+        if excess > 0:
+            # Unannounced reclaim of the newest; noticed ones go first, they are leaving anyway.
+            victims = sorted(alive, key=lambda s: (s.notice_deadline is None, -s.created_at))
+            for s in victims[:excess]:
+                if s.notice_deadline is None and self.observer:
+                    self.observer.reclaimed(
+                        self.now, s.partition, pool_id, s.pool.units_per_instance, 0.0
+                    )
+                self._remove(s)
+
+    def _announce(self, pool_id: PoolId, at: float) -> None:
+        """Notice the servers that will not fit when capacity drops at `at`."""
+        future = self._pending_capacity.get((pool_id, at))
+        if future is None:
+            return
+        self._announced[pool_id].append((at, future))
+        staying = [
+            s for s in self._holding(pool_id) if s.notice_deadline is None or s.notice_deadline > at
+        ]
+        excess = len(staying) - future
+        if excess <= 0:
+            return
+        fresh = sorted(
+            (s for s in staying if s.notice_deadline is None), key=lambda s: -s.created_at
+        )
+        for s in fresh[:excess]:
+            s.notice_deadline = at
+            self._relist(s)
+            self._push(at, _Kind.RECLAIM, s.server_id)
+            if self.observer:
+                self.observer.reclaimed(
+                    self.now, s.partition, pool_id, s.pool.units_per_instance, at - self.now
+                )
+
+    def _holding(self, pool_id: PoolId) -> list[_Server]:
+        return list(self._by_pool[pool_id].values())
+
+    def _effective_capacity(self, pool_id: PoolId) -> int:
+        """Capacity now, lowered by any drop already announced: it is not ours to give."""
+        n = self._capacity[pool_id]
+        for _, v in self._announced[pool_id]:
+            n = min(n, v)
+        return n
+
+    # ------------------------------------------------------------ servers
+
+    def _set_running(self, s: _Server, running: bool) -> None:
+        if s.running == running:
+            return
+        s.running = running
+        if self.observer:
+            u = s.pool.units_per_instance
+            self.observer.running(
+                self.now, s.partition, s.pool.id, u if running else -u, s.created_at
+            )
+
+    def _remove(self, s: _Server) -> None:
+        if s.server_id not in self._servers:
+            return
+        self._set_running(s, False)
+        del self._servers[s.server_id]
+        self._tokens.pop(s.server_id, None)
+        del self._by_pool[s.pool.id][s.server_id]
+        del self._by_partition[s.partition][s.server_id]
+        self._listed[s.partition].pop(s.server_id, None)
+        del self._node_views[s.partition][s.server_id]
+        if self.observer:
+            self.observer.held(self.now, s.pool.id, s.partition, -1)
+
+    def _fault(self, call: str) -> None:
+        if self.config.error_rate and self._rng.random() < self.config.error_rate:
+            raise RetryableProviderError(f"simulated 503 on {call}")
+
+    # ------------------------------------------------------------ Provider
+
+    def pools(self) -> Sequence[Pool]:
+        return list(self._pools.values())
+
+    def headroom(self, pools: Sequence[PoolId]) -> Mapping[PoolId, int]:
+        return {
+            p: max(0, self._effective_capacity(p) - len(self._by_pool[p]))
+            for p in pools
+            if p in self._pools
+        }
+
+    def prices(self, pools: Sequence[PoolId]) -> Mapping[PoolId, float]:
+        return {p: self._price[p] for p in pools if p in self._price}
+
+    def create(
+        self,
+        pool: PoolId,
+        count: int,
+        request_id: str,
+        partition: str,
+        plan_generation: int,
+        installation: str = DEFAULT_INSTALLATION,
+    ) -> CreateResult:
+        if pool not in self._pools:
+            raise InsufficientCapacity(pool, f"no such pool {pool}")
+        self._fault("create")
+        timed_out = self.config.timeout_rate and self._rng.random() < self.config.timeout_rate
+        if timed_out and self._rng.random() < 0.5:
+            raise RetryableProviderError("simulated timeout on create (nothing created)")
+        room = self.headroom([pool])[pool]
+        if room <= 0:
+            raise InsufficientCapacity(pool)
+        n = min(count, room)
+        ids = tuple(
+            self._new_server(pool, partition, request_id, plan_generation, installation)
+            for _ in range(n)
+        )
+        if self.observer:
+            self.observer.created(self.now, partition, pool, n)
+        if timed_out:
+            raise RetryableProviderError("simulated timeout on create (servers were created)")
+        short = f"only {n} of {count} fit in {pool}" if n < count else ""
+        return CreateResult(ids, short)
+
+    def _new_server(
+        self, pool_id: PoolId, partition: str, request_id: str, gen: int, installation: str
+    ) -> str:
+        sid = f"srv-{next(self._ids):07d}"
+        s = _Server(sid, partition, self._pools[pool_id], request_id, gen, self.now)
+        s.installation = installation
+        self._servers[sid] = s
+        self._by_pool[pool_id][sid] = s
+        self._by_partition.setdefault(partition, {})[sid] = s
+        self._listed.setdefault(partition, {})
+        self._node_views.setdefault(partition, {})
+        self._renode(s)
+        self._push(self.now + self.config.api_latency_s, _Kind.LISTED, sid)
+        self._push(self.now + self.config.cold_start_s, _Kind.ACTIVE, sid)
+        if self.observer:
+            self.observer.held(self.now, pool_id, partition, 1)
+        return sid
+
+    def delete(self, server_ids: Sequence[str]) -> None:
+        self._fault("delete")
+        for sid in server_ids:
+            s = self._servers.get(sid)
+            if s is None or s.deleting:
+                continue
+            s.deleting = True
+            self._set_running(s, False)
+            self._push(self.now + self.config.delete_s, _Kind.DELETED, sid)
+
+    def list(
+        self, partition: str, installation: str = DEFAULT_INSTALLATION
+    ) -> Sequence[ServerView]:
+        """The partition's servers of `installation` (others may share the region)."""
+        self._fault("list")
+        return self._mine(self._listed.get(partition, {}), installation)
+
+    def _mine(self, views: Mapping[str, _V], installation: str) -> Sequence[_V]:
+        servers = self._servers
+        return [
+            v
+            for sid, v in views.items()
+            if sid in servers and is_mine(servers[sid].installation, installation)
+        ]
+
+    def installation_of(self, server_id: str) -> str | None:
+        s = self._servers.get(server_id)
+        return s.installation if s is not None else None
+
+    def _relist(self, s: _Server) -> None:
+        """The server's listing changed: build its view again (once listed)."""
+        if s.listed:
+            self._listed[s.partition][s.server_id] = ServerView(
+                server_id=s.server_id,
+                partition=s.partition,
+                pool=s.pool.id,
+                request_id=s.request_id,
+                plan_generation=s.plan_generation,
+                status=s.status,
+                created_at=s.created_at,
+                notice_deadline=s.notice_deadline,
+                active_at=s.active_at,
+            )
+
+    def _renode(self, s: _Server) -> None:
+        self._node_views[s.partition][s.server_id] = NodeView(
+            joined=s.joined,
+            drained=s.drained,
+            joined_at=s.joined_at,
+            leaving=s.draining,
+            reclaim_by=s.reclaim_by,
+        )
+
+    # ------------------------------------------------------------ SchedulerCluster
+
+    def deliver_token(self, server_id: str, token: Secret) -> None:
+        """Kept for the simulated server's agent (`node_token`)."""
+        if server_id not in self._servers:
+            raise RetryableProviderError(f"no server {server_id}")
+        self._tokens[server_id] = token
+
+    def node_token(self, server_id: str) -> Secret | None:
+        return self._tokens.get(server_id)
+
+    def nodes(
+        self, partition: str, installation: str = DEFAULT_INSTALLATION
+    ) -> Mapping[str, NodeView]:
+        views = self._node_views.get(partition, {})
+        servers = self._servers
+        return {
+            sid: v
+            for sid, v in views.items()
+            if sid in servers and is_mine(servers[sid].installation, installation)
+        }
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        """Nothing keeps time on a simulated node's side: its drain is scheduled."""
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        """The node starts leaving in time to be out by `drain_by`, serving until then;
+        told again with a sooner deadline, it leaves by that one."""
+        s = self._servers.get(server_id)
+        if s is None or s.partition != partition:
+            return
+        sooner = s.drain_by is None or drain_by < s.drain_by
+        if s.draining and not sooner and not (reason == "reclaim_notice" and s.reclaim_by is None):
+            return
+        s.draining = True
+        s.drain_by = drain_by if sooner else s.drain_by
+        if reason == "reclaim_notice":
+            s.reclaim_by = drain_by
+            self.reclaims_told.setdefault(server_id, self.now)
+        if not s.joined or s.drained:
+            s.drained = True
+            self._renode(s)
+            return
+        self._renode(s)
+        if not sooner:
+            return
+        start = max(self.now, drain_by - self.config.drain_s)
+        self._push(start, _Kind.DRAIN_START, server_id)
+        self._push(start + self.config.drain_s, _Kind.DRAINED, server_id)
+
+    # ------------------------------------------------------------ the reclaimer's side
+
+    def all_servers(self) -> Sequence[ServerView]:
+        """Every listed server, of every partition (what a reclaimer chooses from)."""
+        return [v for views in self._listed.values() for v in views.values()]
+
+    def give_notice(self, server_id: str, deadline: float) -> float:
+        """The reclaim-notice contract: the server goes at `deadline`, or at the sooner
+        deadline it was given before; returns the deadline in force."""
+        s = self._servers.get(server_id)
+        if s is None:
+            raise RetryableProviderError(f"no server {server_id}")
+        deadline = max(deadline, self.now)
+        if s.notice_deadline is not None and s.notice_deadline <= deadline:
+            return s.notice_deadline
+        if s.notice_deadline is None and self.observer:
+            self.observer.reclaimed(
+                self.now, s.partition, s.pool.id, s.pool.units_per_instance, deadline - self.now
+            )
+        s.notice_deadline = deadline
+        self._relist(s)
+        self._push(deadline, _Kind.RECLAIM, server_id)
+        return deadline
+
+    # ------------------------------------------------------------ inspection
+
+    def report_capacities(self) -> None:
+        """Tell the observer every pool's capacity now (after attaching it)."""
+        if self.observer:
+            for pool_id, n in self._capacity.items():
+                self.observer.capacity(self.now, pool_id, n)
+
+    def capacity_of(self, pool: PoolId) -> int:
+        return self._capacity[pool]
+
+    def held_in(self, pool: PoolId) -> int:
+        return len(self._by_pool[pool])
+
+    def server_count(self) -> int:
+        return len(self._servers)
+
+    def is_deleting(self, server_id: str) -> bool:
+        """Whether a delete was sent for the server."""
+        s = self._servers.get(server_id)
+        return s is not None and s.deleting
+
+    def is_draining(self, server_id: str) -> bool:
+        """Whether the server's node was told to leave."""
+        s = self._servers.get(server_id)
+        return s is not None and s.draining
+
+    def reclaim_told_at(self, server_id: str) -> float | None:
+        """When the server's node was first told to leave for a reclaim (kept after the
+        server is gone)."""
+        return self.reclaims_told.get(server_id)

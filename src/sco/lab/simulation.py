@@ -1,0 +1,454 @@
+"""Simulated time: the same controllers, driven event by event over a trace.
+
+`Simulation.build` checks every input before anything is written, so a bad
+trace, demand file or policy fails fast. `run` advances a virtual clock to
+the next thing that happens — a region event, a demand change, a controller
+cycle — and never sleeps.
+
+The signals run on the same clock: after a cycle that changed something the
+outbox is relayed and the exclusion watcher reads the log; every
+`score_every_s` the scorer loads the log into an in-process history and
+scores the pools, and the controllers plan with those scores from their next
+cycle. With `history_dsn` the whole event log is also loaded into pool
+history in ClickHouse or chDB at the end, and the last scores come from there.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sco.adapters.demandfile.intake import FileDemandSource
+from sco.adapters.sqlstate.eventlog import SqlEventLog
+from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.decide.policies import Policy, policy_named
+from sco.decide.scorer import ScorerConfig
+from sco.domain.pools import Pool, PoolId
+from sco.domain.signals import Exclusion, PoolScore
+from sco.engine.clock import CountingIds, ManualClock
+from sco.engine.controller import ControllerConfig, PartitionController
+from sco.engine.signals import FleetSignals, track_pool_ages
+from sco.engine.signals_jobs import (
+    HistoryLoader,
+    ScoringJob,
+    sample_headroom,
+    score_now,
+)
+from sco.engine.watcher import ExclusionWatcher
+from sco.lab.accounting import Accountant, PartitionMetrics
+from sco.lab.history import WindowedHistory
+from sco.lab.region import SimConfig, SimRegion
+from sco.lab.traces import TraceSet, load_traces
+from sco.ports import FleetCounts
+
+Progress = Callable[[float], None]
+
+
+class SimulationInputError(ValueError):
+    """Input that cannot be simulated; the message names the file or option and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationSpec:
+    traces: Path
+    demand: Path
+    policy: str | Policy = "sco"  # a name, or (tests) a policy object shared by all
+    duration_s: float | None = None  # None: until the shortest series ends
+    start_offset_s: float = 0.0
+    seed: int = 0
+    cycle_s: float = 30.0
+    sim: SimConfig = field(default_factory=SimConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    scorer: ScorerConfig = field(default_factory=ScorerConfig)
+    score_every_s: float = 300.0
+    headroom_every_s: float = 1800.0  # how often each pool's headroom enters the stream
+    history_dsn: str | None = None  # e.g. chdb:///path: also keep pool history there
+    # None: every controller cycles every cycle_s. A number: a controller cycles at a
+    # tick only when something happened since its last cycle (a region event, a demand
+    # change, a new exclusion or score generation, or its last cycle acted), and at
+    # least this often otherwise, as an event-driven controller with a resync would.
+    idle_resync_s: float | None = None
+    # The first seconds of the run fill the fleet from nothing: they count neither
+    # availability nor cost (as the evaluation's lead-in), and start at the offset
+    # less this much.
+    warmup_s: float = 0.0
+
+    @property
+    def policy_name(self) -> str:
+        return self.policy if isinstance(self.policy, str) else self.policy.name
+
+    def new_policy(self) -> Policy:
+        """One per partition: baselines remember what they saw."""
+        return policy_named(self.policy) if isinstance(self.policy, str) else self.policy
+
+
+@dataclass
+class SignalTimeline:
+    """What the report plots of the signals: scores sampled hourly, every exclusion."""
+
+    every_s: float = 3600.0
+    scores: list[tuple[float, PoolId, float]] = field(default_factory=list)
+    exclusions: list[Exclusion] = field(default_factory=list)
+    _last: float = float("-inf")
+
+    def scored(self, now: float, scores: list[PoolScore]) -> None:
+        if now - self._last >= self.every_s:
+            self._last = now
+            self.scores.extend((now, s.pool, s.value) for s in scores)
+
+    def excluded(self, exclusion: Exclusion) -> None:
+        self.exclusions.append(exclusion)
+
+    @property
+    def episodes(self) -> int:
+        """Exclusions and degradations begun (a cooldown extended is the same one)."""
+        return sum(1 for ex in self.exclusions if ex.since == ex.last_crossing)
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    spec: SimulationSpec
+    start_s: float
+    end_s: float
+    partitions: dict[str, PartitionMetrics]
+    accountant: Accountant
+    region: SimRegion
+    counts: FleetCounts
+    cycles: int
+    wall_s: float
+    exclusions: int = 0  # exclusions and degradations the watcher wrote
+    timeline: SignalTimeline = field(default_factory=SignalTimeline)
+    scores: tuple[PoolScore, ...] = ()  # the last generation, best first
+    scorings: int = 0
+    history_events: int | None = None  # events in the ClickHouse/chDB history, if kept
+
+    @property
+    def policy_name(self) -> str:
+        return self.spec.policy_name
+
+    def aggregate(self) -> dict[str, float | int]:
+        """One line for scripts: availabilities averaged over partitions, costs summed."""
+        ms = list(self.partitions.values())
+        cost = sum(m.cost for m in ms)
+        baseline = sum(m.guaranteed_only_cost for m in ms)
+        wanted = sum(m.target_unit_h for m in ms)
+        return {
+            "availability": sum(m.availability for m in ms) / len(ms),
+            "floor_availability": sum(m.floor_availability for m in ms) / len(ms),
+            # Unit-weighted over partitions: a big partition's shortfall weighs more.
+            "served_fraction": (
+                sum(m.served_fraction * m.target_unit_h for m in ms) / wanted if wanted else 1.0
+            ),
+            "below_floor_unit_h": sum(m.below_floor_unit_h for m in ms),
+            "guaranteed_share": sum(m.guaranteed_share for m in ms) / len(ms),
+            "cost_vs_guaranteed": cost / baseline if baseline else 0.0,
+            "reclaims": sum(m.reclaims for m in ms),
+            "creates": sum(m.creates for m in ms),
+            "exclusions": self.exclusions,
+            "cost": cost,
+            "guaranteed_only_cost": baseline,
+            "simulated_hours": (self.end_s - self.start_s) / 3600.0,
+            "wall_s": self.wall_s,
+        }
+
+
+class Simulation:
+    """A simulated region, its fleet state, and one controller per partition."""
+
+    def __init__(
+        self,
+        spec: SimulationSpec,
+        traces: TraceSet,
+        demand: FileDemandSource,
+        policy: Policy,
+        start_s: float,
+        end_s: float,
+    ) -> None:
+        self.spec = spec
+        self.traces = traces
+        self.demand = demand
+        self.policy = policy
+        self.start_s = start_s
+        self.end_s = end_s
+
+    @classmethod
+    def build(cls, spec: SimulationSpec) -> Simulation:
+        """Check every input; raises TraceError, DemandFileError, UnknownPolicy or
+        SimulationInputError. Writes nothing."""
+        traces = load_traces(spec.traces)
+        policy = spec.new_policy()
+        if spec.cycle_s <= 0:
+            raise SimulationInputError(f"--cycle-s: must be > 0, got {spec.cycle_s}")
+        if spec.score_every_s <= 0 or spec.headroom_every_s <= 0:
+            raise SimulationInputError("score_every_s and headroom_every_s must be > 0")
+        if spec.idle_resync_s is not None and spec.idle_resync_s <= 0:
+            raise SimulationInputError(f"--idle-resync-s: must be > 0, got {spec.idle_resync_s}")
+        if spec.start_offset_s < 0:
+            raise SimulationInputError(f"--start-offset: must be >= 0, got {spec.start_offset_s}")
+        if not 0 <= spec.warmup_s <= spec.start_offset_s:
+            raise SimulationInputError(
+                f"warmup_s: must be in [0, the start offset {spec.start_offset_s:.0f}], "
+                f"got {spec.warmup_s}"
+            )
+        start_s = traces.start_s + spec.start_offset_s - spec.warmup_s
+        if start_s >= traces.end_s:
+            raise SimulationInputError(
+                f"--start-offset: {spec.start_offset_s:.0f}s is past the end of {spec.traces}"
+            )
+        end_s = traces.end_s
+        if spec.duration_s is not None:
+            if spec.duration_s <= 0:
+                raise SimulationInputError(f"--duration: must be > 0, got {spec.duration_s}")
+            end_s = min(end_s, start_s + spec.warmup_s + spec.duration_s)
+        region_name = traces.region.name or traces.folder.name
+        demand = FileDemandSource.load(spec.demand, region_name, start_s)
+        return cls(spec, traces, demand, policy, start_s, end_s)
+
+    def run(self, state_url: str, progress: Progress | None = None) -> SimulationResult:
+        wall0 = time.perf_counter()
+        clock = ManualClock(self.start_s)
+        region = SimRegion(self.traces, self.spec.sim, start_s=self.start_s)
+        pools = list(region.pools())
+        spot_units = min(p.units_per_instance for p in pools)
+        g_prices = [p.price_per_h for p in pools if not p.is_spot]
+        accountant = Accountant(
+            pools,
+            [p.name for p in self.demand.partitions()],
+            self.demand,
+            self.start_s,
+            guaranteed_price_per_h=min(g_prices) if g_prices else 0.0,
+            unit=spot_units,
+        )
+        region.observer = accountant
+        region.report_capacities()
+        store = SqlFleetStore(state_url, contracts=False)  # no node reads one here
+        try:
+            store.upsert_pools(pools)
+            ids = CountingIds()
+            signals = FleetSignals(store, pools)
+            timeline = SignalTimeline()
+            event_log = SqlEventLog(store.engine)
+            watcher = ExclusionWatcher(event_log, store, pools, on_change=timeline.excluded)
+            scorer = ScoringJob(
+                HistoryLoader(event_log, WindowedHistory(self.spec.scorer.window_s)),
+                store,
+                {p.id: p for p in pools},
+                self.spec.scorer,
+                self.spec.score_every_s,
+                timeline.scored,
+            )
+            controllers = [
+                PartitionController(
+                    partition,
+                    provider=region,
+                    nodes=region,
+                    store=store,
+                    demand=self.demand,
+                    policy=self.spec.new_policy(),
+                    clock=clock,
+                    ids=ids,
+                    config=self.spec.controller,
+                    signals=signals,
+                )
+                for partition in self.demand.partitions()
+            ]
+            loop = _Signals(
+                watcher,
+                scorer,
+                event_log,
+                store,
+                pools,
+                self.spec.headroom_every_s,
+                region,
+                signals,
+            )
+            pacer = _Pacer(
+                region,
+                signals,
+                self.spec.idle_resync_s,
+                [c.partition.name for c in controllers],
+            )
+            cycles = self._loop(region, clock, controllers, accountant, progress, loop, pacer)
+            exclusions = timeline.episodes
+            metrics = accountant.finish(self.end_s)
+            counts = store.counts()
+            last = scorer.run(self.end_s)
+            history_events = None
+            if self.spec.history_dsn:
+                last, history_events = self._keep_history(event_log, store, pools)
+        finally:
+            store.close()
+        return SimulationResult(
+            spec=self.spec,
+            start_s=self.start_s + self.spec.warmup_s,
+            end_s=self.end_s,
+            partitions=metrics,
+            accountant=accountant,
+            region=region,
+            counts=counts,
+            cycles=cycles,
+            wall_s=time.perf_counter() - wall0,
+            exclusions=exclusions,
+            timeline=timeline,
+            scores=tuple(last),
+            scorings=scorer.runs,
+            history_events=history_events,
+        )
+
+    def _keep_history(
+        self, event_log: SqlEventLog, store: SqlFleetStore, pools: list[Pool]
+    ) -> tuple[list[PoolScore], int]:
+        """Load the whole log into ClickHouse/chDB history and score from there."""
+        from sco.adapters.clickhouse.history import ClickHouseHistory  # optional extra
+
+        assert self.spec.history_dsn is not None
+        history = ClickHouseHistory(self.spec.history_dsn)
+        try:
+            HistoryLoader(event_log, history, consumer="history-clickhouse").drain()
+            scores = score_now(
+                history, store, {p.id: p for p in pools}, self.end_s, self.spec.scorer
+            )
+            return scores, history.count()
+        finally:
+            history.close()
+
+    def _loop(
+        self,
+        region: SimRegion,
+        clock: ManualClock,
+        controllers: list[PartitionController],
+        accountant: Accountant,
+        progress: Progress | None,
+        signals: _Signals,
+        pacer: _Pacer,
+    ) -> int:
+        span = self.end_s - self.start_s
+        next_cycle = self.start_s
+        next_demand = self.demand.next_change_after(self.start_s)
+        count_from: float | None = self.start_s + self.spec.warmup_s
+        if count_from == self.start_s:
+            count_from = None
+        # Event-driven controllers react to news of the pools (a reclaim, a notice, new
+        # capacity) when it comes, not at the next tick; the rest waits for the tick.
+        react = self.spec.idle_resync_s is not None
+        pool_news = region.pool_events
+        cycles = 0
+        while True:
+            t = min(
+                x
+                for x in (region.next_event_time(), next_cycle, next_demand, count_from, self.end_s)
+                if x is not None
+            )
+            if t >= self.end_s:
+                region.advance_to(self.end_s)
+                clock.set(self.end_s)
+                break
+            region.advance_to(t)
+            clock.set(t)
+            if count_from is not None and t >= count_from:
+                accountant.restart(t)
+                count_from = None
+            if next_demand is not None and t >= next_demand:
+                accountant.demand_changed(t)
+                next_demand = self.demand.next_change_after(t)
+                pacer.poke()
+            if t >= next_cycle or (react and region.pool_events != pool_news):
+                pool_news = region.pool_events
+                pacer.signals.refresh(t)  # what the watcher and scorer wrote since
+                acted = False
+                for k, c in enumerate(controllers):
+                    if not pacer.due(k, t):
+                        continue
+                    report = c.cycle()
+                    did = bool(report.transitions or report.created or report.drained)
+                    pacer.ran(k, t, did or report.deleted > 0)
+                    acted = acted or did
+                signals.after_cycle(t, acted)
+                cycles += 1
+                next_cycle = (
+                    self.start_s
+                    + math.floor((t - self.start_s) / self.spec.cycle_s + 1) * self.spec.cycle_s
+                )
+                accountant.maybe_sample(t)
+                if progress is not None and cycles % 200 == 0:
+                    progress((t - self.start_s) / span)
+        if progress is not None:
+            progress(1.0)
+        return cycles
+
+
+@dataclass
+class _Signals:
+    """The signal jobs between two cycles, in the order a deployment would see them."""
+
+    watcher: ExclusionWatcher
+    scorer: ScoringJob
+    event_log: SqlEventLog
+    store: SqlFleetStore
+    pools: list[Pool]
+    headroom_every_s: float
+    region: SimRegion | None = None
+    signals: FleetSignals | None = None  # what is known of the pools' ages
+    _last_sample: float = float("-inf")
+
+    def after_cycle(self, now: float, acted: bool) -> None:
+        if self.region is not None:
+            ids = [p.id for p in self.pools]
+            held = {p: self.region.held_in(p) for p in ids}
+            ages = self.signals.ages() if self.signals is not None else None
+            track_pool_ages(self.store, ids, self.region.headroom(ids), held, now, ages)
+        sampled = False
+        if self.region is not None and now - self._last_sample >= self.headroom_every_s:
+            sample_headroom(self.region, self.store, self.pools, now)
+            self._last_sample, sampled = now, True
+        # Events of this cycle reach the watcher before the next cycle plans.
+        if (acted or sampled) and self.event_log.absorb_outbox():
+            self.watcher.poll(limit=100_000)
+        if self.scorer.due(now):
+            self.scorer.run(now)
+
+
+class _Pacer:
+    """Which controllers cycle at a tick (see `SimulationSpec.idle_resync_s`): one
+    whose partition saw nothing happen (its own servers, the pools, the signals, the
+    demand) since its last cycle, and that did nothing then, waits for the resync."""
+
+    def __init__(
+        self,
+        region: SimRegion,
+        signals: FleetSignals,
+        resync_s: float | None,
+        partitions: list[str],
+    ) -> None:
+        self.region = region
+        self.signals = signals
+        self.resync_s = resync_s
+        self.partitions = partitions
+        self._poked = 0
+        self._seen: dict[int, tuple[int, int, int, int, int]] = {}
+        self._last: dict[int, float] = {}
+        self._acted: set[int] = set()
+
+    def poke(self) -> None:
+        self._poked += 1
+
+    def _world(self, k: int) -> tuple[int, int, int, int, int]:
+        r = self.region
+        own = r.server_events.get(self.partitions[k], 0)
+        return (own, r.pool_events, r.price_events, self.signals.changes, self._poked)
+
+    def due(self, k: int, now: float) -> bool:
+        if self.resync_s is None or k not in self._seen or k in self._acted:
+            return True
+        return self._seen[k] != self._world(k) or now - self._last[k] >= self.resync_s
+
+    def ran(self, k: int, now: float, acted: bool) -> None:
+        self._seen[k] = self._world(k)
+        self._last[k] = now
+        if acted:
+            self._acted.add(k)
+        else:
+            self._acted.discard(k)

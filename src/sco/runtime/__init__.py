@@ -1,1 +1,0 @@
-"""The imperative shell: controllers, runners, and what they need at run time."""
