@@ -43,7 +43,11 @@ def _node(store: SqlFleetStore, expires_at: float | None = None) -> tuple[Instan
 
 
 def _client(store: SqlFleetStore, **config: object) -> TestClient:
-    app = create_app(store.contracts, DistributorConfig(**config), engine=store.engine)  # type: ignore[arg-type]
+    app = create_app(
+        store.contracts,
+        DistributorConfig(**config),
+        listen=store.contracts.listener(),  # type: ignore[arg-type]
+    )
     return TestClient(app)
 
 
@@ -182,7 +186,8 @@ def test_a_valid_token_is_served_over_the_failure_limit_before_the_copy_is_fille
     failure limit, refused with 429 without asking fleet state."""
     _inst, token = _node(store)
     held = _HeldCopy(store)
-    app = create_app(held, DistributorConfig(auth_failures_per_min=5), engine=store.engine)  # type: ignore[arg-type]
+    config = DistributorConfig(auth_failures_per_min=5)
+    app = create_app(held, config, listen=store.contracts.listener())  # type: ignore[arg-type]
     try:
         with TestClient(app) as client:
             stale = [client.get("/v1/contract", headers=_auth(secrets.token_urlsafe(32)))

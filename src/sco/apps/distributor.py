@@ -40,10 +40,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, Field
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
-from sco.adapters.sqlstate.contracts import CHANNEL, ContractRow, ContractStore
+from sco.adapters.sqlstate import DatabaseError
+from sco.adapters.sqlstate.contracts import ContractRow, ContractStore, Listener
 from sco.domain.contracts import AckStatus, Contract, NodeState, token_digest
 from sco.engine.admission import Admission
 
@@ -193,27 +192,6 @@ class ChangeFeed:
                 ev.set()
 
 
-def listen_for_changes(engine: Engine, poke: Callable[[], None], stop: threading.Event) -> None:
-    """On PostgreSQL, LISTEN on the contracts channel and `poke` on every NOTIFY (a
-    thread: psycopg's blocking generator, with a timeout to notice `stop`)."""
-    while not stop.is_set():
-        try:
-            raw = engine.raw_connection()
-            try:
-                conn: Any = raw.driver_connection
-                conn.autocommit = True
-                conn.execute(f"LISTEN {CHANNEL}")
-                poke()  # anything missed while not listening
-                while not stop.is_set():
-                    for _ in conn.notifies(timeout=1.0):
-                        poke()
-            finally:
-                raw.invalidate()
-        except Exception as e:
-            log.warning("distributor: LISTEN %s lost (%s); again in 2 s", CHANNEL, e)
-            stop.wait(2.0)
-
-
 # ---------------------------------------------------------------- API
 
 
@@ -306,10 +284,11 @@ def create_app(
     config: DistributorConfig,
     registry: CollectorRegistry | None = None,
     clock: Clock = time.time,
-    engine: Engine | None = None,
+    listen: Listener | None = None,
 ) -> FastAPI:
-    """The distributor's ASGI app over `contracts`. With `engine` on PostgreSQL it
-    LISTENs for changes; otherwise it polls every `config.poll_s`."""
+    """The distributor's ASGI app over `contracts`. With `listen` (fleet state on
+    PostgreSQL: `contracts.listener()`) it hears of changes as they commit; otherwise
+    it polls every `config.poll_s`."""
     metrics = _Metrics(registry or CollectorRegistry())
     admission = Admission(config.auth_failures_per_min, config.requests_per_s)
     state: dict[str, Any] = {}
@@ -321,11 +300,11 @@ def create_app(
         task = asyncio.create_task(feed.run())
         stop = threading.Event()
         listener = None
-        if engine is not None and engine.dialect.name == "postgresql":
+        if listen is not None:
             loop = asyncio.get_running_loop()
             listener = threading.Thread(
-                target=listen_for_changes,
-                args=(engine, lambda: loop.call_soon_threadsafe(feed.poke), stop),
+                target=listen,
+                args=(lambda: loop.call_soon_threadsafe(feed.poke), stop),
                 name="contracts-listen",
                 daemon=True,
             )
@@ -465,8 +444,8 @@ def create_app(
         metrics.requests.labels("any", "422").inc()
         return JSONResponse({"detail": errors}, status_code=422)
 
-    @app.exception_handler(SQLAlchemyError)
-    async def unavailable(_request: Request, e: SQLAlchemyError) -> Response:
+    @app.exception_handler(DatabaseError)
+    async def unavailable(_request: Request, e: DatabaseError) -> Response:
         log.warning("distributor: fleet state: %s", type(e).__name__)
         metrics.requests.labels("any", "503").inc()
         return PlainTextResponse(

@@ -15,8 +15,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.exc import SQLAlchemyError
 
+from sco.adapters.sqlstate import DatabaseError
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.plans import Plan
 from sco.domain.signals import Exclusion
@@ -64,7 +64,7 @@ def explain(url: str, partition: str) -> Explanation:
             pool: ex for pool, ex in store.exclusions().items() if ex.active(plan.created_at)
         }
         intent = store.intents().get(partition)
-    except SQLAlchemyError as e:
+    except DatabaseError as e:
         raise NothingToExplain(f"cannot read fleet state: {type(e).__name__}") from None
     finally:
         store.close()

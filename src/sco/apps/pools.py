@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.exc import SQLAlchemyError
 
+from sco.adapters.sqlstate import DatabaseError
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.signals import Exclusion, PoolScore
 
@@ -58,7 +58,7 @@ def load_rows(url: str, where: str = "--state") -> list[PoolRow]:
     try:
         scores = store.latest_scores()
         exclusions = store.exclusions()
-    except SQLAlchemyError as e:
+    except DatabaseError as e:
         raise StateUnreadable(f"{where}: cannot read fleet state: {e.__class__.__name__}") from e
     finally:
         store.close()

@@ -241,39 +241,16 @@ def _scheduler_figures(p: PartitionSettings, region: str) -> tuple[Any, int, int
 
 def _kube_client(name: str, c: KubernetesClusterSettings) -> Any:
     """A `CoreV1Api` for the cluster, once it has answered a list of nodes and of pods."""
-    from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
+    from sco.adapters.kubernetes.connect import ConnectError, connect
 
-    cfg = client.Configuration()
-    where = f"kubernetes.{name}"
     try:
-        if c.in_cluster:
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            path = str(c.kubeconfig) if c.kubeconfig is not None else None
-            config.load_kube_config(path, c.context, client_configuration=cfg)
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
-        what = "kubeconfig" if not c.in_cluster else "in_cluster"
-        raise StartError(f"{where}.{what}: {_one_line(e)}") from None
-    except Exception as e:  # a kubeconfig that is not YAML
-        raise StartError(f"{where}.kubeconfig: {type(e).__name__}: {_one_line(e)}") from None
-    cfg.retries = 0  # a start check must not wait out urllib3's retries
-    core = client.CoreV1Api(client.ApiClient(cfg))
-    try:
-        core.list_node(limit=1, _request_timeout=c.timeout_s, _preload_content=False)
-        core.list_pod_for_all_namespaces(
-            limit=1, _request_timeout=c.timeout_s, _preload_content=False
-        )
-    except ApiException as e:
-        raise StartError(
-            f"{where}: the API server at {cfg.host} refused: {e.status} {e.reason}"
-        ) from None
-    except Exception as e:  # unreachable: refused, timed out, name unknown, TLS
-        raise StartError(
-            f"{where}: cannot reach the API server at {cfg.host}: {type(e).__name__}"
-        ) from None
-    return core
+        return connect(
+            in_cluster=c.in_cluster, kubeconfig=c.kubeconfig, context=c.context,
+            timeout_s=c.timeout_s,
+        )  # fmt: skip
+    except ConnectError as e:
+        where = f"kubernetes.{name}" + (f".{e.field}" if e.field else "")
+        raise StartError(f"{where}: {e.why}") from None
 
 
 def _kube_partition(p: PartitionSettings, installation: str) -> Any:

@@ -12,14 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.exc import OperationalError
-
 from sco.adapters.demandfile.intake import (
     DemandFileError,
     FileDemandSource,
     demand_of,
     read_demand_file,
 )
+from sco.adapters.sqlstate import Unreachable
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.assembly.settings import Settings
@@ -54,7 +53,7 @@ def open_store(
     while True:
         try:
             return SqlFleetStore(settings.state.url, run_migrations=run_migrations)
-        except OperationalError as e:
+        except Unreachable as e:
             why = f"state.url: cannot reach the database: {_first_line(e)}"
             left = deadline - monotonic()
             if left <= 0:
@@ -68,7 +67,7 @@ def open_store(
             ) from None
 
 
-def _first_line(e: OperationalError) -> str:
+def _first_line(e: Unreachable) -> str:
     return str(e.orig).strip().splitlines()[0] if e.orig else type(e).__name__
 
 
@@ -108,7 +107,7 @@ def open_events(settings: Settings, store: SqlFleetStore) -> Events:
         return Events(shared, shared.absorb_outbox, lambda: None, "embedded")
     try:
         own = SqlEventLog.open(cfg.url)
-    except OperationalError as e:
+    except Unreachable as e:
         raise StartError(f"events.url: cannot reach the database: {_first_line(e)}") from None
     return Events(own, lambda: relay(store, own), own.close, "embedded")
 

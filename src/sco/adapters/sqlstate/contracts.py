@@ -9,8 +9,10 @@ same transaction sends a NOTIFY so they do not even have to ask.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,10 @@ from sco.domain.contracts import AckStatus, NodeState, Terms, terms_of
 from sco.domain.instances import Change
 
 CHANNEL = "sco_contracts"
+log = logging.getLogger(__name__)
+
+# Runs on a thread of its own until the event is set, calling back on every change.
+Listener = Callable[[Callable[[], None], threading.Event], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,32 @@ class ContractStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    def listener(self) -> Listener | None:
+        """How to hear of changes as they commit: on PostgreSQL, LISTEN for the
+        NOTIFY each change sends; elsewhere None (ask `changed_since` now and then)."""
+        if self.engine.dialect.name != "postgresql":
+            return None
+        return self._listen
+
+    def _listen(self, poke: Callable[[], None], stop: threading.Event) -> None:
+        # psycopg's blocking generator, with a timeout to notice `stop`.
+        while not stop.is_set():
+            try:
+                raw = self.engine.raw_connection()
+                try:
+                    conn: Any = raw.driver_connection
+                    conn.autocommit = True
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    poke()  # anything missed while not listening
+                    while not stop.is_set():
+                        for _ in conn.notifies(timeout=1.0):
+                            poke()
+                finally:
+                    raw.invalidate()
+            except Exception as e:
+                log.warning("distributor: LISTEN %s lost (%s); again in 2 s", CHANNEL, e)
+                stop.wait(2.0)
 
     def get(self, instance_id: str) -> ContractRow | None:
         q = select(t.contracts).where(t.contracts.c.instance_id == instance_id)

@@ -143,3 +143,12 @@ class SqlLeases:
     def forget_replica(self, name: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(delete(t.replicas).where(t.replicas.c.name == name))
+
+    def lapse(self, holder: str) -> None:
+        """What a holder that died without a word leaves: its heartbeat and its leases
+        run out, unreleased (for the swarm's faults and for tests)."""
+        with self.engine.begin() as conn:
+            conn.execute(update(t.leases).where(t.leases.c.holder == holder).values(expires_at=0.0))
+            conn.execute(
+                update(t.replicas).where(t.replicas.c.name == holder).values(expires_at=0.0)
+            )

@@ -161,6 +161,12 @@ class SqlFleetStore:
     def close(self) -> None:
         self.engine.dispose()
 
+    def schema_revision(self) -> str | None:
+        """The Alembic revision the database's schema stands at."""
+        with self.engine.connect() as conn:
+            rev = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        return str(rev) if rev is not None else None
+
     # ------------------------------------------------------------ pools
 
     def upsert_pools(self, pools: Sequence[Pool]) -> None:

@@ -154,14 +154,11 @@ def config_migrate(config: Path | None) -> None:
     """Bring the fleet-state database (`state.url`) to this version's schema and exit:
     the step before a rolling upgrade (the chart runs it as a pre-upgrade hook).
     Every process also migrates at start; with PostgreSQL, one at a time."""
-    from sqlalchemy import text
-
     settings = settings_of(config, {})
     with start_errors():
         store = open_store(settings)
     try:
-        with store.engine.connect() as conn:
-            revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        revision = store.schema_revision()
     finally:
         store.close()
     click.echo(f"{mask_url(settings.state.url)}: schema at revision {revision}")

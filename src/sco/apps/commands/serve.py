@@ -221,7 +221,7 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
             requests_per_s=d.requests_per_s,
             join=lambda partition: joins.get(partition, ""),
         ),
-        engine=store.engine,
+        listen=store.contracts.listener(),
     )
     try:
         uvicorn.run(

@@ -8,9 +8,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import update
-
-from sco.adapters.sqlstate import schema as t
+from sco.adapters.sqlstate.leases import SqlLeases
 from sco.decide.policies import ScoPolicy
 from sco.decide.reclaim import Budget
 from sco.domain.instances import Instance
@@ -186,13 +184,7 @@ class Adversary:
         # The victim stalls past its TTL: its heartbeat lapses, its lease expires.
         self.swarm.slow(LEASE_TTL_S + 1.0)
         if blue.lease_kind == "database":
-            with blue.store.engine.begin() as conn:
-                conn.execute(
-                    update(t.leases).where(t.leases.c.holder == r.name).values(expires_at=0.0)
-                )
-                conn.execute(
-                    update(t.replicas).where(t.replicas.c.name == r.name).values(expires_at=0.0)
-                )
+            SqlLeases(blue.store.engine).lapse(r.name)
         else:
             blue.memory_leases.expire(r.name, self.now)
             blue.memory_leases.forget_replica(r.name)

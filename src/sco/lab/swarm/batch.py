@@ -53,11 +53,9 @@ def _run(trial: Trial) -> SeedResult:
 
 
 def kube_available() -> bool:
-    try:
-        import kubernetes.client.exceptions  # noqa: F401
-    except ModuleNotFoundError:
-        return False
-    return True
+    from sco.adapters.kubernetes.connect import client_installed
+
+    return client_installed()
 
 
 def trials(seeds: int, first: int = 0, kinds: Sequence[Kind] = ALL_KINDS) -> list[Trial]:

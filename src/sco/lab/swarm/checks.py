@@ -12,9 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
-
-from sco.adapters.sqlstate import schema as t
+from sco.adapters.sqlstate import audit
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import EDGES, HAS_SERVER, State, Trigger
 
@@ -189,20 +188,9 @@ class Ledger:
                 self.violate("no_leak", now, f"server {sid} ({partition}) listed, no record")
 
 
-def check_history(ledger: Ledger, engine: object, now: float) -> None:
+def check_history(ledger: Ledger, store: SqlFleetStore, now: float) -> None:
     """Every transition is an edge of the table, and every server has a life."""
-    from sqlalchemy.engine import Engine
-
-    assert isinstance(engine, Engine)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(
-                t.instance_history.c.instance_id,
-                t.instance_history.c.from_state,
-                t.instance_history.c.to_state,
-                t.instance_history.c.trigger,
-            ).order_by(t.instance_history.c.id)
-        ).all()
+    rows = audit.transitions(store)
     ledger.checked["transitions_on_table"] += len(rows)
     last: dict[str, str] = {}
     for inst, before, after, trigger in rows:
@@ -221,17 +209,11 @@ def check_history(ledger: Ledger, engine: object, now: float) -> None:
 
 
 def check_lives(
-    ledger: Ledger, engine: object, created: set[str], alive: set[str], now: float
+    ledger: Ledger, store: SqlFleetStore, created: set[str], alive: set[str], now: float
 ) -> None:
     """Each server sco created reads back from its record: one record names it, and the
     record is over (gone) once the server is."""
-    from sqlalchemy.engine import Engine
-
-    assert isinstance(engine, Engine)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(t.instances.c.id, t.instances.c.server_id, t.instances.c.state)
-        ).all()
+    rows = audit.lives(store)
     by_server: dict[str, list[tuple[str, str]]] = {}
     for inst, sid, state in rows:
         if sid:

@@ -17,17 +17,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from sco.adapters.kubernetes.connect import api_error
 from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, DRAIN_REASON
 from sco.adapters.kubernetes.pods import PARTITION_LABEL
 
 Json = dict[str, Any]
-
-
-def _api_error(status: int, reason: str) -> Exception:
-    from kubernetes.client.exceptions import ApiException
-
-    error: Exception = ApiException(status=status, reason=reason)
-    return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +88,7 @@ class SimKube:
         self._reach()
         node = self.nodes_by_name.get(name)
         if node is None:
-            raise _api_error(404, "Not Found")
+            raise api_error(404, "Not Found")
         self.calls += 1
         meta = body.get("metadata") or {}
         node["metadata"].setdefault("labels", {}).update(meta.get("labels") or {})
@@ -107,7 +101,7 @@ class SimKube:
     def delete_node(self, name: str) -> None:
         self._reach()
         if self.nodes_by_name.pop(name, None) is None:
-            raise _api_error(404, "Not Found")
+            raise api_error(404, "Not Found")
         self.calls += 1
         for pod in [p for p in self.pods.values() if p["spec"].get("nodeName") == name]:
             self._replace(pod, lost=True)
@@ -116,10 +110,10 @@ class SimKube:
         self._reach()
         pod = self.pods.get(name)
         if pod is None:
-            raise _api_error(404, "Not Found")
+            raise api_error(404, "Not Found")
         running = [p for p in self.pods.values() if p["spec"].get("nodeName")]
         if len(running) - 1 < self.min_available:
-            raise _api_error(429, "Too Many Requests")  # the budget holds it
+            raise api_error(429, "Too Many Requests")  # the budget holds it
         self.calls += 1
         self._replace(pod, lost=False)
 
@@ -127,7 +121,7 @@ class SimKube:
         self._reach()
         pod = self.pods.get(name)
         if pod is None:
-            raise _api_error(404, "Not Found")
+            raise api_error(404, "Not Found")
         self.calls += 1
         self._replace(pod, lost=False)
 

@@ -17,9 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import select
-
-from sco.adapters.sqlstate import schema as t
+from sco.adapters.sqlstate.audit import state_of_server
 from sco.domain.lifecycle import State
 from sco.engine.clock import ManualClock
 from sco.lab.swarm.adversary import Adversary
@@ -328,10 +326,7 @@ class Swarm:
         came: its node was told to leave before, and is drained or past its deadline."""
         if self.region.is_deleting(server_id):
             return True
-        with self.blue.store.engine.connect() as conn:
-            state = conn.execute(
-                select(t.instances.c.state).where(t.instances.c.server_id == server_id)
-            ).scalar()
+        state = state_of_server(self.blue.store, server_id)
         return state in ("terminating", "failed", "gone")
 
     def _boot(self, inst: Installation) -> None:
@@ -419,9 +414,9 @@ class Swarm:
 
     def finish(self) -> None:
         now = self.clock.now()
-        check_history(self.ledger, self.blue.store.engine, now)
+        check_history(self.ledger, self.blue.store, now)
         alive = {sid for sid, (_, who, *_) in self._seen.items() if who == BLUE}
-        check_lives(self.ledger, self.blue.store.engine, self._seen_by_sco(now), alive, now)
+        check_lives(self.ledger, self.blue.store, self._seen_by_sco(now), alive, now)
         for name in self.blue.plans:
             live = [i for i in self.blue.store.instances(name) if i.state is not State.GONE]
             listed = {v.server_id for v in self.blue.tenant.list(name)}
