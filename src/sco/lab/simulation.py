@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.sqlstate.eventlog import SqlEventLog
@@ -42,9 +43,32 @@ from sco.lab.accounting import Accountant, PartitionMetrics
 from sco.lab.history import WindowedHistory
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import TraceSet, load_traces
-from sco.ports import FleetCounts
+from sco.lab.twins.eventlog import MemoryEventLog
+from sco.lab.twins.fleet import MemoryFleetStore
+from sco.ports import EventLog, FleetCounts, FleetStore
 
 Progress = Callable[[float], None]
+
+
+class RelayLog(EventLog, Protocol):
+    """An event log sharing fleet state's process or database: it relays the outbox."""
+
+    def absorb_outbox(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class _Store(FleetStore, Protocol):
+    def close(self) -> None: ...
+
+
+def _state(state_url: str | None) -> tuple[_Store, RelayLog]:
+    """Fleet state and its event log: in the database at `state_url`, else in memory."""
+    if state_url is None:
+        memory = MemoryFleetStore()
+        return memory, MemoryEventLog(memory)
+    store = SqlFleetStore(state_url, contracts=False)  # no node reads one here
+    return store, SqlEventLog(store.engine)
 
 
 class SimulationInputError(ValueError):
@@ -207,7 +231,12 @@ class Simulation:
         demand = FileDemandSource.load(spec.demand, region_name, start_s)
         return cls(spec, traces, demand, policy, start_s, end_s)
 
-    def run(self, state_url: str, progress: Progress | None = None) -> SimulationResult:
+    def run(
+        self, state_url: str | None = None, progress: Progress | None = None
+    ) -> SimulationResult:
+        """Run the simulation; fleet state in the database at `state_url` (its rows kept
+        for `sco explain` and `sco pools`), or in memory without one (the twins: the
+        same results, faster)."""
         wall0 = time.perf_counter()
         clock = ManualClock(self.start_s)
         region = SimRegion(self.traces, self.spec.sim, start_s=self.start_s)
@@ -224,13 +253,12 @@ class Simulation:
         )
         region.observer = accountant
         region.report_capacities()
-        store = SqlFleetStore(state_url, contracts=False)  # no node reads one here
+        store, event_log = _state(state_url)
         try:
             store.upsert_pools(pools)
             ids = CountingIds()
             signals = FleetSignals(store, pools)
             timeline = SignalTimeline()
-            event_log = SqlEventLog(store.engine)
             watcher = ExclusionWatcher(event_log, store, pools, on_change=timeline.excluded)
             scorer = ScoringJob(
                 HistoryLoader(event_log, WindowedHistory(self.spec.scorer.window_s)),
@@ -299,7 +327,7 @@ class Simulation:
         )
 
     def _keep_history(
-        self, event_log: SqlEventLog, store: SqlFleetStore, pools: list[Pool]
+        self, event_log: EventLog, store: FleetStore, pools: list[Pool]
     ) -> tuple[list[PoolScore], int]:
         """Load the whole log into ClickHouse/chDB history and score from there."""
         from sco.adapters.clickhouse.history import ClickHouseHistory  # optional extra
@@ -386,8 +414,8 @@ class _Signals:
 
     watcher: ExclusionWatcher
     scorer: ScoringJob
-    event_log: SqlEventLog
-    store: SqlFleetStore
+    event_log: RelayLog
+    store: FleetStore
     pools: list[Pool]
     headroom_every_s: float
     region: SimRegion | None = None
