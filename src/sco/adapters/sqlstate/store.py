@@ -214,7 +214,7 @@ class SqlFleetStore:
     def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
         if not changes and not settle:
             return
-        with _fenced(), self.engine.begin() as conn:
+        with _fenced(taken_is_conflict=True), self.engine.begin() as conn:
             if changes:
                 _record(conn, changes, self.fence, self.write_contracts)
             for request_id, count in (settle or {}).items():
@@ -224,7 +224,7 @@ class SqlFleetStore:
 
     def reserve(self, request: NewRequest) -> None:
         res = request.reservation
-        with _fenced(), self.engine.begin() as conn:
+        with _fenced(taken_is_conflict=True), self.engine.begin() as conn:
             bumped = conn.execute(
                 update(t.pools)
                 .where(t.pools.c.id == res.pool, t.pools.c.version == request.pool_version)
@@ -620,13 +620,18 @@ def _no_fence(_partition: str) -> int:
 
 
 @contextmanager
-def _fenced() -> Iterator[None]:
-    """Turn the fencing trigger's refusal into FencedOut."""
+def _fenced(taken_is_conflict: bool = False) -> Iterator[None]:
+    """Turn the fencing trigger's refusal into FencedOut, and (`taken_is_conflict`) a
+    row whose key another write took first into StateConflict: a record created twice
+    is a lost race like a stale version."""
     try:
         yield
     except (IntegrityError, DBAPIError) as e:
-        if "stale fencing token" in str(e.orig if hasattr(e, "orig") else e):
-            raise FencedOut(str(getattr(e, "orig", e)).splitlines()[0]) from None
+        why = str(e.orig if hasattr(e, "orig") else e)
+        if "stale fencing token" in why:
+            raise FencedOut(why.splitlines()[0]) from None
+        if taken_is_conflict and isinstance(e, IntegrityError):
+            raise StateConflict(f"a key written twice: {why.splitlines()[0]}") from None
         raise
 
 
