@@ -4,6 +4,10 @@ Runs the demo's region and demand (bundled 9-zone V100 trace, two partitions)
 for a number of simulated days and prints one JSON object as its last line:
 simulated days per wall second and controller cycles per second.
 
+Fleet state and the event log are the lab's in-memory twins unless `--state
+sqlite` asks for a database. `same_as_sql` says whether a short window of the
+same run (`--check-days`) gives the same results on both.
+
 With `--instances N` it runs the first fleet scenario instead
 (`sco.lab.fleet`: the 9-zone V100 trace with each 1 standing for 1,000
 instances, N instances of demand at the peak over four partitions, ample
@@ -12,6 +16,7 @@ guaranteed quota) in the fleet suite's setting (`sco.lab.fleet_eval`: a
 measures.
 
     .venv/bin/python bench/simulate.py [--days 7] [--cycle-s 30] [--instances 5000]
+        [--state memory|sqlite] [--check-days 0.25]
 """
 
 from __future__ import annotations
@@ -44,13 +49,20 @@ def main() -> None:
         help="Event-driven cycles: a partition cycles on what changed, and at least this "
         "often (with --instances: the fleet suite's 300 s unless given).",
     )  # fmt: skip
+    ap.add_argument("--state", choices=["memory", "sqlite"], default="memory")
+    ap.add_argument(
+        "--check-days", type=float, default=0.25,
+        help="The window run both on the twins and on SQLite for same_as_sql (0: none).",
+    )  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec = _spec(args, Path(tmp))
         t0 = time.perf_counter()
         sim = Simulation.build(spec)
         load_s = time.perf_counter() - t0
-        result = sim.run(sqlite_url(Path(tmp) / "state.db"))
+        url = sqlite_url(Path(tmp) / "state.db") if args.state == "sqlite" else None
+        result = sim.run(url)
+        same = _same_as_sql(args, Path(tmp)) if args.check_days > 0 else None
     partition_cycles = result.cycles * len(result.partitions)
     out: dict[str, object] = {
         "simulated_days": (result.end_s - result.start_s) / 86400,
@@ -60,6 +72,8 @@ def main() -> None:
         "controller_cycles_per_s": round(partition_cycles / result.wall_s, 1),
         "transitions": result.counts.history_rows,
         "transitions_per_s": round(result.counts.history_rows / result.wall_s),
+        "state": args.state,
+        "same_as_sql": same,
     }
     if args.instances:
         agg = result.aggregate()
@@ -69,6 +83,22 @@ def main() -> None:
                       "cost_vs_guaranteed", "guaranteed_share", "below_floor_unit_h")
         }  # fmt: skip
     print(json.dumps(out))
+
+
+def _same_as_sql(args: argparse.Namespace, tmp: Path) -> bool:
+    """The first `--check-days` of the run, on the twins and on SQLite: the same
+    outcomes, counts, cycles and signals."""
+    short = argparse.Namespace(**{**vars(args), "days": min(args.days, args.check_days)})
+    spec = _spec(short, tmp)
+    on_sql = Simulation.build(spec).run(sqlite_url(tmp / "check.db"))
+    in_memory = Simulation.build(spec).run()
+    return bool(
+        in_memory.partitions == on_sql.partitions
+        and in_memory.counts == on_sql.counts
+        and in_memory.cycles == on_sql.cycles
+        and in_memory.exclusions == on_sql.exclusions
+        and in_memory.scores == on_sql.scores
+    )
 
 
 def _spec(args: argparse.Namespace, tmp: Path) -> SimulationSpec:

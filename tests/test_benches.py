@@ -22,11 +22,14 @@ SMOKE: dict[str, list[str]] = {
     "exclusion.py": ["--events", "20000", "--batch", "2000"],
     "planner.py": ["--decisions", "10", "--sample", "2", "--instances", "1000", "--pools", "20"],
     "scorer.py": ["--smoke"],
-    "simulate.py": ["--days", "0.25"],
+    "simulate.py": ["--days", "0.25", "--check-days", "0.1"],
     "kube_intake.py": ["--pods", "200", "--nodes", "20"],
     "fuzz.py": ["--cases", "20", "--workers", "1", "--kinds", "config,events", "--commands", "2"],
     "swarm.py": ["--smoke", "--workers", "2"],
 }
+
+# What a bench's line must say, beyond being one.
+EXPECT: dict[str, dict[str, object]] = {"simulate.py": {"same_as_sql": True, "state": "memory"}}
 
 # Benches that start real services (the Nova stack, PostgreSQL, Patroni, Slurm, a
 # broker) run at a smoke size in the tests of their tier instead.
@@ -63,3 +66,5 @@ def test_bench_runs_at_smoke_size(bench: str, tmp_path: Path) -> None:
     line = json.loads(done.stdout.strip().splitlines()[-1])
     assert isinstance(line, dict)
     assert line, done.stdout
+    for key, value in EXPECT.get(bench, {}).items():
+        assert line[key] == value, line

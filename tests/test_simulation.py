@@ -170,6 +170,25 @@ def test_deterministic_for_a_seed(tmp_path: Path) -> None:
     assert a.counts == b.counts
 
 
+@pytest.mark.parametrize("notice_s", [0.0, 300.0])
+def test_the_in_memory_twins_give_what_sqlite_gives(tmp_path: Path, notice_s: float) -> None:
+    """The lab runs on the in-memory twins of fleet state and the event log unless a
+    database is named: the same run, with faults, to the last digit."""
+    spec = SimulationSpec(
+        traces=bundled("traces", "apache", "v100-9zone"),
+        demand=bundled("demand", "demo.yaml"),
+        duration_s=12 * 3600,
+        sim=SimConfig(error_rate=0.05, timeout_rate=0.05, seed=11, notice_s=notice_s),
+    )
+    on_sql = Simulation.build(spec).run(sqlite_url(tmp_path / "a.db"))
+    in_memory = Simulation.build(spec).run()
+    assert in_memory.partitions == on_sql.partitions
+    assert in_memory.counts == on_sql.counts
+    assert (in_memory.cycles, in_memory.exclusions) == (on_sql.cycles, on_sql.exclusions)
+    assert in_memory.scores == on_sql.scores
+    assert in_memory.counts.history_rows > 100
+
+
 def test_every_transition_is_recorded_and_legal(tmp_path: Path) -> None:
     from sco.domain.lifecycle import EDGES, State, Trigger
 

@@ -169,7 +169,7 @@ def demo(out: Path | None, days: float | None, history: str | None) -> None:
     "--state",
     type=click.Path(path_type=Path),
     default=None,
-    help="SQLite fleet-state file to keep (default: a temporary one).",
+    help="SQLite fleet-state file to keep (default: fleet state in memory).",
 )
 @click.option(
     "--idle-resync-s",
@@ -233,11 +233,7 @@ def simulate(
         )
         sim = Simulation.build(spec)
     console = make_console(stderr=as_json)
-    if state is None:
-        with tempfile.TemporaryDirectory(prefix="sco-sim-") as tmp:
-            result = _run(sim, Path(tmp) / "state.db", quiet=as_json)
-    else:
-        result = _run(sim, state, quiet=as_json)
+    result = _run(sim, state, quiet=as_json)
     _print_summary(console, result)
     _print_signals(console, result)
     if report is not None:
@@ -259,10 +255,14 @@ def _print_signals(console: Console, result: SimulationResult) -> None:
         console.print(f"pool history: {result.history_events} events in {result.spec.history_dsn}")
 
 
-def _run(sim: Simulation, state_path: Path, quiet: bool) -> SimulationResult:
-    state_path.parent.mkdir(parents=True, exist_ok=True)
+def _run(sim: Simulation, state_path: Path | None, quiet: bool) -> SimulationResult:
+    """Fleet state in the SQLite file `state_path`, kept for `sco explain` and `sco
+    pools`, or (None) in memory."""
+    if state_path is not None:
+        state_path.parent.mkdir(parents=True, exist_ok=True)
     with _progress(quiet) as progress:
-        return sim.run(sqlite_url(state_path), progress=progress)
+        url = sqlite_url(state_path) if state_path is not None else None
+        return sim.run(url, progress=progress)
 
 
 @contextmanager

@@ -28,6 +28,14 @@ class MemoryEventLog:
     def close(self) -> None:
         """Nothing to let go."""
 
+    def restarted(self) -> MemoryEventLog:
+        """The same log as a restarted process finds it: its records and commits, and
+        readers that start again at the commit."""
+        again = MemoryEventLog(self.outbox_of)
+        again._records, again._ids = self._records, self._ids
+        again._committed, again._dead = self._committed, self._dead
+        return again
+
     def append(self, events: Sequence[LifecycleEvent]) -> None:
         self.append_raw([(e.event_id, e.pool, e.dumps()) for e in events])
 
