@@ -32,14 +32,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from sco.adapters.sqlstate import rows
 from sco.adapters.sqlstate import schema as t
 from sco.adapters.sqlstate.contracts import ContractStore, record_contracts
+from sco.adapters.sqlstate.signals import SqlSignals
 from sco.domain.events import LifecycleEvent, event_of, parse_event
 from sco.domain.instances import Change, Instance, created
-from sco.domain.lifecycle import LIVE, State
+from sco.domain.lifecycle import State
 from sco.domain.plans import Plan, PoolReason
-from sco.domain.pools import CapacityClass, Pool, PoolId
-from sco.domain.signals import Exclusion, ExclusionState, PoolScore
+from sco.domain.pools import Pool, PoolId
 from sco.ports import (
     FencedOut,
     FleetCounts,
@@ -90,27 +91,6 @@ def migrate(engine: Engine) -> None:
 
 _MIGRATION_LOCK = 0x5C0_0001  # an advisory-lock key of sco's own
 
-# Read by every controller every cycle: built once.
-_STAMP = select(
-    select(func.coalesce(func.sum(t.exclusions.c.version), 0)).scalar_subquery(),
-    select(func.coalesce(func.max(t.pool_scores.c.generation), 0)).scalar_subquery(),
-    select(
-        func.coalesce(func.sum(t.pools.c.up_since), 0.0) + func.count(t.pools.c.up_since)
-    ).scalar_subquery(),
-    select(
-        func.count() * 1_000_003
-        + func.coalesce(func.sum(func.length(t.partition_intents.c.partition)), 0)
-    ).scalar_subquery(),
-)
-_RECLAIMS = (
-    select(t.instance_history.c.pool, t.instance_history.c.instance_id, t.instance_history.c.at)
-    .where(
-        t.instance_history.c.at >= bindparam("since"),
-        t.instance_history.c.trigger.in_(("reclaim_notice", "server_vanished")),
-    )
-    .order_by(t.instance_history.c.at)
-)
-
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
@@ -133,8 +113,9 @@ def open_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-class SqlFleetStore:
-    """Fleet state behind the FleetStore port."""
+class SqlFleetStore(SqlSignals):
+    """Fleet state behind the FleetStore port: records, reservations, plans and the
+    outbox here, the pools' signals and operators' intents in `SqlSignals`."""
 
     def __init__(
         self,
@@ -175,7 +156,7 @@ class SqlFleetStore:
         dialect = sqlite if self.engine.dialect.name == "sqlite" else postgresql
         with self.engine.begin() as conn:
             for p in pools:
-                values = _pool_row(p)
+                values = rows.pool_row(p)
                 row = dialect.insert(t.pools).values(id=p.id, version=0, **values)
                 conn.execute(row.on_conflict_do_update(index_elements=["id"], set_=values))
 
@@ -190,13 +171,13 @@ class SqlFleetStore:
 
     def pools(self) -> list[Pool]:
         with self.engine.connect() as conn:
-            return [_pool_of(r) for r in conn.execute(select(t.pools))]
+            return [rows.pool_of(r) for r in conn.execute(select(t.pools))]
 
     # ------------------------------------------------------------ instances
 
     def instances(self, partition: str) -> list[Instance]:
         with self.engine.connect() as conn:
-            return [_instance_of(r) for r in conn.execute(_LIVE_INSTANCES, {"p": partition})]
+            return [rows.instance_of(r) for r in conn.execute(_LIVE_INSTANCES, {"p": partition})]
 
     def server_classes(self, partition: str) -> dict[str, str]:
         """Capacity class by server id of every server the partition ever had."""
@@ -209,7 +190,7 @@ class SqlFleetStore:
     def instance(self, instance_id: str) -> Instance | None:
         with self.engine.connect() as conn:
             r = conn.execute(select(t.instances).where(t.instances.c.id == instance_id)).first()
-            return _instance_of(r) if r else None
+            return rows.instance_of(r) if r else None
 
     def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
         if not changes and not settle:
@@ -234,7 +215,7 @@ class SqlFleetStore:
                 raise StateConflict(f"pool {res.pool} changed since version {request.pool_version}")
             conn.execute(
                 insert(t.reservations).values(
-                    **_reservation_row(res), fence=self.fence(res.partition)
+                    **rows.reservation_row(res), fence=self.fence(res.partition)
                 )
             )
             _record(
@@ -250,7 +231,7 @@ class SqlFleetStore:
 
     def reservations(self) -> list[Reservation]:
         with self.engine.connect() as conn:
-            return [_reservation_of(r) for r in conn.execute(select(t.reservations))]
+            return [rows.reservation_of(r) for r in conn.execute(select(t.reservations))]
 
     def sweep_reservations(self, now: float) -> int:
         with self.engine.begin() as conn:
@@ -354,13 +335,13 @@ class SqlFleetStore:
         if instance_id is not None:
             q = q.where(t.instance_history.c.instance_id == instance_id)
         with self.engine.connect() as conn:
-            return [_history_row(r) for r in conn.execute(q)]
+            return [rows.history_row(r) for r in conn.execute(q)]
 
     def recent_history(self, limit: int) -> list[HistoryRow]:
         """The last `limit` transitions, newest first."""
         q = select(t.instance_history).order_by(t.instance_history.c.id.desc()).limit(limit)
         with self.engine.connect() as conn:
-            return [_history_row(r) for r in conn.execute(q)]
+            return [rows.history_row(r) for r in conn.execute(q)]
 
     def partitions(self) -> list[str]:
         """Every partition with instances or a plan."""
@@ -397,7 +378,7 @@ class SqlFleetStore:
         that emit the same sample (its id names pool and period) emit it once."""
         if events:
             with self.engine.begin() as conn:
-                conn.execute(self._emit, [_outbox_row(e) for e in events])
+                conn.execute(self._emit, [rows.outbox_row(e) for e in events])
 
     def relay_outbox(self, append: Callable[[list[LifecycleEvent]], None], limit: int) -> int:
         """Hand the oldest `limit` outbox events to `append` (the event log), then drop
@@ -420,199 +401,8 @@ class SqlFleetStore:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(t.outbox)).scalar() or 0)
 
-    # ------------------------------------------------------------ signals
 
-    def exclusions(self) -> dict[PoolId, Exclusion]:
-        with self.engine.connect() as conn:
-            return {r.pool: _exclusion_of(r) for r in conn.execute(select(t.exclusions))}
-
-    def put_exclusion(self, exclusion: Exclusion, event: LifecycleEvent) -> Exclusion:
-        row = _exclusion_row(exclusion)
-        row["version"] = exclusion.version + 1
-        with self.engine.begin() as conn:
-            if exclusion.version == 0:
-                try:
-                    conn.execute(insert(t.exclusions).values(**row))
-                except IntegrityError:
-                    raise StateConflict(f"exclusion of {exclusion.pool} exists") from None
-            else:
-                done = conn.execute(
-                    update(t.exclusions)
-                    .where(
-                        t.exclusions.c.pool == exclusion.pool,
-                        t.exclusions.c.version == exclusion.version,
-                    )
-                    .values(**row)
-                )
-                if done.rowcount != 1:
-                    raise StateConflict(f"exclusion of {exclusion.pool} moved")
-            conn.execute(_INSERT_OUTBOX, [_outbox_row(event)])
-        return _exclusion_of_row(row)
-
-    def save_scores(self, scores: Sequence[PoolScore], keep: int = 288) -> int:
-        if keep < 1:
-            raise ValueError(f"keep must be >= 1, got {keep}")
-        with self.engine.begin() as conn:
-            last = conn.execute(select(func.max(t.pool_scores.c.generation))).scalar()
-            generation = int(last or 0) + 1
-            if scores:
-                conn.execute(
-                    insert(t.pool_scores),
-                    [
-                        {
-                            "generation": generation,
-                            "pool": sc.pool,
-                            "computed_at": sc.computed_at,
-                            "body": json.dumps(_score_body(sc)),
-                        }
-                        for sc in scores
-                    ],
-                )
-            conn.execute(
-                delete(t.pool_scores).where(t.pool_scores.c.generation <= generation - keep)
-            )
-        return generation
-
-    def signal_stamp(self) -> tuple[int, int, float, int]:
-        """What moves when an exclusion, a score generation, a pool's age or an intent
-        is written: (sum of the exclusions' versions, latest score generation, a digest
-        of the pools' ages, a digest of the intents). One cheap query; a reader reloads
-        only what moved."""
-        with self.engine.connect() as conn:
-            row = conn.execute(_STAMP).one()
-        return int(row[0]), int(row[1]), float(row[2]), int(row[3])
-
-    def reclaims_since(self, since: float) -> list[tuple[PoolId, str, float]]:
-        """(pool, instance, at) of every reclaim recorded at or after `since`: notices and
-        servers that vanished without our delete, of every partition."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(_RECLAIMS, {"since": since}).all()
-        return [(r[0], r[1], float(r[2])) for r in rows]
-
-    def pool_ages(self) -> dict[PoolId, float | None]:
-        """Since when each pool has had capacity (None: it has none now)."""
-        with self.engine.connect() as conn:
-            return {
-                r.id: r.up_since for r in conn.execute(select(t.pools.c.id, t.pools.c.up_since))
-            }
-
-    def set_pool_age(self, pool: PoolId, up_since: float | None) -> bool:
-        """Record that `pool` has had capacity since `up_since` (None: it has none now),
-        only if that changes whether it has any: replicas that see the same change
-        write it once, and the first time stands. Returns whether it was written."""
-        c = t.pools.c
-        gate = c.up_since.is_(None) if up_since is not None else c.up_since.is_not(None)
-        with self.engine.begin() as conn:
-            done = conn.execute(update(t.pools).where(c.id == pool, gate).values(up_since=up_since))
-        return bool(done.rowcount)
-
-    def live_per_pool(self) -> dict[PoolId, int]:
-        """Live instances (of every partition) per pool."""
-        c = t.instances.c
-        q = (
-            select(c.pool, func.count())
-            .where(c.state.in_([s.value for s in LIVE]))
-            .group_by(c.pool)
-        )
-        with self.engine.connect() as conn:
-            return {pool: int(n) for pool, n in conn.execute(q)}
-
-    # ------------------------------------------------------------ intents
-
-    def put_intent(self, partition: str, intent: str, at: float, by: str) -> None:
-        """Record what an operator asks of a partition (one intent per partition)."""
-        with self.engine.begin() as conn:
-            conn.execute(
-                delete(t.partition_intents).where(t.partition_intents.c.partition == partition)
-            )
-            conn.execute(
-                insert(t.partition_intents).values(
-                    partition=partition, intent=intent, requested_at=at, requested_by=by
-                )
-            )
-
-    def drop_intent(self, partition: str) -> bool:
-        with self.engine.begin() as conn:
-            gone = conn.execute(
-                delete(t.partition_intents).where(t.partition_intents.c.partition == partition)
-            )
-        return bool(gone.rowcount)
-
-    def intents(self) -> dict[str, str]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(t.partition_intents.c.partition, t.partition_intents.c.intent)
-            )
-            return {r.partition: r.intent for r in rows}
-
-    def latest_scores(self) -> dict[PoolId, PoolScore]:
-        with self.engine.connect() as conn:
-            last = conn.execute(select(func.max(t.pool_scores.c.generation))).scalar()
-            if last is None:
-                return {}
-            q = select(t.pool_scores).where(t.pool_scores.c.generation == last)
-            return {r.pool: _score_of(r) for r in conn.execute(q)}
-
-
-# ---------------------------------------------------------------- rows
-
-_SCORE_FIELDS = (
-    "hazard_per_h",
-    "exposure_h",
-    "reclaims",
-    "survival",
-    "success_ratio",
-    "attempts",
-    "ready_p50_s",
-    "ready_n",
-    "headroom",
-    "headroom_n",
-    "value",
-    "why",
-)
-
-
-def _history_row(r: Any) -> HistoryRow:
-    return HistoryRow(
-        instance_id=r.instance_id,
-        partition=r.partition,
-        pool=r.pool,
-        at=r.at,
-        from_state=r.from_state,
-        to_state=r.to_state,
-        trigger=r.trigger,
-        reason=r.reason,
-    )
-
-
-def _score_body(sc: PoolScore) -> dict[str, Any]:
-    return {f: getattr(sc, f) for f in _SCORE_FIELDS}
-
-
-def _score_of(r: Any) -> PoolScore:
-    body = json.loads(r.body)
-    return PoolScore(pool=r.pool, generation=r.generation, computed_at=r.computed_at, **body)
-
-
-def _exclusion_row(e: Exclusion) -> dict[str, Any]:
-    return {
-        "pool": e.pool,
-        "state": e.state.value,
-        "since": e.since,
-        "until": e.until,
-        "cooldown_s": e.cooldown_s,
-        "last_crossing": e.last_crossing,
-        "reason": e.reason,
-        "version": e.version,
-    }
-
-
-def _exclusion_of_row(r: dict[str, Any]) -> Exclusion:
-    return Exclusion(**{**r, "state": ExclusionState(r["state"])})
-
-
-def _exclusion_of(r: Any) -> Exclusion:
-    return _exclusion_of_row(dict(r._mapping))
+# ---------------------------------------------------------------- writes
 
 
 def _no_fence(_partition: str) -> int:
@@ -645,7 +435,7 @@ def _record(
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     for ch in changes:
-        row = _instance_row(ch.after)
+        row = rows.instance_row(ch.after)
         row["fence"] = fence(ch.after.partition)
         if ch.before is None:
             inserts.append(row)
@@ -671,7 +461,7 @@ def _record(
     _compare_and_swap(conn, updates)
     if history:
         conn.execute(_INSERT_HISTORY, history)
-        conn.execute(_INSERT_OUTBOX, [_outbox_row(event_of(ch)) for ch in changes])
+        conn.execute(_INSERT_OUTBOX, [rows.outbox_row(event_of(ch)) for ch in changes])
         if contracts:
             record_contracts(conn, changes)
 
@@ -693,100 +483,8 @@ def _compare_and_swap(conn: Connection, updates: list[dict[str, Any]]) -> None:
             raise StateConflict(f"instance {row['b_id']} moved past version {row['b_version']}")
 
 
-def _outbox_row(e: LifecycleEvent) -> dict[str, Any]:
-    return {"event_id": e.event_id, "pool": e.pool, "payload": e.dumps()}
-
-
 def _settle(conn: Connection, request_id: str, count: int) -> None:
     if count <= 0:
         conn.execute(_DROP_RESERVATION, {"rid": request_id})
     else:
         conn.execute(_SHRINK_RESERVATION, {"rid": request_id, "n": count})
-
-
-def _pool_row(p: Pool) -> dict[str, Any]:
-    return {
-        "region": p.region,
-        "hall": p.hall,
-        "flavor": p.flavor,
-        "aggregate": p.aggregate,
-        "capacity_class": p.capacity_class.value,
-        "units_per_instance": p.units_per_instance,
-        "price_per_h": p.price_per_h,
-    }
-
-
-def _pool_of(r: Any) -> Pool:
-    return Pool(
-        region=r.region,
-        hall=r.hall,
-        flavor=r.flavor,
-        capacity_class=CapacityClass(r.capacity_class),
-        units_per_instance=r.units_per_instance,
-        price_per_h=r.price_per_h,
-        aggregate=r.aggregate,
-    )
-
-
-def _instance_row(i: Instance) -> dict[str, Any]:
-    return {
-        "id": i.id,
-        "partition": i.partition,
-        "pool": i.pool,
-        "capacity_class": i.capacity_class.value,
-        "units": i.units,
-        "state": i.state.value,
-        "version": i.version,
-        "request_id": i.request_id,
-        "plan_generation": i.plan_generation,
-        "created_at": i.created_at,
-        "state_since": i.state_since,
-        "server_id": i.server_id,
-        "ready_at": i.ready_at,
-        "drain_by": i.drain_by,
-        "notice_deadline": i.notice_deadline,
-        "reason": i.reason,
-    }
-
-
-def _instance_of(r: Any) -> Instance:
-    return Instance(
-        id=r.id,
-        partition=r.partition,
-        pool=r.pool,
-        capacity_class=CapacityClass(r.capacity_class),
-        units=r.units,
-        state=State(r.state),
-        version=r.version,
-        request_id=r.request_id,
-        plan_generation=r.plan_generation,
-        created_at=r.created_at,
-        state_since=r.state_since,
-        server_id=r.server_id,
-        ready_at=r.ready_at,
-        drain_by=r.drain_by,
-        notice_deadline=r.notice_deadline,
-        reason=r.reason,
-    )
-
-
-def _reservation_row(r: Reservation) -> dict[str, Any]:
-    return {
-        "request_id": r.request_id,
-        "pool": r.pool,
-        "partition": r.partition,
-        "count": r.count,
-        "created_at": r.created_at,
-        "expires_at": r.expires_at,
-    }
-
-
-def _reservation_of(r: Any) -> Reservation:
-    return Reservation(
-        request_id=r.request_id,
-        pool=r.pool,
-        partition=r.partition,
-        count=r.count,
-        created_at=r.created_at,
-        expires_at=r.expires_at,
-    )
