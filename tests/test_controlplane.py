@@ -609,7 +609,7 @@ def test_a_long_running_command_waits_for_the_database_at_start(
     state.start_wait_s, backing off, and a one-shot command still answers at once."""
     from sqlalchemy.exc import OperationalError
 
-    from sco.apps import wiring
+    from sco.assembly import wiring
     from sco.assembly.settings import load
 
     settings = load(write_yaml(tmp_path / "sco.yaml", {"state": {
