@@ -15,7 +15,8 @@ import click
 
 from sco.apps.process import process
 from sco.assembly.planes import SchedulerPlane, scheduler_plane
-from sco.assembly.settings import ProviderSettings, Settings
+from sco.assembly.sections import ProviderSettings
+from sco.assembly.settings import Settings
 from sco.assembly.wiring import (
     StartError,
     open_events,

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sco.assembly.settings import KubernetesClusterSettings, PartitionSettings, Settings
+from sco.assembly.sections import KubernetesClusterSettings
+from sco.assembly.settings import PartitionSettings, Settings
 from sco.assembly.wiring import StartError, demand
 from sco.domain.pools import Pool
 from sco.ports import (
