@@ -1,0 +1,239 @@
+"""The act phase of a partition's cycle: intents recorded first, then the scheduler and
+the cloud told (drains, deletes), then creates: reserve, record, create, record the
+outcome."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from sco.decide.acquirer import Actions, Create, Reason
+from sco.domain.instances import Change, Instance, step
+from sco.domain.lifecycle import State, Trigger
+from sco.domain.plans import Plan
+from sco.domain.pools import PoolId
+from sco.domain.snapshot import PartitionSnapshot
+from sco.engine.partition_state import PartitionState
+from sco.ports import (
+    FencedOut,
+    InsufficientCapacity,
+    NewRequest,
+    PermanentProviderError,
+    ProviderError,
+    QuotaExceeded,
+    Reservation,
+    RetryableProviderError,
+    SchedulerUnavailable,
+    StateConflict,
+)
+
+log = logging.getLogger("sco.engine.controller")
+
+
+class Act(PartitionState):
+    def _act(
+        self, actions: Actions, snapshot: PartitionSnapshot, plan: Plan, now: float
+    ) -> tuple[int, int]:
+        records = self._records or {}
+        changes: list[Change] = []
+        acted = self._cycle.acted
+        for e in actions.expirations:
+            inst = records[e.instance_id]
+            changes.append(step(inst, Trigger.EXPIRED, now, e.detail or e.reason, code=e.reason))
+            acted[("expire", e.reason)] += 1
+        for c in actions.closes:
+            inst = records[c.instance_id]
+            why = self._noted(inst, c.detail or c.reason)
+            changes.append(step(inst, Trigger.SERVER_GONE, now, why, code=c.reason))
+            acted[("close", c.reason)] += 1
+        tell: list[tuple[str, float, str]] = []  # (server, deadline, reason) to drain
+        for d in actions.drains:
+            inst = records[d.instance_id]
+            if inst.server_id:
+                tell.append((inst.server_id, d.drain_by, str(d.reason)))
+            acted[("drain", d.reason)] += 1
+            if d.again:
+                continue  # draining already: only its scheduler is told
+            why = d.detail or f"{d.reason}: leave by {d.drain_by:.0f}"
+            changes.append(
+                step(inst, Trigger.DRAIN_REQUESTED, now, why, code=d.reason, drain_by=d.drain_by)
+            )
+        deletes = [(records[x.instance_id], x) for x in actions.deletes]
+        for i, x in deletes:
+            changes.append(
+                step(i, x.trigger, now, self._noted(i, x.detail or x.reason), code=x.reason)
+            )
+            acted[("delete", x.reason)] += 1
+        # The intent is recorded first, then the scheduler and the cloud are told: a
+        # write refused (a conflict, another leader) leaves no node drained that sco
+        # still counts as ready, and none deleted; one told late is told again (`untold`).
+        n = self._commit(changes)
+        if changes and not n:
+            return 0, 0  # lost a race: the next cycle plans from what is there
+        self._tell_drains(tell)
+        self._delete([i.server_id for i, _ in deletes if i.server_id])
+        created_n = 0
+        for create in actions.creates:
+            k, recorded = self._create(create, snapshot, plan, now)
+            created_n += k
+            n += recorded
+        return n, created_n
+
+    def _tell_drains(self, tell: Sequence[tuple[str, float, str]]) -> None:
+        """Tell the scheduler of each drain just recorded; one it cannot take now is told
+        again on a later cycle, as its node does not hold the order. A reclaim's work is
+        then tended at once: a notice shorter than a cycle would otherwise reach its
+        deadline before the next cycle requeues or evicts anything."""
+        name = self.partition.name
+        try:
+            for server_id, drain_by, reason in tell:
+                self.nodes.drain(name, server_id, drain_by, reason)
+            if any(reason == Reason.RECLAIM_NOTICE for _, _, reason in tell):
+                self.nodes.tend(name, None)
+        except SchedulerUnavailable as e:
+            log.warning("partition %s: drains not all sent, will resend: %s", name, e)
+
+    def _delete(self, server_ids: list[str]) -> None:
+        """Delete servers whose TERMINATING records are already written: the intent
+        is recorded first, so a controller whose lease was taken over (its write
+        refused) deletes nothing, and a delete that fails is sent again when the
+        record's timeout passes."""
+        if not server_ids:
+            return
+        try:
+            self.provider.delete(server_ids)
+        except ProviderError as e:
+            log.warning("partition %s: delete failed, will resend: %s", self.partition.name, e)
+
+    def _create(
+        self, create: Create, snapshot: PartitionSnapshot, plan: Plan, now: float
+    ) -> tuple[int, int]:
+        """Reserve, record REQUESTED, create, record the outcome. Returns (created, changes).
+        Nothing once a write of this cycle lost its race: what it planned from is stale."""
+        if self._records is None:
+            return 0, 0
+        # The request's own time, not the cycle's: calls before it (a slow cloud) may
+        # have taken a while, and the listing grace of its servers counts from here.
+        now = self.clock.now()
+        view = snapshot.pools[create.pool]
+        fresh = self._records_of_pools(now, fresh=True).get(create.pool)
+        if fresh is None:
+            return 0, 0
+        cap = self._batch.get(create.pool, create.count)
+        count = min(create.count, cap, view.headroom - fresh.reserved)
+        if count <= 0:
+            return 0, 0
+        request_id = self.ids.new("req")
+        pool = view.pool
+        replacing = min(self._owed, count)
+        codes = [Reason.REPLACE_RECLAIMED] * replacing + [create.reason] * (count - replacing)
+        instances = tuple(
+            Instance(
+                id=self.ids.new("inst"),
+                partition=self.partition.name,
+                pool=pool.id,
+                capacity_class=pool.capacity_class,
+                units=pool.units_per_instance,
+                state=State.REQUESTED,
+                version=0,
+                request_id=request_id,
+                plan_generation=plan.generation,
+                created_at=now,
+                state_since=now,
+                reason=str(code),
+            )
+            for code in codes
+        )
+        reservation = Reservation(
+            request_id,
+            pool.id,
+            self.partition.name,
+            count,
+            now,
+            now + self.config.reservation_ttl_s,
+        )
+        try:
+            self.store.reserve(NewRequest(reservation, instances, fresh.version))
+        except FencedOut:
+            raise
+        except StateConflict as e:
+            log.info("partition %s: reservation lost a race: %s", self.partition.name, e)
+            return 0, 0
+        assert self._records is not None
+        for i in instances:
+            self._records[i.id] = i
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "partition %s: requesting %d in %s [%s] (request %s, plan %d)",
+                self.partition.name,
+                count,
+                pool.id,
+                ", ".join(sorted(set(codes))),
+                request_id,
+                plan.generation,
+            )
+        self._open_requests.add(request_id)
+        try:
+            result = self.provider.create(
+                pool.id, count, request_id, self.partition.name, plan.generation
+            )
+        except RetryableProviderError as e:
+            # The outcome is unknown: records stay REQUESTED until listed or expired.
+            log.warning("partition %s: create %s unknown: %s", self.partition.name, request_id, e)
+            return 0, len(instances)
+        except (InsufficientCapacity, QuotaExceeded, PermanentProviderError) as e:
+            self._refused_at[pool.id] = now
+            self._refused(instances, request_id, str(e), now)
+            return 0, len(instances)
+        now = self.clock.now()  # the answer's time: what it accepted was made by then
+        if result.pending:
+            # Taken: the records stay REQUESTED until their servers are listed.
+            unsent = instances[result.pending :]
+            refused = [
+                step(i, Trigger.CREATE_FAILED, now, result.shortfall_reason or "not sent")
+                for i in unsent
+            ]
+            recorded = self._commit(refused, {request_id: result.pending} if refused else None)
+            self._count_created(codes[: result.pending], replacing, pool.id)
+            return result.pending, len(instances) + recorded
+        accepted = [
+            step(inst, Trigger.CREATE_ACCEPTED, now, "create accepted", server_id=sid)
+            for inst, sid in zip(instances, result.server_ids, strict=False)
+        ]
+        refused = [
+            step(inst, Trigger.CREATE_FAILED, now, result.shortfall_reason or "not accepted")
+            for inst in instances[len(result.server_ids) :]
+        ]
+        if not accepted:
+            self._open_requests.discard(request_id)
+        recorded = self._commit(accepted + refused, {request_id: len(accepted)})
+        self._count_created(codes[: len(accepted)], replacing, pool.id)
+        return len(accepted), len(instances) + recorded
+
+    def _count_created(self, codes: Sequence[Reason], replacing: int, pool: PoolId) -> None:
+        replaced = min(replacing, len(codes))
+        self._owed -= replaced
+        if replaced:
+            self._cycle.replaced[pool] += replaced
+        for code in codes:
+            self._cycle.acted[("create", str(code))] += 1
+
+    def _refused(
+        self, instances: Sequence[Instance], request_id: str, why: str, now: float
+    ) -> None:
+        log.info("partition %s: create %s refused: %s", self.partition.name, request_id, why)
+        self._open_requests.discard(request_id)
+        self._commit([step(i, Trigger.CREATE_FAILED, now, why) for i in instances], {request_id: 0})
+
+    def _sweep(self, now: float) -> None:
+        if now - self._last_sweep < self.config.sweep_every_s:
+            return
+        self._last_sweep = now
+        swept = self.store.sweep_reservations(now)
+        if swept:
+            log.info("swept %d stale reservations", swept)
+            self._open_requests = {
+                r.request_id
+                for r in self.store.reservations()
+                if r.partition == self.partition.name
+            }
