@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
+from sco.adapters.kafka.errors import EventLogRejected, EventLogUnavailable
 from sco.adapters.kafka.eventlog import (
-    EventLogRejected,
-    EventLogUnavailable,
     KafkaEventLog,
     region_topic,
 )

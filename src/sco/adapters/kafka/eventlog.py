@@ -56,6 +56,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # where confluent_kafka.admin's comes from, typed
 
+from sco.adapters.kafka import errors
+from sco.adapters.kafka.errors import EventLogError, EventLogRejected, EventLogUnavailable
 from sco.domain.events import LifecycleEvent
 from sco.ports import LogRecord
 
@@ -69,68 +71,6 @@ _ILLEGAL_CHAR = re.compile(r"[^a-zA-Z0-9._-]")
 _MAX_TOPIC_LEN = 249
 _MAX_BATCH = 1_000_000  # the most confluent-kafka's consume() takes
 _FLUSH_MARGIN_S = 5.0  # past message.timeout.ms, for the last delivery reports to arrive
-
-# Refusals that do not go away by themselves: configuration, authorisation, size.
-_PERMANENT = frozenset(
-    {
-        KafkaError.MSG_SIZE_TOO_LARGE,
-        KafkaError.RECORD_LIST_TOO_LARGE,
-        KafkaError.INVALID_MSG_SIZE,
-        KafkaError.INVALID_RECORD,
-        KafkaError.TOPIC_EXCEPTION,
-        KafkaError.POLICY_VIOLATION,
-        KafkaError.INVALID_REQUIRED_ACKS,
-        KafkaError.INVALID_CONFIG,
-        KafkaError.UNSUPPORTED_VERSION,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError._AUTHENTICATION,
-        KafkaError._INVALID_ARG,
-        KafkaError.FENCED_INSTANCE_ID,
-    }
-)
-# A commit that lost to a rebalance: the partitions' new owners read the records again.
-# What an idempotent producer answers once its producer id or epoch is no longer the
-# broker's (its records timed out while the broker was away, and the broker fenced
-# it): it takes no more records, and a delivery error says so without being marked
-# fatal. A new producer, with a new id, does.
-_NEW_PRODUCER = frozenset(
-    {
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.UNKNOWN_PRODUCER_ID,
-        KafkaError.INVALID_PRODUCER_ID_MAPPING,
-        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
-        KafkaError._FENCED,
-        KafkaError._FATAL,
-    }
-)
-
-_REBALANCED = frozenset(
-    {
-        KafkaError.ILLEGAL_GENERATION,
-        KafkaError.UNKNOWN_MEMBER_ID,
-        KafkaError.REBALANCE_IN_PROGRESS,
-        KafkaError._ASSIGNMENT_LOST,
-    }
-)
-
-
-class EventLogError(Exception):
-    """Base of everything the Kafka event log raises."""
-
-
-class EventLogUnavailable(EventLogError):
-    """The brokers did not take or give the records now (down, slow, rebalancing): the
-    same call may succeed later. After a failed append some of its records may be in
-    the log already; consumers dedupe by event id."""
-
-
-class EventLogRejected(EventLogError):
-    """The brokers refuse the request (authorisation, record size, topic name, a fenced
-    client): retrying will not help until the configuration changes."""
 
 
 def region_topic(prefix: str, region: str) -> str:
@@ -222,7 +162,7 @@ class KafkaEventLog:
         self._delivery_timeout_s = delivery_timeout_s
         self._client: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
-            "error_cb": _client_error,
+            "error_cb": errors.client_error,
             "logger": logging.getLogger(f"{__name__}.librdkafka"),
             **(config or {}),
         }
@@ -360,18 +300,18 @@ class KafkaEventLog:
         self._producer.poll(0)
 
     def _producer_error(
-        self, what: str, errors: Sequence[KafkaError], of: int = 0
+        self, what: str, failures: Sequence[KafkaError], of: int = 0
     ) -> EventLogError:
-        if any(e.fatal() or e.code() in _NEW_PRODUCER for e in errors):
+        if any(e.fatal() or e.code() in errors.NEW_PRODUCER for e in failures):
             # An idempotent producer that was fenced takes no more records; a new one
             # (new producer id) does, and the caller's retry goes there.
             log.warning("%s: a new Kafka producer: the last one was fenced", what)
             self._producer.purge()
             self._producer = Producer(self._producer_config)
-        counts = Counter(f"{e.name()} ({e.str()})" for e in errors)
+        counts = Counter(f"{e.name()} ({e.str()})" for e in failures)
         summary = ", ".join(f"{n}x {reason}" for reason, n in counts.items())
-        message = f"{what}: {len(errors)}{f' of {of}' if of else ''} records failed: {summary}"
-        if any(e.code() in _PERMANENT for e in errors):
+        message = f"{what}: {len(failures)}{f' of {of}' if of else ''} records failed: {summary}"
+        if any(e.code() in errors.PERMANENT for e in failures):
             return EventLogRejected(message)
         return EventLogUnavailable(message)
 
@@ -394,7 +334,7 @@ class KafkaEventLog:
                 err: KafkaError = e.args[0]
                 if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     message = f"creating topic {topic}: {err.name()} ({err.str()})"
-                    if err.code() in _PERMANENT:
+                    if err.code() in errors.PERMANENT:
                         raise EventLogRejected(message) from e
                     raise EventLogUnavailable(message) from e
             self._known_topics.add(topic)
@@ -417,12 +357,12 @@ class KafkaEventLog:
                 if batch and limit > 1:
                     batch += client.consume(limit - 1, 0)
         except KafkaException as e:
-            raise _consumer_error(f"{consumer}: read", e.args[0]) from e
+            raise errors.consumer_error(f"{consumer}: read", e.args[0]) from e
         records: list[LogRecord] = []
         for msg in batch:
             err = msg.error()
             if err is not None:
-                _on_message_error(consumer, err)
+                errors.on_message_error(consumer, err)
                 continue
             topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
             assert topic is not None
@@ -457,18 +397,18 @@ class KafkaEventLog:
             results = member.client.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
             err: KafkaError = e.args[0]
-            if err.code() in _REBALANCED:
+            if err.code() in errors.REBALANCED:
                 log.warning(
                     "%s: commit lost to a rebalance (%s): the records will be read again",
                     consumer,
                     err.name(),
                 )
                 return
-            raise _consumer_error(f"{consumer}: commit", err) from e
+            raise errors.consumer_error(f"{consumer}: commit", err) from e
         for result in results:
             if result.error is not None:
                 where = f"{consumer}: commit {result.topic}[{result.partition}]"
-                raise _consumer_error(where, result.error)
+                raise errors.consumer_error(where, result.error)
         for seq in done:
             del member.pending[seq]
 
@@ -532,28 +472,3 @@ class KafkaEventLog:
     def _check_open(self) -> None:
         if self._closed:
             raise EventLogError("the event log is closed")
-
-
-def _client_error(err: KafkaError) -> None:
-    """Errors of the client as a whole (brokers down, authentication): it retries by
-    itself; what fails for good surfaces as an error of a call."""
-    log.warning("kafka client: %s (%s)", err.name(), err.str())
-
-
-def _on_message_error(consumer: str, err: KafkaError) -> None:
-    """A consumer error event: informational unless fatal, as librdkafka recovers."""
-    if err.code() == KafkaError._PARTITION_EOF:
-        return
-    if err.fatal():
-        raise _consumer_error(f"{consumer}: read", err)
-    if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-        log.warning("%s: %s (a region with no events yet?)", consumer, err.str())
-    else:
-        log.warning("%s: %s (%s)", consumer, err.name(), err.str())
-
-
-def _consumer_error(what: str, err: KafkaError) -> EventLogError:
-    message = f"{what}: {err.name()} ({err.str()})"
-    if err.fatal() or err.code() in _PERMANENT:
-        return EventLogRejected(message)
-    return EventLogUnavailable(message)
