@@ -18,14 +18,8 @@ from sco.decide.placement import Slot, cost, place
 from sco.decide.policies import POLICIES, ScoPolicy, policy_named
 from sco.domain.lifecycle import State
 from sco.domain.snapshot import PoolView
-from sco.lab.crosscheck import (
-    Capacity,
-    EvalConfig,
-    evaluate_named,
-    factory,
-    run_window,
-    window_starts,
-)
+from sco.lab.crosscheck import evaluate_named, factory, run_window
+from sco.lab.crosscheck_setting import Capacity, EvalConfig, window_starts
 from sco_harness.builders import demand, guaranteed_pool, instance, snapshot, spot_pool
 
 SPOT = [spot_pool(f"hall-{k % 3 + 1}", f"z{k}") for k in range(5)]

@@ -15,14 +15,8 @@ from rich.table import Table
 from sco.apps.commands.simulate import input_errors
 from sco.apps.common import BadInput, bundled
 from sco.apps.common import console as make_console
-from sco.lab.crosscheck import (
-    Capacity,
-    EvalConfig,
-    evaluate_named,
-    factory,
-    suite,
-    window_starts,
-)
+from sco.lab.crosscheck import evaluate_named, factory, suite
+from sco.lab.crosscheck_setting import Capacity, EvalConfig, window_starts
 from sco.lab.traces import load_traces
 
 DEFAULT_POLICIES = "optimal,sco,spothedge,round-robin,even-spread,cheapest,all-guaranteed"
