@@ -18,11 +18,11 @@ import itertools
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Protocol, TypeVar
 
 from sco.domain.installation import DEFAULT_INSTALLATION, is_mine
 from sco.domain.pools import CapacityClass, Pool, PoolId
+from sco.lab.region_sides import Kind, RegionSides, Server
 from sco.lab.traces import TraceSet, hall_names
 from sco.ports import (
     CreateResult,
@@ -84,43 +84,6 @@ class SimObserver(Protocol):
     def created(self, t: float, partition: str, pool: PoolId, count: int) -> None: ...
 
 
-class _Kind(IntEnum):
-    # Lower runs first at equal times: servers leave before capacity is checked.
-    RECLAIM = 0
-    DELETED = 1
-    CAPACITY = 2
-    NOTICE = 3
-    PRICE = 4
-    LISTED = 5
-    ACTIVE = 6
-    JOINED = 7
-    DRAIN_START = 8
-    DRAINED = 9
-
-
-@dataclass(slots=True)
-class _Server:
-    server_id: str
-    partition: str
-    pool: Pool
-    request_id: str
-    plan_generation: int
-    created_at: float
-    listed: bool = False
-    status: ServerStatus = ServerStatus.BUILD
-    joined: bool = False
-    running: bool = False
-    draining: bool = False
-    drained: bool = False
-    installation: str = DEFAULT_INSTALLATION  # which sco made it (several may share a region)
-    drain_by: float | None = None  # the deadline the node was told
-    reclaim_by: float | None = None  # ... when told by a reclaim
-    deleting: bool = False
-    notice_deadline: float | None = None
-    active_at: float | None = None
-    joined_at: float | None = None
-
-
 UNLIMITED = 1_000_000
 
 V = TypeVar("V")
@@ -135,7 +98,7 @@ def _from(changes: list[tuple[float, V]], start: float) -> list[tuple[float, V]]
 
 
 @dataclass
-class SimRegion:
+class SimRegion(RegionSides):
     """Provider and SchedulerCluster over a TraceSet, on a virtual clock starting at `start_s`."""
 
     traces: TraceSet
@@ -156,13 +119,13 @@ class SimRegion:
         self.server_events: dict[str, int] = {}
         self._ids = itertools.count(1)
         self._events: list[tuple[float, int, int, str]] = []
-        self._servers: dict[str, _Server] = {}
+        self._servers: dict[str, Server] = {}
         self._tokens: dict[str, Secret] = {}
         self.reclaims_told: dict[str, float] = {}  # server -> when its node first was
         # Indexes, insertion-ordered: a server leaves in O(1), a partition is listed
         # without looking at the others'.
-        self._by_pool: dict[PoolId, dict[str, _Server]] = {}
-        self._by_partition: dict[str, dict[str, _Server]] = {}
+        self._by_pool: dict[PoolId, dict[str, Server]] = {}
+        self._by_partition: dict[str, dict[str, Server]] = {}
         # What `list` and `nodes` answer, kept as servers change: a cycle's listing
         # costs a copy, not a view built per server.
         self._listed: dict[str, dict[str, ServerView]] = {}
@@ -241,16 +204,14 @@ class SimRegion:
         for t, v in _from(s.changes(), self.now):
             n = self._instances_for(v, binary)
             self._pending_capacity[(pool_id, t)] = n
-            self._push(t, _Kind.CAPACITY, pool_id)
+            self._push(t, Kind.CAPACITY, pool_id)
             if self.config.notice_s > 0 and t > self.now:
-                self._push(
-                    max(self.now, t - self.config.notice_s), _Kind.NOTICE, f"{pool_id}@{t!r}"
-                )
+                self._push(max(self.now, t - self.config.notice_s), Kind.NOTICE, f"{pool_id}@{t!r}")
         for t, p in _from(s.price_changes(), self.now):
             self._pending_price[(pool_id, t)] = p
-            self._push(t, _Kind.PRICE, pool_id)
+            self._push(t, Kind.PRICE, pool_id)
 
-    def _push(self, t: float, kind: _Kind, key: str) -> None:
+    def _push(self, t: float, kind: Kind, key: str) -> None:
         heapq.heappush(self._events, (t, int(kind), next(self._seq), key))
 
     # ------------------------------------------------------------ clock
@@ -266,19 +227,19 @@ class SimRegion:
             at, kind, _, key = heapq.heappop(self._events)
             self.now = at
             self.events_applied += 1
-            self._apply(_Kind(kind), key)
+            self._apply(Kind(kind), key)
         self.now = t
 
     def _apply_due(self) -> None:
         self.advance_to(self.now)
 
-    def _apply(self, kind: _Kind, key: str) -> None:
-        if kind is _Kind.CAPACITY:
+    def _apply(self, kind: Kind, key: str) -> None:
+        if kind is Kind.CAPACITY:
             self._set_capacity(key)
-        elif kind is _Kind.NOTICE:
+        elif kind is Kind.NOTICE:
             pool_id, at = key.rsplit("@", 1)
             self._announce(pool_id, float(at))
-        elif kind is _Kind.PRICE:
+        elif kind is Kind.PRICE:
             price = self._pending_price.pop((key, self.now))
             self._price[key] = price
             if self.observer:
@@ -290,31 +251,31 @@ class SimRegion:
                 events[server.partition] = events.get(server.partition, 0) + 1
                 self._apply_server(kind, server)
             return
-        if kind is _Kind.PRICE:
+        if kind is Kind.PRICE:
             self.price_events += 1
         else:
             self.pool_events += 1
 
-    def _apply_server(self, kind: _Kind, s: _Server) -> None:
-        if kind is _Kind.LISTED:
+    def _apply_server(self, kind: Kind, s: Server) -> None:
+        if kind is Kind.LISTED:
             s.listed = True
             self._relist(s)
-        elif kind is _Kind.ACTIVE and not s.deleting:
+        elif kind is Kind.ACTIVE and not s.deleting:
             s.status = ServerStatus.ACTIVE
             s.active_at = self.now
             self._relist(s)
-            self._push(self.now + self.config.join_s, _Kind.JOINED, s.server_id)
-        elif kind is _Kind.JOINED and not s.deleting and not s.draining:
+            self._push(self.now + self.config.join_s, Kind.JOINED, s.server_id)
+        elif kind is Kind.JOINED and not s.deleting and not s.draining:
             s.joined = True
             s.joined_at = self.now
             self._renode(s)
             self._set_running(s, True)
-        elif kind is _Kind.DRAIN_START and not s.deleting:
+        elif kind is Kind.DRAIN_START and not s.deleting:
             self._set_running(s, False)
-        elif kind is _Kind.DRAINED:
+        elif kind is Kind.DRAINED:
             s.drained = True
             self._renode(s)
-        elif kind is _Kind.RECLAIM or kind is _Kind.DELETED:
+        elif kind is Kind.RECLAIM or kind is Kind.DELETED:
             self._remove(s)
 
     # ------------------------------------------------------------ capacity
@@ -355,13 +316,13 @@ class SimRegion:
         for s in fresh[:excess]:
             s.notice_deadline = at
             self._relist(s)
-            self._push(at, _Kind.RECLAIM, s.server_id)
+            self._push(at, Kind.RECLAIM, s.server_id)
             if self.observer:
                 self.observer.reclaimed(
                     self.now, s.partition, pool_id, s.pool.units_per_instance, at - self.now
                 )
 
-    def _holding(self, pool_id: PoolId) -> list[_Server]:
+    def _holding(self, pool_id: PoolId) -> list[Server]:
         return list(self._by_pool[pool_id].values())
 
     def _effective_capacity(self, pool_id: PoolId) -> int:
@@ -373,7 +334,7 @@ class SimRegion:
 
     # ------------------------------------------------------------ servers
 
-    def _set_running(self, s: _Server, running: bool) -> None:
+    def _set_running(self, s: Server, running: bool) -> None:
         if s.running == running:
             return
         s.running = running
@@ -383,7 +344,7 @@ class SimRegion:
                 self.now, s.partition, s.pool.id, u if running else -u, s.created_at
             )
 
-    def _remove(self, s: _Server) -> None:
+    def _remove(self, s: Server) -> None:
         if s.server_id not in self._servers:
             return
         self._set_running(s, False)
@@ -449,7 +410,7 @@ class SimRegion:
         self, pool_id: PoolId, partition: str, request_id: str, gen: int, installation: str
     ) -> str:
         sid = f"srv-{next(self._ids):07d}"
-        s = _Server(sid, partition, self._pools[pool_id], request_id, gen, self.now)
+        s = Server(sid, partition, self._pools[pool_id], request_id, gen, self.now)
         s.installation = installation
         self._servers[sid] = s
         self._by_pool[pool_id][sid] = s
@@ -457,8 +418,8 @@ class SimRegion:
         self._listed.setdefault(partition, {})
         self._node_views.setdefault(partition, {})
         self._renode(s)
-        self._push(self.now + self.config.api_latency_s, _Kind.LISTED, sid)
-        self._push(self.now + self.config.cold_start_s, _Kind.ACTIVE, sid)
+        self._push(self.now + self.config.api_latency_s, Kind.LISTED, sid)
+        self._push(self.now + self.config.cold_start_s, Kind.ACTIVE, sid)
         if self.observer:
             self.observer.held(self.now, pool_id, partition, 1)
         return sid
@@ -471,7 +432,7 @@ class SimRegion:
                 continue
             s.deleting = True
             self._set_running(s, False)
-            self._push(self.now + self.config.delete_s, _Kind.DELETED, sid)
+            self._push(self.now + self.config.delete_s, Kind.DELETED, sid)
 
     def list(
         self, partition: str, installation: str = DEFAULT_INSTALLATION
@@ -492,7 +453,7 @@ class SimRegion:
         s = self._servers.get(server_id)
         return s.installation if s is not None else None
 
-    def _relist(self, s: _Server) -> None:
+    def _relist(self, s: Server) -> None:
         """The server's listing changed: build its view again (once listed)."""
         if s.listed:
             self._listed[s.partition][s.server_id] = ServerView(
@@ -506,89 +467,6 @@ class SimRegion:
                 notice_deadline=s.notice_deadline,
                 active_at=s.active_at,
             )
-
-    def _renode(self, s: _Server) -> None:
-        self._node_views[s.partition][s.server_id] = NodeView(
-            joined=s.joined,
-            drained=s.drained,
-            joined_at=s.joined_at,
-            leaving=s.draining,
-            reclaim_by=s.reclaim_by,
-        )
-
-    # ------------------------------------------------------------ SchedulerCluster
-
-    def deliver_token(self, server_id: str, token: Secret) -> None:
-        """Kept for the simulated server's agent (`node_token`)."""
-        if server_id not in self._servers:
-            raise RetryableProviderError(f"no server {server_id}")
-        self._tokens[server_id] = token
-
-    def node_token(self, server_id: str) -> Secret | None:
-        return self._tokens.get(server_id)
-
-    def nodes(
-        self, partition: str, installation: str = DEFAULT_INSTALLATION
-    ) -> Mapping[str, NodeView]:
-        views = self._node_views.get(partition, {})
-        servers = self._servers
-        return {
-            sid: v
-            for sid, v in views.items()
-            if sid in servers and is_mine(servers[sid].installation, installation)
-        }
-
-    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
-        """Nothing keeps time on a simulated node's side: its drain is scheduled."""
-
-    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
-        """The node starts leaving in time to be out by `drain_by`, serving until then;
-        told again with a sooner deadline, it leaves by that one."""
-        s = self._servers.get(server_id)
-        if s is None or s.partition != partition:
-            return
-        sooner = s.drain_by is None or drain_by < s.drain_by
-        if s.draining and not sooner and not (reason == "reclaim_notice" and s.reclaim_by is None):
-            return
-        s.draining = True
-        s.drain_by = drain_by if sooner else s.drain_by
-        if reason == "reclaim_notice":
-            s.reclaim_by = drain_by
-            self.reclaims_told.setdefault(server_id, self.now)
-        if not s.joined or s.drained:
-            s.drained = True
-            self._renode(s)
-            return
-        self._renode(s)
-        if not sooner:
-            return
-        start = max(self.now, drain_by - self.config.drain_s)
-        self._push(start, _Kind.DRAIN_START, server_id)
-        self._push(start + self.config.drain_s, _Kind.DRAINED, server_id)
-
-    # ------------------------------------------------------------ the reclaimer's side
-
-    def all_servers(self) -> Sequence[ServerView]:
-        """Every listed server, of every partition (what a reclaimer chooses from)."""
-        return [v for views in self._listed.values() for v in views.values()]
-
-    def give_notice(self, server_id: str, deadline: float) -> float:
-        """The reclaim-notice contract: the server goes at `deadline`, or at the sooner
-        deadline it was given before; returns the deadline in force."""
-        s = self._servers.get(server_id)
-        if s is None:
-            raise RetryableProviderError(f"no server {server_id}")
-        deadline = max(deadline, self.now)
-        if s.notice_deadline is not None and s.notice_deadline <= deadline:
-            return s.notice_deadline
-        if s.notice_deadline is None and self.observer:
-            self.observer.reclaimed(
-                self.now, s.partition, s.pool.id, s.pool.units_per_instance, deadline - self.now
-            )
-        s.notice_deadline = deadline
-        self._relist(s)
-        self._push(deadline, _Kind.RECLAIM, server_id)
-        return deadline
 
     # ------------------------------------------------------------ inspection
 
@@ -606,18 +484,3 @@ class SimRegion:
 
     def server_count(self) -> int:
         return len(self._servers)
-
-    def is_deleting(self, server_id: str) -> bool:
-        """Whether a delete was sent for the server."""
-        s = self._servers.get(server_id)
-        return s is not None and s.deleting
-
-    def is_draining(self, server_id: str) -> bool:
-        """Whether the server's node was told to leave."""
-        s = self._servers.get(server_id)
-        return s is not None and s.draining
-
-    def reclaim_told_at(self, server_id: str) -> float | None:
-        """When the server's node was first told to leave for a reclaim (kept after the
-        server is gone)."""
-        return self.reclaims_told.get(server_id)
