@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.connect import read_scope
-from sco.adapters.openstack.provider import FOREIGN_TTL_S, ForeignServer, OpenStackProvider
+from sco.adapters.openstack.projects import FOREIGN_TTL_S, ForeignServer
+from sco.adapters.openstack.provider import OpenStackProvider
 from sco.adapters.openstack.resources import (
     META_NODE_TOKEN,
     META_RECLAIM_AT,
