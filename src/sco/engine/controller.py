@@ -24,7 +24,7 @@ from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
 from sco.engine.act import Act
 from sco.engine.clock import IdSource
-from sco.engine.partition_state import GONE, ControllerConfig, CycleTally
+from sco.engine.partition_state import GONE, ControllerConfig, ControllerStore, CycleTally
 from sco.engine.planning import Planning
 from sco.engine.signals import FleetSignals
 from sco.engine.sync import Sync
@@ -32,7 +32,6 @@ from sco.engine.tokens import TokenIssuer
 from sco.ports import (
     Clock,
     DemandSource,
-    FleetStore,
     NodeView,
     PoolRecord,
     Provider,
@@ -131,7 +130,7 @@ class PartitionController(Sync, Planning, Act):
         *,
         provider: Provider,
         nodes: SchedulerCluster,
-        store: FleetStore,
+        store: ControllerStore,
         demand: DemandSource,
         policy: Policy,
         clock: Clock,

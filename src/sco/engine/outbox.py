@@ -7,10 +7,10 @@ crash before appending loses nothing.
 
 from __future__ import annotations
 
-from sco.ports import EventLog, FleetStore
+from sco.ports import EventLog, Outbox
 
 
-def relay(store: FleetStore, log: EventLog, batch: int = 1000) -> int:
+def relay(store: Outbox, log: EventLog, batch: int = 1000) -> int:
     """Relay everything in the outbox now; returns how many events moved. Several
     relays may run at once (replicas): each batch is held by one of them."""
     moved = 0

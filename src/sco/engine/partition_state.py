@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sco.decide.acquirer import ActConfig
 from sco.decide.policies import Policy
@@ -19,14 +20,15 @@ from sco.domain.lifecycle import State
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
 from sco.engine.clock import IdSource
-from sco.engine.signals import FleetSignals
+from sco.engine.signals import FleetSignals, SignalReader
 from sco.engine.tokens import TokenIssuer
 from sco.ports import (
     Clock,
     DemandSource,
     FencedOut,
-    FleetStore,
+    InstanceStore,
     NodeView,
+    PlanStore,
     PoolRecord,
     Provider,
     SchedulerCluster,
@@ -72,13 +74,18 @@ class CycleTally:
         self._lap_at = now
 
 
+class ControllerStore(InstanceStore, PlanStore, SignalReader, Protocol):
+    """What a partition's controller reads and writes of fleet state: its records and
+    reservations, its plans, and (for its own signals reader) the pools' signals."""
+
+
 class PartitionState:
     """The controller's state; the phases are mixins over it."""
 
     partition: Partition
     provider: Provider
     nodes: SchedulerCluster
-    store: FleetStore
+    store: ControllerStore
     demand: DemandSource
     policy: Policy
     clock: Clock

@@ -23,13 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from sco.domain.pools import Pool
 from sco.engine.signals import track_pool_ages
 from sco.engine.signals_jobs import sample_headroom
-from sco.ports import Clock, FleetStore, Provider
+from sco.ports import Clock, Outbox, Provider, SignalStore
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,15 @@ class PumpConfig:
     stamp_every_s: float = 0.5
 
 
+class PumpStore(Outbox, SignalStore, Protocol):
+    """What the pump moves through fleet state: the outbox, and the pools' signals."""
+
+
 class SignalPump:
     def __init__(
         self,
         *,
-        store: FleetStore,
+        store: PumpStore,
         provider: Provider,
         pools: Sequence[Pool],
         relay: Relay | None,

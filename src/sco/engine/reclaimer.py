@@ -20,9 +20,13 @@ from typing import Protocol
 from sco.decide.reclaim import Budget, Candidate, Choice, Standing, choose
 from sco.domain.lifecycle import State
 from sco.domain.pools import Pool
-from sco.ports import Clock, FleetStore, ProviderError, ServerView
+from sco.ports import Clock, InstanceStore, PlanStore, ProviderError, ServerView
 
 log = logging.getLogger(__name__)
+
+
+class ReclaimFleet(InstanceStore, PlanStore, Protocol):
+    """What the reclaimer reads of fleet state to choose by least harm."""
 
 
 class ReclaimCloud(Protocol):
@@ -46,7 +50,9 @@ class Noticed:
 
 
 class Reclaimer:
-    def __init__(self, cloud: ReclaimCloud, clock: Clock, fleet: FleetStore | None = None) -> None:
+    def __init__(
+        self, cloud: ReclaimCloud, clock: Clock, fleet: ReclaimFleet | None = None
+    ) -> None:
         self.cloud = cloud
         self.clock = clock
         self.fleet = fleet

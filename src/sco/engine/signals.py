@@ -25,7 +25,9 @@ from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion, ExclusionState, PoolScore
 
 
-class SignalStore(Protocol):
+class SignalReader(Protocol):
+    """What FleetSignals reads of fleet state (of its signal and intent roles)."""
+
     def signal_stamp(self) -> tuple[int, int, float, int]: ...
 
     def exclusions(self) -> dict[PoolId, Exclusion]: ...
@@ -47,7 +49,7 @@ class FleetSignals:
 
     def __init__(
         self,
-        store: SignalStore,
+        store: SignalReader,
         pools: Iterable[Pool],
         *,
         window_s: float = 3600.0,

@@ -18,7 +18,7 @@ from sco.decide.scorer import PoolStats, ScorerConfig, score_pools
 from sco.domain.events import LifecycleEvent, MalformedEvent, parse_event
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import PoolScore
-from sco.ports import EventLog, FleetStore, Provider
+from sco.ports import EventLog, Outbox, Provider, SignalStore
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class HistoryLoader:
 
 def score_now(
     history: PoolHistory,
-    store: FleetStore,
+    store: SignalStore,
     pools: Mapping[PoolId, Pool],
     now: float,
     cfg: ScorerConfig,
@@ -85,7 +85,7 @@ class ScoringJob:
     def __init__(
         self,
         loader: HistoryLoader,
-        store: FleetStore,
+        store: SignalStore,
         pools: Mapping[PoolId, Pool],
         cfg: ScorerConfig | None = None,
         every_s: float = 300.0,
@@ -141,7 +141,7 @@ class ScoringJob:
 
 def sample_headroom(
     provider: Provider,
-    store: FleetStore,
+    store: Outbox,
     pools: Sequence[Pool],
     now: float,
     period_s: float | None = None,

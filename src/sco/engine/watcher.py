@@ -31,7 +31,7 @@ from sco.domain.events import (
 )
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion
-from sco.ports import EventLog, FleetStore, StateConflict
+from sco.ports import EventLog, SignalStore, StateConflict
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class ExclusionWatcher:
     def __init__(
         self,
         log_: EventLog,
-        store: FleetStore,
+        store: SignalStore,
         pools: Sequence[Pool],
         config: ExclusionConfig | None = None,
         consumer: str = CONSUMER,

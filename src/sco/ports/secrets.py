@@ -1,0 +1,82 @@
+"""Credentials from a secret store, and node tokens: issued, delivered, acknowledged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Secret:
+    """A secret value that does not print: repr, str and format show stars."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The value, for the one call that must send it."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return "***"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("a Secret is not pickled")
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """Authentication fields for a provider (keystone `auth` keys), and until when
+    they may be used. Empty fields: the provider's own configuration holds them."""
+
+    fields: Mapping[str, Secret] = field(default_factory=dict)
+    expires_at: float | None = None
+    source: str = ""
+
+    def revealed(self) -> dict[str, str]:
+        return {k: v.reveal() for k, v in self.fields.items()}
+
+
+class SecretSource(Protocol):
+    def credential(self) -> Credential:
+        """A credential valid now; the caller asks again before `expires_at`."""
+        ...
+
+
+class TokenCourier(Protocol):
+    """Hands a node its token through its server (metadata the node can read)."""
+
+    def deliver_token(self, server_id: str, token: Secret) -> None:
+        """Raises ProviderError when the server could not be given it."""
+        ...
+
+
+class TokenLedger(Protocol):
+    """Where node tokens are kept (as digests) with their contracts."""
+
+    def untokened(self, partition: str, renew_before: float) -> list[tuple[str, str]]:
+        """(instance id, server id) of live contracts with no token, or one that
+        expires before `renew_before`."""
+        ...
+
+    def set_token(self, instance_id: str, token_hash: str, expires_at: float) -> bool: ...
+
+
+class AckReader(Protocol):
+    def drained_servers(self, partition: str) -> set[str]:
+        """Servers whose agent said its node is out of its scheduler (drained or
+        left), answering the contract version that told it to leave."""
+        ...
