@@ -646,3 +646,46 @@ def test_a_long_running_command_waits_for_the_database_at_start(
     with pytest.raises(wiring.StartError, match="cannot reach the database"):
         wiring.open_store(settings, patient=True, sleep=sleep, monotonic=clock)
     assert now[0] - started == 30.0  # gave up at state.start_wait_s, not before or after
+
+
+def test_a_long_running_command_waits_for_its_own_event_log_database_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twin of the wait above for a log in a database of its own (`events.url`): it
+    was tried once, so a replica started while that database was away exited."""
+    from sqlalchemy.exc import OperationalError
+
+    from sco.assembly import wiring
+    from sco.assembly.settings import load
+
+    settings = load(write_yaml(tmp_path / "sco.yaml", {
+        "state": {"url": f"sqlite:///{tmp_path / 'state.sqlite'}", "start_wait_s": 30},
+        "events": {"url": f"sqlite:///{tmp_path / 'events.sqlite'}"},
+    }))  # fmt: skip
+    real = wiring.SqlEventLog.open
+    now = [0.0]
+    tries: list[float] = []
+
+    def open_log(url: str) -> object:
+        tries.append(now[0])
+        if len(tries) <= 2:
+            raise OperationalError("connect", {}, Exception("the system is starting up"))
+        return real(url)
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    monkeypatch.setattr(wiring.SqlEventLog, "open", staticmethod(open_log))
+    store = wiring.open_store(settings)
+    try:
+        events = wiring.open_events(
+            settings, store, patient=True, sleep=sleep, monotonic=lambda: now[0]
+        )
+        events.close()
+        assert tries == [0.0, 1.0, 3.0]
+        tries.clear()
+        with pytest.raises(wiring.StartError, match=r"events\.url: cannot reach the database"):
+            wiring.open_events(settings, store, sleep=sleep, monotonic=lambda: now[0])
+        assert len(tries) == 1  # a one-shot command tries once
+    finally:
+        store.close()

@@ -124,7 +124,7 @@ def run_controllers(
         settings, region, clock.now(), provider.last_listing, clock,
         acks=store.contracts, pools=pools,
     )  # fmt: skip
-    events = open_events(settings, store)
+    events = open_events(settings, store, patient=True)
     leases = open_leases(settings, store)
     name = replica or default_replica_name()
     done: list[CycleReport] = []

@@ -84,7 +84,7 @@ def _consume(
 def watch(settings: Settings, verbose: int = 0) -> None:
     """The exclusion watcher, until stopped."""
     store = open_store(settings, patient=True)
-    events = open_events(settings, store)
+    events = open_events(settings, store, patient=True)
     try:
         with process("watch", settings, settings.http.watch_port, verbose) as proc:
             read = Counter("sco_watcher_records", "Event records read.", registry=proc.registry)
@@ -134,7 +134,7 @@ def load_history(settings: Settings, verbose: int = 0, score_every_s: float | No
     `score_every_s`, the scorer too, on the same pool history (on chDB, the one
     process that opens the engine)."""
     store = open_store(settings, patient=True)
-    events = open_events(settings, store)
+    events = open_events(settings, store, patient=True)
     history = open_history(settings, hold=True)
     try:
         with process("history-load", settings, settings.http.history_port, verbose) as proc:

@@ -37,8 +37,9 @@ class StateSettings(_Section):
         default=60.0,
         ge=0,
         description="How long a long-running command (run, watch, score, history load, "
-        "distributor, status) keeps trying to reach the database at start, as through a "
-        "failover, before it exits 2; one-shot commands try once.",
+        "distributor, status) keeps trying to reach the database at start (and the event "
+        "log's own, events.url), as through a failover, before it exits 2; one-shot "
+        "commands try once.",
     )
 
 

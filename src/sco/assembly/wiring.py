@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sco.adapters.demandfile.intake import (
     DemandFileError,
@@ -32,6 +32,7 @@ from sco.ports import (
 
 Relay = Callable[[], int]
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class StartError(Exception):
@@ -48,23 +49,42 @@ def open_store(
     """The fleet state. A `patient` opener (a long-running process) keeps trying for
     `state.start_wait_s`: a replica started while the database fails over, or before
     it is up, waits for it, as it would once running, rather than exit."""
-    deadline = monotonic() + (settings.state.start_wait_s if patient else 0.0)
-    wait_s = 1.0
+    try:
+        return _patiently(
+            lambda: SqlFleetStore(settings.state.url, run_migrations=run_migrations),
+            "state.url",
+            settings.state.start_wait_s if patient else 0.0,
+            sleep,
+            monotonic,
+        )
+    except ModuleNotFoundError as e:
+        raise StartError(
+            f"state.url: {e.name} is not installed (pip install 'sco[postgres]')"
+        ) from None
+
+
+def _patiently(
+    open_: Callable[[], T],
+    field: str,
+    wait_s: float,
+    sleep: Callable[[float], object],
+    monotonic: Callable[[], float],
+) -> T:
+    """`open_()`, tried again while its database is unreachable, for up to `wait_s`
+    (backing off from 1 s to 10 s); then a StartError that names `field`."""
+    deadline = monotonic() + wait_s
+    pause_s = 1.0
     while True:
         try:
-            return SqlFleetStore(settings.state.url, run_migrations=run_migrations)
+            return open_()
         except Unreachable as e:
-            why = f"state.url: cannot reach the database: {_first_line(e)}"
+            why = f"{field}: cannot reach the database: {_first_line(e)}"
             left = deadline - monotonic()
             if left <= 0:
                 raise StartError(why) from None
             log.warning("%s; trying again for up to %.0f s (state.start_wait_s)", why, left)
-            sleep(min(wait_s, left))
-            wait_s = min(2 * wait_s, 10.0)
-        except ModuleNotFoundError as e:
-            raise StartError(
-                f"state.url: {e.name} is not installed (pip install 'sco[postgres]')"
-            ) from None
+            sleep(min(pause_s, left))
+            pause_s = min(2 * pause_s, 10.0)
 
 
 def _first_line(e: Unreachable) -> str:
@@ -81,7 +101,15 @@ class Events:
     kind: str
 
 
-def open_events(settings: Settings, store: SqlFleetStore) -> Events:
+def open_events(
+    settings: Settings,
+    store: SqlFleetStore,
+    patient: bool = False,
+    sleep: Callable[[float], object] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Events:
+    """The event log as configured. A `patient` opener waits for a log in a database of
+    its own (`events.url`) as `open_store` waits for fleet state."""
     cfg = settings.events
     if cfg.kind == "kafka":
         assert cfg.kafka is not None
@@ -105,10 +133,9 @@ def open_events(settings: Settings, store: SqlFleetStore) -> Events:
     if cfg.url is None:
         shared = SqlEventLog(store.engine)
         return Events(shared, shared.absorb_outbox, lambda: None, "embedded")
-    try:
-        own = SqlEventLog.open(cfg.url)
-    except Unreachable as e:
-        raise StartError(f"events.url: cannot reach the database: {_first_line(e)}") from None
+    url = cfg.url
+    wait_s = settings.state.start_wait_s if patient else 0.0
+    own = _patiently(lambda: SqlEventLog.open(url), "events.url", wait_s, sleep, monotonic)
     return Events(own, lambda: relay(store, own), own.close, "embedded")
 
 
