@@ -9,7 +9,7 @@ import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -34,12 +34,15 @@ from sco.engine.pump import SignalPump
 from sco.engine.realtime import RealtimeRunner, line, summary
 from sco.ports import ProviderError
 
+if TYPE_CHECKING:  # an extra: imported when a command uses it
+    from sco.adapters.openstack.provider import OpenStackProvider
+
 log = logging.getLogger(__name__)
 
 
 def start_openstack(
     settings: ProviderSettings, creates: bool, installation: str = "default"
-) -> Any:
+) -> OpenStackProvider:
     """Load the region file, connect, resolve every pool, take sco's projects and
     read headroom once, so a wrong cloud, credential, project, endpoint, flavor or
     aggregate stops us here. `creates`: the command creates servers (its credential
@@ -74,9 +77,9 @@ def start_openstack(
     return provider
 
 
-def scope_warning(provider: Any) -> str:
+def scope_warning(provider: OpenStackProvider) -> str:
     """One line when the credential could do more than sco needs, else ""."""
-    if not provider.excess:
+    if not provider.excess or provider.scope is None:
         return ""
     return (
         f"credential could do more than sco needs: {'; '.join(provider.excess)} "
@@ -203,7 +206,10 @@ def run_controllers(
 
 
 def _dry_run(
-    settings: Settings, provider: Any, plane: SchedulerPlane, policy: Callable[[], Policy]
+    settings: Settings,
+    provider: OpenStackProvider,
+    plane: SchedulerPlane,
+    policy: Callable[[], Policy],
 ) -> int:
     """One round on a scratch state through a provider that only writes down what it
     would create and delete; prints that, and the plans' reasons."""

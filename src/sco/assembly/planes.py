@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sco.assembly.sections import KubernetesClusterSettings
 from sco.assembly.settings import PartitionSettings, Settings
 from sco.assembly.wiring import StartError, demand
+from sco.domain.demand import Partition, SchedulerKind
 from sco.domain.pools import Pool
 from sco.ports import (
     AckReader,
@@ -19,6 +20,9 @@ from sco.ports import (
     SchedulerCluster,
     ServerView,
 )
+
+if TYPE_CHECKING:  # an extra: imported when a partition uses it
+    from sco.adapters.kubernetes.demand import KubePartition
 
 
 @dataclass
@@ -227,11 +231,10 @@ def _kubernetes(
     return out
 
 
-def _scheduler_figures(p: PartitionSettings, region: str) -> tuple[Any, int, int, int]:
+def _scheduler_figures(p: PartitionSettings, region: str) -> tuple[Partition, int, int, int]:
     """A scheduler-driven partition's domain Partition and its fixed figures: floor,
     guaranteed budget (default: its max) and the target it never goes below (the
     settings make floor and target numbers for such partitions)."""
-    from sco.domain.demand import Partition, SchedulerKind
 
     floor = p.floor_units if isinstance(p.floor_units, int) else 0
     target = p.target_units if isinstance(p.target_units, int) else 0
@@ -254,7 +257,7 @@ def _kube_client(name: str, c: KubernetesClusterSettings) -> Any:
         raise StartError(f"{where}: {e.why}") from None
 
 
-def _kube_partition(p: PartitionSettings, installation: str) -> Any:
+def _kube_partition(p: PartitionSettings, installation: str) -> KubePartition:
     """The partition's labels default to `sco.io/partition=<name>`, and for a named
     installation also `sco.io/installation=<name>`: sco deletes a Node only when it
     carries all of them, so another sco's nodes in the cluster are never its own."""

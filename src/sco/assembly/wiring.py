@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sco.adapters.demandfile.intake import (
     DemandFileError,
@@ -23,6 +23,7 @@ from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.assembly.settings import Settings
 from sco.engine.outbox import relay
+from sco.engine.replicas import Membership
 from sco.engine.tokens import TokenIssuer
 from sco.ports import (
     EventLog,
@@ -31,6 +32,9 @@ from sco.ports import (
 )
 
 Relay = Callable[[], int]
+if TYPE_CHECKING:  # an extra: imported when a command uses it
+    from sco.adapters.clickhouse.history import ClickHouseHistory
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -158,7 +162,7 @@ def _regions(settings: Settings, store: SqlFleetStore) -> list[str] | None:
     return regions or None
 
 
-def open_history(settings: Settings, hold: bool = False) -> Any:
+def open_history(settings: Settings, hold: bool = False) -> ClickHouseHistory:
     """Pool history in ClickHouse or chDB (`sco.adapters.clickhouse.ClickHouseHistory`);
     `hold`: a long-running process keeps chDB open between calls."""
     try:
@@ -180,7 +184,7 @@ def open_history(settings: Settings, hold: bool = False) -> Any:
         raise StartError(f"history.url: {type(e).__name__}: {str(e).splitlines()[0]}") from None
 
 
-def open_leases(settings: Settings, store: SqlFleetStore) -> Any:
+def open_leases(settings: Settings, store: SqlFleetStore) -> Membership:
     """Partition leases and replica membership, in the database or as Kubernetes Leases."""
     cfg = settings.leases
     if cfg.kind == "database":

@@ -212,7 +212,9 @@ def _duration(ttl_s: float) -> int:
     return max(1, round(ttl_s))
 
 
-def connect(namespace: str, kubeconfig: str | None = None, context: str | None = None) -> Any:
+def connect(
+    namespace: str, kubeconfig: str | None = None, context: str | None = None
+) -> KubernetesLeases:
     """Leases in `namespace`, through a kubeconfig file or (None) the in-cluster
     service account. Connects lazily: the first call reaches the API server."""
     from kubernetes import client, config
