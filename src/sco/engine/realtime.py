@@ -47,13 +47,16 @@ class ControllerKit:
     policy: Callable[[], Policy]
     clock: Clock
     config: ControllerConfig | None = None
-    signals: FleetSignals = field(init=False)
     ids: IdSource = field(default_factory=UuidIds)
     signals_refresh_s: float = 0.5
     tokens: Mapping[str, TokenIssuer] = field(default_factory=dict)  # partitions with agents
+    # The signals the controllers share: default, a reader of the store's; a simulation
+    # passes its own, refreshed on its clock.
+    shared_signals: FleetSignals | None = None
+    signals: FleetSignals = field(init=False)
 
     def __post_init__(self) -> None:
-        self.signals = FleetSignals(
+        self.signals = self.shared_signals or FleetSignals(
             self.store, self.provider.pools(), refresh_s=self.signals_refresh_s
         )
 

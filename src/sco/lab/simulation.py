@@ -31,6 +31,7 @@ from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion, PoolScore
 from sco.engine.clock import CountingIds, ManualClock
 from sco.engine.controller import ControllerConfig, PartitionController
+from sco.engine.realtime import ControllerKit
 from sco.engine.signals import FleetSignals, track_pool_ages
 from sco.engine.signals_jobs import (
     HistoryLoader,
@@ -268,21 +269,18 @@ class Simulation:
                 self.spec.score_every_s,
                 timeline.scored,
             )
-            controllers = [
-                PartitionController(
-                    partition,
-                    provider=region,
-                    nodes=region,
-                    store=store,
-                    demand=self.demand,
-                    policy=self.spec.new_policy(),
-                    clock=clock,
-                    ids=ids,
-                    config=self.spec.controller,
-                    signals=signals,
-                )
-                for partition in self.demand.partitions()
-            ]
+            kit = ControllerKit(
+                provider=region,
+                nodes=region,
+                store=store,
+                demand=self.demand,
+                policy=self.spec.new_policy,
+                clock=clock,
+                config=self.spec.controller,
+                ids=ids,
+                shared_signals=signals,
+            )
+            controllers = [kit.controller(p) for p in self.demand.partitions()]
             loop = _Signals(
                 watcher,
                 scorer,
