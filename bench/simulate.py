@@ -92,13 +92,7 @@ def _same_as_sql(args: argparse.Namespace, tmp: Path) -> bool:
     spec = _spec(short, tmp)
     on_sql = Simulation.build(spec).run(sqlite_url(tmp / "check.db"))
     in_memory = Simulation.build(spec).run()
-    return bool(
-        in_memory.partitions == on_sql.partitions
-        and in_memory.counts == on_sql.counts
-        and in_memory.cycles == on_sql.cycles
-        and in_memory.exclusions == on_sql.exclusions
-        and in_memory.scores == on_sql.scores
-    )
+    return in_memory.outcome() == on_sql.outcome()
 
 
 def _spec(args: argparse.Namespace, tmp: Path) -> SimulationSpec:

@@ -56,8 +56,6 @@ class RelayLog(EventLog, Protocol):
 
     def absorb_outbox(self) -> int: ...
 
-    def close(self) -> None: ...
-
 
 class _Store(FleetStore, Protocol):
     def close(self) -> None: ...
@@ -153,6 +151,11 @@ class SimulationResult:
     @property
     def policy_name(self) -> str:
         return self.spec.policy_name
+
+    def outcome(self) -> tuple[object, ...]:
+        """Everything a run decides, without how long it took: two runs of one spec on
+        different stores (the twins, a database) must give equal outcomes."""
+        return (self.partitions, self.counts, self.cycles, self.exclusions, self.scores)
 
     def aggregate(self) -> dict[str, float | int]:
         """One line for scripts: availabilities averaged over partitions, costs summed."""

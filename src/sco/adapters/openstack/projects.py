@@ -23,8 +23,8 @@ from sco.ports import Clock, PermanentProviderError
 log = logging.getLogger("sco.adapters.openstack.provider")
 
 FOREIGN_TTL_S = 300.0  # a listing's foreign servers count this long after it
-_Records = list[dict[str, Any]]  # Nova records, as answered
-_Ids = list[str]
+Records = list[dict[str, Any]]  # Nova records, as answered
+Ids = list[str]
 
 
 class ForeignServer(PermanentProviderError):
@@ -65,19 +65,19 @@ class ProjectGuard:
     _foreign: dict[str, tuple[float, dict[str, str]]]
     _warned: set[str]
 
-    def _mine(self, records: _Records) -> _Records:
+    def _mine(self, records: Records) -> Records:
         """The records of this installation: another sco's servers in the same project
         (perhaps with a partition of the same name) are never adopted or deleted."""
         return [s for s in records if is_mine(installation_of(s), self.installation)]
 
-    def _ours(self, records: _Records, listing: str | None) -> _Records:
+    def _ours(self, records: Records, listing: str | None) -> Records:
         """The records of sco's projects. The others are foreign: each is reported
         once and left out. `listing` names what was listed (a partition, or `*`), so
         that the foreign servers and sco's own are known per listing; None: a
         lookup not to remember."""
         if self.owned is None:
             return records
-        ours: _Records = []
+        ours: Records = []
         foreign: dict[str, str] = {}
         for s in records:
             project = s.get("tenant_id", s.get("project_id"))
@@ -124,7 +124,7 @@ class ProjectGuard:
             counts[project] = counts.get(project, 0) + 1
         return counts
 
-    def _refuse_foreign(self, server_ids: Sequence[str], action: str) -> tuple[_Ids, _Ids]:
+    def _refuse_foreign(self, server_ids: Sequence[str], action: str) -> tuple[Ids, Ids]:
         """(sco's, refused): ids of sco's latest listings are sco's; any other is
         looked up, and refused unless Nova says it is in one of sco's projects. A
         server Nova no longer has is in neither (there is nothing to act on)."""
@@ -132,8 +132,8 @@ class ProjectGuard:
             return list(server_ids), []
         with self._lock:
             known = frozenset().union(*self._own_ids.values())
-        ours: _Ids = []
-        refused: _Ids = []
+        ours: Ids = []
+        refused: Ids = []
         for sid in server_ids:
             if sid in known:
                 ours.append(sid)

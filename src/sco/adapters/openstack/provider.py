@@ -51,7 +51,7 @@ from sco.adapters.openstack.answers import (
 from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import PoolSpec, RegionSpec
 from sco.adapters.openstack.placement import Want
-from sco.adapters.openstack.projects import ForeignServer, ProjectGuard, Tombstones
+from sco.adapters.openstack.projects import ForeignServer, Ids, ProjectGuard, Records, Tombstones
 from sco.adapters.openstack.resources import (
     META_NODE_TOKEN,
     META_PARTITION,
@@ -90,8 +90,6 @@ from sco.ports import (
 log = logging.getLogger(__name__)
 
 _PAGE = 1000
-_Records = list[dict[str, Any]]  # Nova records, as answered
-_Ids = list[str]
 
 
 class RegionError(ValueError):
@@ -234,9 +232,9 @@ class OpenStackProvider(ProjectGuard):
 
     def _all(
         self, service: str, path: str, key: str, page_size: int = _PAGE, **params: str
-    ) -> _Records:
+    ) -> Records:
         """Every page of a Nova list."""
-        out: _Records = []
+        out: Records = []
         marker = ""
         while True:
             query = dict(params, limit=str(page_size))
@@ -250,7 +248,7 @@ class OpenStackProvider(ProjectGuard):
             if not marker:
                 raise MalformedAnswer(f"{service} GET {path}: a full page ends without an id")
 
-    def _servers(self, **params: str) -> _Records:
+    def _servers(self, **params: str) -> Records:
         """Servers in pages of `list_page_size`: for each page Nova asks Neutron for
         the ports of all its servers by id in one URL, and Neutron refuses a URL
         longer than its request-line limit (4 KiB under gunicorn's defaults)."""
@@ -362,7 +360,7 @@ class OpenStackProvider(ProjectGuard):
         """Delete sco's servers among `server_ids`; foreign ones are refused
         (ForeignServer, once the rest are deleted)."""
         ours, refused = self._refuse_foreign(server_ids, "delete")
-        failed: _Ids = []
+        failed: Ids = []
         for sid in ours:
             try:
                 self.client.delete("compute", f"/servers/{sid}")
@@ -481,7 +479,7 @@ class OpenStackProvider(ProjectGuard):
                 )
         return min(count, room)
 
-    def _servers_of(self, request_id: str) -> _Records:
+    def _servers_of(self, request_id: str) -> Records:
         servers = self._mine(self._ours(self._servers(tags=request_tag(request_id)), None))
         return [s for s in servers if s.get("OS-EXT-STS:task_state") != "deleting"]
 

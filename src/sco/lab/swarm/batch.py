@@ -16,6 +16,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 
+from sco.adapters.kubernetes.connect import client_installed
 from sco.lab.swarm.checks import INVARIANTS
 from sco.lab.swarm.run import SeedResult, run_seed
 from sco.lab.swarm.spec import ALL_KINDS, Fault, Kind, WorldSpec, world_of
@@ -52,14 +53,8 @@ def _run(trial: Trial) -> SeedResult:
     return run_seed(trial.spec())
 
 
-def kube_available() -> bool:
-    from sco.adapters.kubernetes.connect import client_installed
-
-    return client_installed()
-
-
 def trials(seeds: int, first: int = 0, kinds: Sequence[Kind] = ALL_KINDS) -> list[Trial]:
-    kube = kube_available()
+    kube = client_installed()
     return [Trial(s, tuple(kinds), None, kube) for s in range(first, first + seeds)]
 
 
