@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,12 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
+from sco.engine.calls import INLINE
 from sco.engine.clock import CountingIds, ManualClock
 from sco.engine.controller import ControllerConfig, PartitionController
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
-from sco.ports import HistoryRow, NewRequest, NodeView, Reservation, ServerView
+from sco.ports import HistoryRow, NewRequest, NodeView, Provider, Reservation, ServerView
 from sco_harness.builders import instance, write_json_trace, write_yaml
 
 
@@ -51,11 +53,14 @@ class World:
         self.demand = FileDemandSource.load(demand, "traces", 0.0)
         self.ids = CountingIds()
 
-    def controller(self) -> PartitionController:
-        """A fresh controller process: nothing in memory, everything from the store."""
+    def controller(
+        self, provider: Provider | None = None, calls: Executor = INLINE
+    ) -> PartitionController:
+        """A fresh controller process: nothing in memory, everything from the store;
+        the region is its provider unless another is given."""
         return PartitionController(
             self.demand.partitions()[0],
-            provider=self.region,
+            provider=provider or self.region,
             nodes=self.region,
             store=self.store,
             demand=self.demand,
@@ -63,6 +68,7 @@ class World:
             clock=self.clock,
             ids=self.ids,
             config=ControllerConfig(),
+            calls=calls,
         )
 
     def at(self, t: float) -> None:
@@ -250,16 +256,7 @@ def test_servers_that_come_and_go_before_a_listing_do_not_hold_the_partition_sho
             return CreateResult((), pending=len(result.server_ids))
 
     provider = Vanishing(w.region)
-    c = PartitionController(
-        w.demand.partitions()[0],
-        provider=provider,
-        nodes=w.region,
-        store=w.store,
-        demand=w.demand,
-        policy=ScoPolicy(HedgeConfig(max_spare=0)),
-        clock=w.clock,
-        ids=w.ids,
-    )
+    c = w.controller(provider)
     c.cycle()  # 3 requested; the servers go before anyone looks
     provider.armed = False
     w.at(30.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,11 @@ from sco.decide.policies import ScoPolicy
 from sco.domain.lifecycle import State
 from sco.domain.plans import Plan
 from sco.engine.clock import ManualClock
-from sco.engine.controller import ControllerConfig
+from sco.engine.controller import ControllerConfig, CycleReport
 from sco.engine.replicas import ReplicaConfig, ReplicaRunner, fair_share
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
-from sco.ports import FencedOut
+from sco.ports import FencedOut, Provider
 from sco_harness.builders import write_json_trace, write_yaml
 
 PARTITIONS = 6
@@ -53,20 +54,28 @@ class Cluster:
         self.demand = FileDemandSource.load(demand, "traces", 0.0)
         self.replicas: dict[str, ReplicaRunner] = {}
 
-    def start(self, name: str) -> ReplicaRunner:
-        """A new process: its own store connection, nothing in memory."""
+    def start(
+        self,
+        name: str,
+        provider: Provider | None = None,
+        interval_s: float = 5,
+        on_report: Callable[[CycleReport], None] | None = None,
+    ) -> ReplicaRunner:
+        """A new process: its own store connection, nothing in memory; the region is
+        its provider unless another is given."""
         store = SqlFleetStore(self.url)
         runner = ReplicaRunner(
             config=ReplicaConfig(name, lease_ttl_s=15, lease_every_s=1, act_margin_s=5),
             leases=SqlLeases(store.engine),
-            provider=self.region,
+            provider=provider or self.region,
             nodes=self.region,
             store=store,
             demand=self.demand,
             policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
             clock=self.clock,
-            interval_s=5,
+            interval_s=interval_s,
             controller=ControllerConfig(),
+            on_report=on_report,
         )
         self.replicas[name] = runner
         return runner

@@ -161,7 +161,12 @@ def run_controllers(
 
             ttl = settings.leases.ttl_s
             runner = ReplicaRunner(
-                config=ReplicaConfig(name, lease_ttl_s=ttl, act_margin_s=ttl / 3),
+                config=ReplicaConfig(
+                    name,
+                    lease_ttl_s=ttl,
+                    act_margin_s=ttl / 3,
+                    calls_in_flight=settings.provider.calls_in_flight,
+                ),
                 leases=leases,
                 provider=provider,
                 nodes=plane.nodes,

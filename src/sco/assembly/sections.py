@@ -166,6 +166,15 @@ class ProviderSettings(_Section):
         "scope, is warned of at start and counted in sco_credential_excess.",
     )
 
+    calls_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Creates and deletes a `sco run` replica has with the cloud at once. "
+        "They are sent off the partitions' cycles, which wait only for their listings; "
+        "more at once only crowd the API that answers those listings.",
+    )
+
     @field_validator("projects")
     @classmethod
     def _project_ids(cls, v: list[str]) -> list[str]:

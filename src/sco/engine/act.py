@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 from sco.decide.acquirer import Actions, Create, Reason
 from sco.domain.instances import Change, Instance, step
@@ -15,6 +17,7 @@ from sco.domain.pools import PoolId
 from sco.domain.snapshot import PartitionSnapshot
 from sco.engine.partition_state import PartitionState
 from sco.ports import (
+    CreateResult,
     FencedOut,
     InsufficientCapacity,
     NewRequest,
@@ -31,9 +34,8 @@ log = logging.getLogger("sco.engine.controller")
 
 
 class Act(PartitionState):
-    def _act(
-        self, actions: Actions, snapshot: PartitionSnapshot, plan: Plan, now: float
-    ) -> tuple[int, int]:
+    def _act(self, actions: Actions, snapshot: PartitionSnapshot, plan: Plan, now: float) -> int:
+        """Returns the transitions recorded."""
         records = self._records or {}
         changes: list[Change] = []
         acted = self._cycle.acted
@@ -69,15 +71,12 @@ class Act(PartitionState):
         # still counts as ready, and none deleted; one told late is told again (`untold`).
         n = self._commit(changes)
         if changes and not n:
-            return 0, 0  # lost a race: the next cycle plans from what is there
+            return 0  # lost a race: the next cycle plans from what is there
         self._tell_drains(tell)
         self._delete([i.server_id for i, _ in deletes if i.server_id])
-        created_n = 0
         for create in actions.creates:
-            k, recorded = self._create(create, snapshot, plan, now)
-            created_n += k
-            n += recorded
-        return n, created_n
+            n += self._create(create, snapshot, plan, now)
+        return n
 
     def _tell_drains(self, tell: Sequence[tuple[str, float, str]]) -> None:
         """Tell the scheduler of each drain just recorded; one it cannot take now is told
@@ -100,29 +99,32 @@ class Act(PartitionState):
         record's timeout passes."""
         if not server_ids:
             return
+        self._outbound.send(lambda: self.provider.delete(server_ids), self._delete_answered)
+
+    def _delete_answered(self, future: Future[None]) -> int:
         try:
-            self.provider.delete(server_ids)
+            future.result()
         except ProviderError as e:
             log.warning("partition %s: delete failed, will resend: %s", self.partition.name, e)
+        return 0
 
-    def _create(
-        self, create: Create, snapshot: PartitionSnapshot, plan: Plan, now: float
-    ) -> tuple[int, int]:
-        """Reserve, record REQUESTED, create, record the outcome. Returns (created, changes).
-        Nothing once a write of this cycle lost its race: what it planned from is stale."""
+    def _create(self, create: Create, snapshot: PartitionSnapshot, plan: Plan, now: float) -> int:
+        """Reserve, record REQUESTED, send the create (its answer recorded when it comes).
+        Returns the transitions recorded. Nothing once a write of this cycle lost its
+        race: what it planned from is stale."""
         if self._records is None:
-            return 0, 0
+            return 0
         # The request's own time, not the cycle's: calls before it (a slow cloud) may
         # have taken a while, and the listing grace of its servers counts from here.
         now = self.clock.now()
         view = snapshot.pools[create.pool]
         fresh = self._records_of_pools(now, fresh=True).get(create.pool)
         if fresh is None:
-            return 0, 0
+            return 0
         cap = self._batch.get(create.pool, create.count)
         count = min(create.count, cap, view.headroom - fresh.reserved)
         if count <= 0:
-            return 0, 0
+            return 0
         request_id = self.ids.new("req")
         pool = view.pool
         replacing = min(self._owed, count)
@@ -158,7 +160,7 @@ class Act(PartitionState):
             raise
         except StateConflict as e:
             log.info("partition %s: reservation lost a race: %s", self.partition.name, e)
-            return 0, 0
+            return 0
         assert self._records is not None
         for i in instances:
             self._records[i.id] = i
@@ -173,57 +175,95 @@ class Act(PartitionState):
                 plan.generation,
             )
         self._open_requests.add(request_id)
+        sent = _Request(request_id, pool.id, instances, tuple(codes), replacing, now)
+        answered = self._outbound.send(
+            lambda: self._send_create(sent, plan.generation),
+            lambda future: self._create_answered(sent, future.result()),
+        )
+        return len(instances) + answered
+
+    def _send_create(self, sent: _Request, plan_generation: int) -> _Answer:
+        """The cloud's answer to a create, and when it came (it may run on a worker)."""
         try:
             result = self.provider.create(
-                pool.id, count, request_id, self.partition.name, plan.generation
-            )
-        except RetryableProviderError as e:
+                sent.pool, len(sent.instances), sent.request_id, self.partition.name,
+                plan_generation,
+            )  # fmt: skip
+        except (
+            RetryableProviderError,
+            InsufficientCapacity,
+            QuotaExceeded,
+            PermanentProviderError,
+        ) as e:
+            return _Answer(None, e, self.clock.now())
+        return _Answer(result, None, self.clock.now())
+
+    def _create_answered(self, sent: _Request, answer: _Answer) -> int:
+        """Record a create's answer on the records as they are now: a listing may have
+        settled some of them first (found by request id, or closed unanswered), and
+        those are left as they are. Returns the transitions recorded."""
+        name, request_id = self.partition.name, sent.request_id
+        declined = answer.error is not None and not isinstance(answer.error, RetryableProviderError)
+        if declined:
+            self._refused_at[sent.pool] = sent.at  # planning avoids the pool for a while
+        records = self._records
+        if records is None:
+            log.info("partition %s: answer to %s left to the listing", name, request_id)
+            return 0
+        current = [records.get(i.id) for i in sent.instances]
+        waiting = [i for i in current if i is not None and i.state is State.REQUESTED]
+        if isinstance(answer.error, RetryableProviderError):
             # The outcome is unknown: records stay REQUESTED until listed or expired.
-            log.warning("partition %s: create %s unknown: %s", self.partition.name, request_id, e)
-            return 0, len(instances)
-        except (InsufficientCapacity, QuotaExceeded, PermanentProviderError) as e:
-            self._refused_at[pool.id] = now
-            self._refused(instances, request_id, str(e), now)
-            return 0, len(instances)
-        now = self.clock.now()  # the answer's time: what it accepted was made by then
+            log.warning("partition %s: create %s unknown: %s", name, request_id, answer.error)
+            return 0
+        if declined:
+            return self._refused(waiting, request_id, str(answer.error), sent.at)
+        result = answer.result
+        assert result is not None
+        now = answer.at  # the answer's time: what it accepted was made by then
+        open_ = request_id in self._open_requests
         if result.pending:
             # Taken: the records stay REQUESTED until their servers are listed.
-            unsent = instances[result.pending :]
+            unsent = [i for i in current[result.pending :] if i and i.state is State.REQUESTED]
             refused = [
                 step(i, Trigger.CREATE_FAILED, now, result.shortfall_reason or "not sent")
                 for i in unsent
             ]
-            recorded = self._commit(refused, {request_id: result.pending} if refused else None)
-            self._count_created(codes[: result.pending], replacing, pool.id)
-            return result.pending, len(instances) + recorded
+            settle = {request_id: result.pending} if refused and open_ else None
+            recorded = self._commit(refused, settle)
+            self._count_created(sent.codes[: result.pending], sent.replacing, sent.pool)
+            return recorded
+        held = {i.server_id for i in records.values() if i.server_id}
+        new_ids = [sid for sid in result.server_ids if sid not in held]
         accepted = [
             step(inst, Trigger.CREATE_ACCEPTED, now, "create accepted", server_id=sid)
-            for inst, sid in zip(instances, result.server_ids, strict=False)
+            for inst, sid in zip(waiting, new_ids, strict=False)
         ]
         refused = [
             step(inst, Trigger.CREATE_FAILED, now, result.shortfall_reason or "not accepted")
-            for inst in instances[len(result.server_ids) :]
+            for inst in waiting[len(new_ids) :]
         ]
+        settle = {request_id: len(accepted)} if open_ else None
         if not accepted:
             self._open_requests.discard(request_id)
-        recorded = self._commit(accepted + refused, {request_id: len(accepted)})
-        self._count_created(codes[: len(accepted)], replacing, pool.id)
-        return len(accepted), len(instances) + recorded
+        recorded = self._commit(accepted + refused, settle)
+        self._count_created(sent.codes[: len(accepted)], sent.replacing, sent.pool)
+        return recorded
 
     def _count_created(self, codes: Sequence[Reason], replacing: int, pool: PoolId) -> None:
         replaced = min(replacing, len(codes))
+        self._cycle.created += len(codes)
         self._owed -= replaced
         if replaced:
             self._cycle.replaced[pool] += replaced
         for code in codes:
             self._cycle.acted[("create", str(code))] += 1
 
-    def _refused(
-        self, instances: Sequence[Instance], request_id: str, why: str, now: float
-    ) -> None:
+    def _refused(self, instances: Sequence[Instance], request_id: str, why: str, now: float) -> int:
         log.info("partition %s: create %s refused: %s", self.partition.name, request_id, why)
         self._open_requests.discard(request_id)
-        self._commit([step(i, Trigger.CREATE_FAILED, now, why) for i in instances], {request_id: 0})
+        changes = [step(i, Trigger.CREATE_FAILED, now, why) for i in instances]
+        return self._commit(changes, {request_id: 0})
 
     def _sweep(self, now: float) -> None:
         if now - self._last_sweep < self.config.sweep_every_s:
@@ -237,3 +277,22 @@ class Act(PartitionState):
                 for r in self.store.reservations()
                 if r.partition == self.partition.name
             }
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """A create sent: its request, records (REQUESTED when sent) and why each was made."""
+
+    request_id: str
+    pool: PoolId
+    instances: tuple[Instance, ...]
+    codes: tuple[Reason, ...]
+    replacing: int  # of them, replacements of reclaimed spot
+    at: float  # when it was sent
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    result: CreateResult | None
+    error: ProviderError | None
+    at: float  # when it came

@@ -13,6 +13,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from sco.decide.acquirer import Actions, Reason, diff
@@ -23,6 +24,7 @@ from sco.domain.lifecycle import LIVE, State
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
 from sco.engine.act import Act
+from sco.engine.calls import INLINE, Outbound
 from sco.engine.clock import IdSource
 from sco.engine.partition_state import GONE, ControllerConfig, ControllerStore, CycleTally
 from sco.engine.planning import Planning
@@ -138,9 +140,11 @@ class PartitionController(Sync, Planning, Act):
         signals: FleetSignals | None = None,
         config: ControllerConfig | None = None,
         tokens: TokenIssuer | None = None,
+        calls: Executor = INLINE,
     ) -> None:
         """`signals` are shared by the controllers of one process (default: this
-        controller's own reader of the store's signals)."""
+        controller's own reader of the store's signals); `calls` runs the creates and
+        deletes it sends (default: at once, on the cycle's thread; see sco.engine.calls)."""
         self.partition = partition
         self.provider = provider
         self.nodes = nodes
@@ -172,6 +176,7 @@ class PartitionController(Sync, Planning, Act):
         self._refusals: Counter[PoolId] = Counter()
         self._acceptances: Counter[PoolId] = Counter()
         self._cycle = CycleTally()
+        self._outbound = Outbound(calls)
 
     # ------------------------------------------------------------ the cycle
 
@@ -208,7 +213,9 @@ class PartitionController(Sync, Planning, Act):
             return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
         self._cycle.lap("observe_scheduler")
         self._keep_notes(servers, nodes)
-        synced = self._sync(self._load(), servers, nodes, now)
+        self._load()
+        answered = self._outbound.answers()  # of calls sent by earlier cycles
+        synced = answered + self._sync(self._load(), servers, nodes, now)
         if self._records is None:
             # A write lost its race: what this cycle knew is stale. Read again and look
             # once more; a second loss waits for the next cycle, and nothing is planned
@@ -240,12 +247,14 @@ class PartitionController(Sync, Planning, Act):
         short = sum(plan.targets().values()) - sum(1 for i in self._live() if i.is_live)
         self._owed = min(self._owed, max(0, short))
         self._cycle.lap("plan")
-        transitions, created_n = self._act(actions, snapshot, plan, now)
+        transitions = self._act(actions, snapshot, plan, now)
         self._sweep(now)
         if self.tokens is not None:
             self.tokens.issue(self.partition.name, now)
         self._cycle.lap("act")
-        report = self._report(now, synced + transitions, actions, created_n, notes=decision.notes)
+        report = self._report(
+            now, synced + transitions, actions, self._cycle.created, notes=decision.notes
+        )
         live = self._live()
         return dataclasses.replace(
             report,

@@ -19,6 +19,7 @@ from sco.domain.instances import Change, Instance
 from sco.domain.lifecycle import State
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
+from sco.engine.calls import Outbound
 from sco.engine.clock import IdSource
 from sco.engine.signals import FleetSignals, SignalReader
 from sco.engine.tokens import TokenIssuer
@@ -63,6 +64,7 @@ class CycleTally:
     acted: Counter[tuple[str, str]] = field(default_factory=Counter)
     reclaims: Counter[tuple[PoolId, str]] = field(default_factory=Counter)
     replaced: Counter[PoolId] = field(default_factory=Counter)
+    created: int = 0  # instances whose creates the cloud took
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds, by PHASES
     _lap_at: float = field(default_factory=time.perf_counter)
 
@@ -111,6 +113,7 @@ class PartitionState:
     _refusals: Counter[PoolId]
     _acceptances: Counter[PoolId]
     _cycle: CycleTally
+    _outbound: Outbound  # creates and deletes sent, their answers not yet recorded
 
     def _load(self) -> dict[str, Instance]:
         if self._records is None:

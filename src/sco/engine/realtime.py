@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sco.decide.policies import Policy
 from sco.domain.demand import Partition
+from sco.engine.calls import INLINE
 from sco.engine.clock import IdSource, UuidIds
 from sco.engine.controller import ControllerConfig, CycleReport, PartitionController
 from sco.engine.metrics import PlacementMetrics
@@ -53,6 +54,9 @@ class ControllerKit:
     # The signals the controllers share: default, a reader of the store's; a simulation
     # passes its own, refreshed on its clock.
     shared_signals: FleetSignals | None = None
+    # Where the controllers' creates and deletes run: at once, on the cycle's thread,
+    # unless a deployment gives its workers (sco.engine.calls).
+    calls: Executor = INLINE
     signals: FleetSignals = field(init=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +77,7 @@ class ControllerKit:
             signals=self.signals,
             config=self.config,
             tokens=self.tokens.get(partition.name),
+            calls=self.calls,
         )
 
 

@@ -25,6 +25,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -76,6 +77,7 @@ class ReplicaConfig:
     heartbeat_ttl_s: float | None = None  # default: a third of the lease TTL
     act_margin_s: float = 5.0  # a cycle starts only with this much lease left
     stuck_after_s: float = 300.0  # a cycle running this long means the replica is stuck
+    calls_in_flight: int = 2  # creates and deletes with the cloud at once (sco.engine.calls)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -84,6 +86,8 @@ class ReplicaConfig:
             raise ValueError("act_margin_s must be in (0, lease_ttl_s)")
         if not 0 < self.lease_every_s < self.lease_ttl_s - self.act_margin_s:
             raise ValueError("lease_every_s must leave the margin: < lease_ttl_s - act_margin_s")
+        if self.calls_in_flight < 1:
+            raise ValueError("calls_in_flight must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +387,15 @@ class ReplicaRunner:
         it leads has done that many): leases tended every `lease_every_s` on this
         thread, each partition on a thread of its own, the signal pump on another."""
         self._threads = True
+        workers = None
+        if self.loops.cycles is None:
+            # Creates and deletes on workers: a cycle waits for the cloud's listing, not
+            # for its own calls (sco.engine.calls). One-shot runs keep them inline, so
+            # that they end with every answer recorded.
+            workers = ThreadPoolExecutor(
+                max_workers=self.config.calls_in_flight, thread_name_prefix="sco-calls"
+            )
+            self._kit.calls = workers
         self.tend_leases()
         with self._lock:
             held = dict(self.controllers)
@@ -402,6 +415,10 @@ class ReplicaRunner:
             self.loops.stop_all(wait_s=self.config.lease_ttl_s)
             if self.pump is not None:
                 self.pump.stop()
+            if workers is not None:
+                # Calls not yet sent are dropped: their records are REQUESTED (or
+                # TERMINATING), which the next leader's listing settles.
+                workers.shutdown(wait=False, cancel_futures=True)
 
     def health(self) -> tuple[bool, str]:
         """Live while no partition's cycle has been running for `stuck_after_s` (API

@@ -1,0 +1,206 @@
+"""Creates and deletes sent without waiting (sco.engine.calls): a cycle returns before
+the cloud answers, and the answer is recorded by a later cycle on the records as they
+are then."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from sco.domain.lifecycle import State
+from sco.domain.pools import PoolId
+from sco.engine.controller import PartitionController
+from sco.lab.region import SimRegion
+from sco.ports import CreateResult, InsufficientCapacity
+from test_controller import World
+
+
+class HeldCalls(Executor):
+    """Calls wait until the test runs them (`run`) and then answers them (`answer`)."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Future[Any], Callable[[], Any]]] = []
+        self.ran: list[tuple[Future[Any], Any, BaseException | None]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.held.append((future, lambda: fn(*args, **kwargs)))
+        return future
+
+    def run(self) -> None:
+        """The cloud acts on every held call; their answers are not back yet."""
+        for future, call in self.held:
+            try:
+                self.ran.append((future, call(), None))
+            except BaseException as e:
+                self.ran.append((future, None, e))
+        self.held = []
+
+    def answer(self) -> None:
+        for future, result, error in self.ran:
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+        self.ran = []
+
+
+def _controller(w: World, calls: Executor, provider: Any = None) -> PartitionController:
+    return w.controller(provider, calls)
+
+
+def _states(w: World) -> list[State]:
+    return sorted((i.state for i in w.records()), key=str)
+
+
+def test_a_cycle_returns_before_its_creates_are_answered(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    calls = HeldCalls()
+    c = _controller(w, calls)
+    first = c.cycle()
+    assert first.created == 0  # nothing answered yet
+    assert _states(w) == [State.REQUESTED] * 3
+    assert w.region.list("p1") == []  # the calls have not even run
+    calls.run()
+    calls.answer()
+    w.at(10)
+    second = c.cycle()
+    assert second.created == 3  # the answer is recorded by the next cycle
+    assert len(w.region.list("p1")) == 3
+    assert all(i.server_id for i in w.records())
+    assert not calls.held  # the plan was met by the requests in flight: nothing more sent
+    for t in range(20, 400, 20):
+        w.at(t)
+        c.cycle()
+        calls.run()
+        calls.answer()
+    assert _states(w) == [State.READY] * 3
+    assert len(w.region.list("p1")) == 3
+
+
+def test_servers_listed_before_their_answer_are_recorded_once(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    calls = HeldCalls()
+    c = _controller(w, calls)
+    c.cycle()
+    calls.run()  # the servers exist; the answer is still on its way
+    w.at(10)
+    c.cycle()  # the listing finds them by request id
+    found = {i.id: i.server_id for i in w.records()}
+    assert all(found.values())
+    assert len(set(found.values())) == 3
+    calls.answer()
+    w.at(20)
+    c.cycle()  # the answer names the same servers: nothing is recorded twice
+    assert {i.id: i.server_id for i in w.records()} == found
+    assert len(w.records()) == 3
+    assert not any(h.to_state == State.FAILED for h in w.store.history())
+
+
+class Refusing:
+    """The region, except that pool `refuses` turns creates down."""
+
+    def __init__(self, region: SimRegion, refuses: PoolId) -> None:
+        self.region = region
+        self.refuses = refuses
+        self.refused = 0
+
+    def create(self, pool: PoolId, count: int, *args: Any) -> CreateResult:
+        if pool == self.refuses:
+            self.refused += 1
+            raise InsufficientCapacity(pool, "no valid host (the cloud says)")
+        return self.region.create(pool, count, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.region, name)
+
+
+def test_a_refusal_answered_late_closes_its_records(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    calls = HeldCalls()
+    c = _controller(w, calls)
+    c.cycle()
+    first_pool = w.records()[0].pool
+    sent = {i.id for i in w.records() if i.pool == first_pool}
+    requests = {i.request_id for i in w.records() if i.pool == first_pool}
+    refusing = Refusing(w.region, first_pool)
+    c.provider = refusing  # type: ignore[assignment]
+    calls.run()
+    calls.answer()
+    assert refusing.refused >= 1
+    w.at(10)
+    c.cycle()
+    history = [h for h in w.store.history() if h.instance_id in sent]
+    failed = {h.instance_id for h in history if h.to_state == State.FAILED}
+    assert failed == sent
+    assert all("no valid host" in h.reason for h in history if h.to_state == State.FAILED)
+    assert not {r.request_id for r in w.store.reservations()} & requests  # settled
+
+
+class SlowCloud:
+    """The region, whose creates block until the test lets them through."""
+
+    def __init__(self, region: SimRegion) -> None:
+        self.region = region
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def create(self, *args: Any) -> CreateResult:
+        self.entered.set()
+        assert self.go.wait(30)
+        return self.region.create(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.region, name)
+
+
+def test_a_slow_create_does_not_hold_the_cycle(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    slow = SlowCloud(w.region)
+    with ThreadPoolExecutor(2) as workers:
+        c = _controller(w, workers, provider=slow)
+        report = c.cycle()  # returns while the create is still with the cloud
+        assert slow.entered.wait(30)
+        assert not slow.go.is_set()
+        assert report.created == 0
+        assert _states(w) == [State.REQUESTED] * 3
+        slow.go.set()
+    w.at(10)
+    assert c.cycle().created == 3
+    assert len(w.region.list("p1")) == 3
+
+
+def test_a_replica_keeps_cycling_while_a_create_hangs(tmp_path: Path) -> None:
+    """`sco run`'s replica sends creates on its workers: a create the cloud never
+    answers holds neither its partition's cycles nor the others'."""
+    from sco.adapters.sqlstate.store import sqlite_url
+    from sco.engine.controller import CycleReport
+    from test_replicas import Cluster
+
+    cluster = Cluster(tmp_path, sqlite_url(tmp_path / "state.db"))
+    slow = SlowCloud(cluster.region)
+    reports: list[CycleReport] = []
+    runner = cluster.start("r1", slow, interval_s=0.05, on_report=reports.append)  # type: ignore[arg-type]
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        assert slow.entered.wait(30)  # a create is with the cloud, and stays there
+        seen = len(reports)
+        deadline = threading.Event()
+        for _ in range(600):
+            if len({r.partition for r in reports[seen:]}) == len(runner.partitions):
+                break
+            deadline.wait(0.05)
+        cycled = {r.partition for r in reports[seen:]}
+        assert cycled == set(runner.partitions)  # every partition cycled since
+        assert not slow.go.is_set()
+    finally:
+        slow.go.set()
+        stop.set()
+        thread.join(30)
+        runner.store.close()
+    assert not thread.is_alive()
