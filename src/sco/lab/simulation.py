@@ -44,6 +44,7 @@ from sco.lab.accounting import Accountant, PartitionMetrics
 from sco.lab.history import WindowedHistory
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import TraceSet, load_traces
+from sco.lab.twins.copy import copy_into
 from sco.lab.twins.eventlog import MemoryEventLog
 from sco.lab.twins.fleet import MemoryFleetStore
 from sco.ports import EventLog, FleetCounts, FleetStore
@@ -61,10 +62,10 @@ class _Store(FleetStore, Protocol):
     def close(self) -> None: ...
 
 
-def _state(state_url: str | None) -> tuple[_Store, RelayLog]:
+def _state(state_url: str | None, keep_changes: bool = False) -> tuple[_Store, RelayLog]:
     """Fleet state and its event log: in the database at `state_url`, else in memory."""
     if state_url is None:
-        memory = MemoryFleetStore()
+        memory = MemoryFleetStore(keep_changes)
         return memory, MemoryEventLog(memory)
     store = SqlFleetStore(state_url, contracts=False)  # no node reads one here
     return store, SqlEventLog(store.engine)
@@ -236,11 +237,17 @@ class Simulation:
         return cls(spec, traces, demand, policy, start_s, end_s)
 
     def run(
-        self, state_url: str | None = None, progress: Progress | None = None
+        self,
+        state_url: str | None = None,
+        progress: Progress | None = None,
+        copy_to: str | None = None,
     ) -> SimulationResult:
         """Run the simulation; fleet state in the database at `state_url` (its rows kept
         for `sco explain` and `sco pools`), or in memory without one (the twins: the
-        same results, faster)."""
+        same results, faster). With `copy_to` (and no `state_url`), the twins' end
+        state is copied into that database (sco.lab.twins.copy)."""
+        if copy_to is not None and state_url is not None:
+            raise ValueError("copy_to is for runs on the twins: no state_url with it")
         wall0 = time.perf_counter()
         clock = ManualClock(self.start_s)
         region = SimRegion(self.traces, self.spec.sim, start_s=self.start_s)
@@ -257,7 +264,7 @@ class Simulation:
         )
         region.observer = accountant
         region.report_capacities()
-        store, event_log = _state(state_url)
+        store, event_log = _state(state_url, keep_changes=copy_to is not None)
         try:
             store.upsert_pools(pools)
             ids = CountingIds()
@@ -308,6 +315,9 @@ class Simulation:
             history_events = None
             if self.spec.history_dsn:
                 last, history_events = self._keep_history(event_log, store, pools)
+            if copy_to is not None:
+                assert isinstance(store, MemoryFleetStore)
+                copy_into(store, copy_to)
         finally:
             store.close()
         return SimulationResult(

@@ -169,7 +169,8 @@ def demo(out: Path | None, days: float | None, history: str | None) -> None:
     "--state",
     type=click.Path(path_type=Path),
     default=None,
-    help="SQLite fleet-state file to keep (default: fleet state in memory).",
+    help="A new SQLite file to keep the end state in, for sco explain, pools and status "
+    "(the run itself keeps fleet state in memory).",
 )
 @click.option(
     "--idle-resync-s",
@@ -256,13 +257,16 @@ def _print_signals(console: Console, result: SimulationResult) -> None:
 
 
 def _run(sim: Simulation, state_path: Path | None, quiet: bool) -> SimulationResult:
-    """Fleet state in the SQLite file `state_path`, kept for `sco explain` and `sco
-    pools`, or (None) in memory."""
+    """Fleet state in memory (the twins); with `state_path`, copied at the end into
+    that SQLite file for `sco explain`, `sco pools` and `sco status`."""
     if state_path is not None:
+        if state_path.exists() and state_path.stat().st_size:
+            # Checked now, not after the run: its records would collide with the file's.
+            raise BadInput(f"--state: {state_path} exists; a run writes a new file")
         state_path.parent.mkdir(parents=True, exist_ok=True)
     with _progress(quiet) as progress:
-        url = sqlite_url(state_path) if state_path is not None else None
-        return sim.run(url, progress=progress)
+        copy_to = sqlite_url(state_path) if state_path is not None else None
+        return sim.run(progress=progress, copy_to=copy_to)
 
 
 @contextmanager

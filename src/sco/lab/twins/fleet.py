@@ -44,7 +44,10 @@ class _PoolRow:
 class MemoryFleetStore:
     """Fleet state behind the FleetStore port, in this process only."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_changes: bool = False) -> None:
+        """`keep_changes`: keep every change recorded, in order, for `changes()` (a copy
+        into a database replays them)."""
+        self._changes: list[Change] | None = [] if keep_changes else None
         self._pools: dict[PoolId, _PoolRow] = {}
         self._instances: dict[str, Instance] = {}
         self._order: dict[str, int] = {}  # an instance's place, as a table's row id
@@ -135,6 +138,8 @@ class MemoryFleetStore:
         for ch in changes:
             if ch.before is not None:
                 self._instances[ch.after.id] = ch.after
+        if self._changes is not None:
+            self._changes.extend(changes)
         for ch in changes:
             self._remember(ch)
             event = event_of(ch)
@@ -192,6 +197,16 @@ class MemoryFleetStore:
         return len(gone)
 
     # ------------------------------------------------------------ plans
+
+    def changes(self) -> Sequence[Change]:
+        """Every change recorded, in order (kept only with `keep_changes`)."""
+        if self._changes is None:
+            raise ValueError("this store keeps no changes (keep_changes=False)")
+        return self._changes
+
+    def plans(self) -> list[Plan]:
+        """Every plan saved, by partition and generation."""
+        return [p[g] for _, p in sorted(self._plans.items()) for g in sorted(p)]
 
     def latest_plan(self, partition: str) -> Plan | None:
         plans = self._plans.get(partition)
@@ -301,3 +316,7 @@ class MemoryFleetStore:
 
     def intents(self) -> dict[str, str]:
         return {p: intent for p, (intent, _at, _by) in self._intents.items()}
+
+    def intent_rows(self) -> dict[str, tuple[str, float, str]]:
+        """Each partition's intent, when it was given and by whom."""
+        return dict(self._intents)
