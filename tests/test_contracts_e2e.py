@@ -240,10 +240,23 @@ def test_a_capacity_trace_replayed_onto_the_cloud_takes_servers_back(
         # sco replaces what is taken (the trace does not occupy the room it frees, as a
         # guaranteed tenant would), so the replay keeps taking back what exceeds 3.
         assert lines[-1]["noticed_total"] >= len(taken)
+
         # The command ends once Nova has accepted every delete; Nova deletes in the
-        # background, which on a loaded machine takes a while.
-        wait_for(lambda: not taken & {s["id"] for s in stack.servers()}, 120,
-                 "every server taken back deleted at its deadline")  # fmt: skip
+        # background, which on a loaded machine takes minutes (CI failed twice waiting
+        # for it to finish): a server Nova is deleting has had its delete.
+        def undeleted() -> list[str]:
+            return [
+                f"{s['id']} {s['status']}/{s.get('OS-EXT-STS:task_state')}"
+                for s in stack.servers()
+                if s["id"] in taken
+                and s.get("OS-EXT-STS:task_state") != "deleting"
+                and s["status"] != "DELETED"
+            ]
+
+        try:
+            wait_for(lambda: not undeleted(), 120, "every server taken back being deleted")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; not being deleted: {undeleted()}") from None
         echo(f"trace replay: {len(taken)} servers taken back over {len(notices)} notices")
     finally:
         run.terminate()
