@@ -306,27 +306,31 @@ class SqlFleetStore(SqlSignals):
         )
 
     def save_plan(self, plan: Plan) -> None:
+        self.save_plans([plan])
+
+    def save_plans(self, plans: Sequence[Plan]) -> None:
+        """Plans in one transaction (a lab run's copy writes thousands)."""
+        if not plans:
+            return
         try:
             with _fenced(), self.engine.begin() as conn:
-                conn.execute(
-                    insert(t.plans).values(
-                        partition=plan.partition,
-                        generation=plan.generation,
-                        created_at=plan.created_at,
-                        spot=json.dumps(dict(plan.spot), sort_keys=True),
-                        guaranteed=json.dumps(dict(plan.guaranteed), sort_keys=True),
-                        notes=json.dumps(list(plan.notes)),
-                        pools=json.dumps(
-                            {p: why.to_json() for p, why in plan.pools.items()}, sort_keys=True
-                        ),
-                        terms=json.dumps(dict(plan.terms), sort_keys=True),
-                        fence=self.fence(plan.partition),
-                    )
-                )
+                conn.execute(insert(t.plans), [self._plan_row(p) for p in plans])
         except IntegrityError:
-            raise StateConflict(
-                f"plan generation {plan.generation} of {plan.partition} exists"
-            ) from None
+            which = ", ".join(f"{p.generation} of {p.partition}" for p in plans[:3])
+            raise StateConflict(f"plan generation {which} exists") from None
+
+    def _plan_row(self, plan: Plan) -> dict[str, Any]:
+        return {
+            "partition": plan.partition,
+            "generation": plan.generation,
+            "created_at": plan.created_at,
+            "spot": json.dumps(dict(plan.spot), sort_keys=True),
+            "guaranteed": json.dumps(dict(plan.guaranteed), sort_keys=True),
+            "notes": json.dumps(list(plan.notes)),
+            "pools": json.dumps({p: w.to_json() for p, w in plan.pools.items()}, sort_keys=True),
+            "terms": json.dumps(dict(plan.terms), sort_keys=True),
+            "fence": self.fence(plan.partition),
+        }
 
     # ------------------------------------------------------------ reading back
 

@@ -20,13 +20,12 @@ from collections.abc import Callable
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.events import LifecycleEvent
 from sco.lab.twins.fleet import MemoryFleetStore
-from sco.ports import FleetStore
 
 CHUNK = 5_000  # changes per transaction
 
 
 def copy_fleet(
-    src: MemoryFleetStore, dst: FleetStore, progress: Callable[[float], None] | None = None
+    src: MemoryFleetStore, dst: SqlFleetStore, progress: Callable[[float], None] | None = None
 ) -> int:
     """Copy `src` (kept with `keep_changes`) into the empty store `dst`; returns the
     changes replayed."""
@@ -36,8 +35,7 @@ def copy_fleet(
         dst.record(changes[start : start + CHUNK])
         if progress is not None:
             progress(min(1.0, (start + CHUNK) / len(changes)))
-    for plan in src.plans():
-        dst.save_plan(plan)
+    dst.save_plans(src.plans())
     for pool, up_since in src.pool_ages().items():
         dst.set_pool_age(pool, up_since)
     for ex in src.exclusions().values():
