@@ -29,7 +29,7 @@ from sco.assembly.settings import SettingsError, load
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.events import LifecycleEvent
-from sco.domain.signals import Exclusion, ExclusionState
+from sco.domain.signals import Exclusion, ExclusionState, PoolScore
 from sco.engine.clock import ManualClock, UuidIds
 from sco.engine.controller import CycleReport, PartitionController
 from sco.engine.loops import PartitionLoops
@@ -463,9 +463,23 @@ def test_pump_relays_the_outbox_and_wakes_on_new_signals(tmp_path: Path) -> None
     assert len(relayed) == len(w.pools)  # one headroom sample per spot pool
     pump.step()
     assert not woken
+    store.save_scores(
+        [
+            PoolScore(
+                pool=w.pools[0].id, generation=0, computed_at=1.0, hazard_per_h=0.1,
+                exposure_h=1.0, reclaims=0, survival=0.9, success_ratio=1.0, attempts=1,
+                ready_p50_s=None, ready_n=0, headroom=None, headroom_n=0, value=0.9, why="",
+            )
+        ]
+    )  # fmt: skip
+    pump.step()
+    assert not woken  # new scores wait for each partition's next cycle
     exclude(store, w.pools[0].id, 5.0, 600.0)
     pump.step()
     assert woken == [1]
+    store.put_intent("p1", "handback", 10.0, "test")
+    pump.step()
+    assert woken == [1, 1]
     assert store.outbox_size() == 0  # the exclusion's event relayed too
     # Replicas sampling the same period emit the same sample: one event id per pool
     # and period, which the log (and history) keep once.

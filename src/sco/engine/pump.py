@@ -130,9 +130,12 @@ class SignalPump:
         stamp = self.store.signal_stamp()
         before = self._stamp
         self._stamp = stamp
-        # Exclusions, scores and intents change plans at once; pool ages can wait.
-        if before is not None and (stamp[:2] != before[:2] or stamp[3] != before[3]):
-            log.info("new exclusions, scores or intents: every partition cycles now")
+        # Exclusions and intents change plans at once. Scores (an hour of history, every
+        # minute) and pool ages can wait for each partition's next cycle, which reads
+        # them: waking every partition at once for them sent every listing to the cloud
+        # at once, and those were the slowest cycles (issue 26).
+        if before is not None and (stamp[0] != before[0] or stamp[3] != before[3]):
+            log.info("new exclusions or intents: every partition cycles now")
             self.on_signals()
 
     def _ages(self) -> None:

@@ -177,7 +177,7 @@ class ReplicaRunner:
         return self._kit.signals
 
     def _signals_moved(self) -> None:
-        """New exclusions, scores or intents: every partition reads them and cycles now."""
+        """New exclusions or intents: every partition reads them and cycles now."""
         self._kit.signals.invalidate()
         self.loops.wake_all()
 
