@@ -132,8 +132,8 @@ class SignalPump:
         self._stamp = stamp
         # Exclusions and intents change plans at once. Scores (an hour of history, every
         # minute) and pool ages can wait for each partition's next cycle, which reads
-        # them: waking every partition at once for them sent every listing to the cloud
-        # at once, and those were the slowest cycles (issue 26).
+        # them: waking every partition for them sent every listing to the cloud at the
+        # same moment, once a minute (issue 26).
         if before is not None and (stamp[0] != before[0] or stamp[3] != before[3]):
             log.info("new exclusions or intents: every partition cycles now")
             self.on_signals()

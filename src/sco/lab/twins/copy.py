@@ -15,7 +15,6 @@ the copy's are dropped, not sent twice).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.events import LifecycleEvent
@@ -24,17 +23,13 @@ from sco.lab.twins.fleet import MemoryFleetStore
 CHUNK = 5_000  # changes per transaction
 
 
-def copy_fleet(
-    src: MemoryFleetStore, dst: SqlFleetStore, progress: Callable[[float], None] | None = None
-) -> int:
+def copy_fleet(src: MemoryFleetStore, dst: SqlFleetStore) -> int:
     """Copy `src` (kept with `keep_changes`) into the empty store `dst`; returns the
     changes replayed."""
     dst.upsert_pools(src.pools())
     changes = src.changes()
     for start in range(0, len(changes), CHUNK):
         dst.record(changes[start : start + CHUNK])
-        if progress is not None:
-            progress(min(1.0, (start + CHUNK) / len(changes)))
     dst.save_plans(src.plans())
     for pool, up_since in src.pool_ages().items():
         dst.set_pool_age(pool, up_since)
