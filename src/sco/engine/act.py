@@ -203,8 +203,11 @@ class Act(PartitionState):
         settled some of them first (found by request id, or closed unanswered), and
         those are left as they are. Returns the transitions recorded."""
         name, request_id = self.partition.name, sent.request_id
-        declined = answer.error is not None and not isinstance(answer.error, RetryableProviderError)
-        if declined:
+        if isinstance(answer.error, RetryableProviderError):
+            # The outcome is unknown: records stay REQUESTED until listed or expired.
+            log.warning("partition %s: create %s unknown: %s", name, request_id, answer.error)
+            return 0
+        if answer.error is not None:
             self._refused_at[sent.pool] = sent.at  # planning avoids the pool for a while
         records = self._records
         if records is None:
@@ -212,11 +215,7 @@ class Act(PartitionState):
             return 0
         current = [records.get(i.id) for i in sent.instances]
         waiting = [i for i in current if i is not None and i.state is State.REQUESTED]
-        if isinstance(answer.error, RetryableProviderError):
-            # The outcome is unknown: records stay REQUESTED until listed or expired.
-            log.warning("partition %s: create %s unknown: %s", name, request_id, answer.error)
-            return 0
-        if declined:
+        if answer.error is not None:
             return self._refused(waiting, request_id, str(answer.error), sent.at)
         result = answer.result
         assert result is not None

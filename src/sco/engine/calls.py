@@ -67,7 +67,3 @@ class Outbound:
             (done if sent.future.done() else waiting).append(sent)
         self._sent = waiting
         return sum(sent.apply(sent.future) for sent in done)
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._sent)
