@@ -1,15 +1,22 @@
 """Partitions independent in time: one thread per partition, each on its own schedule.
 
 A partition's controller cycles every `interval_s`, or sooner when woken (a
-new exclusion or score generation), whatever the other partitions are doing:
-a create that waits a minute for Nova's scheduler, or a listing that times
-out, holds up its own partition only. Pacing uses the monotonic clock of the
-shell; the controllers keep the injected clock for their decisions.
+new exclusion or intent), whatever the other partitions are doing: a create
+that waits a minute for Nova's scheduler, or a listing that times out, holds up
+its own partition only. Pacing uses the monotonic clock of the shell; the
+controllers keep the injected clock for their decisions.
+
+Each loop keeps a phase of its own within the interval, as far from the other
+loops' phases as it can be: loops started together (a replica taking its
+leases) would otherwise list the cloud together at every interval, and the
+cloud's API answers a burst one listing after another.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +39,24 @@ class _Loop:
     last_end: float = 0.0  # monotonic time it ended
     failing: str = ""  # the last cycle's failure (`describe`), "" after a success
     failures: int = 0  # cycles in a row that failed so
+    phase: float = 0.0  # its cycles start at phase + k * interval (monotonic, from the epoch)
+
+
+def spread_phase(taken: list[float], period: float) -> float:
+    """The phase in [0, period) farthest from every phase `taken`: the middle of the
+    widest gap between them, round the circle."""
+    if not taken:
+        return 0.0
+    ordered = sorted(p % period for p in taken)
+    gaps = [(b - a, a) for a, b in itertools.pairwise(ordered)]
+    gaps.append((ordered[0] + period - ordered[-1], ordered[-1]))
+    width, start = max(gaps, key=lambda g: (g[0], -g[1]))
+    return (start + width / 2) % period
+
+
+def next_start(now: float, phase: float, period: float) -> float:
+    """The first time after `now` at phase + k * period."""
+    return phase + (math.floor((now - phase) / period) + 1) * period
 
 
 class PartitionLoops:
@@ -68,7 +93,12 @@ class PartitionLoops:
             old = self._loops.get(name)
             if old is not None and old.thread is not None and old.thread.is_alive():
                 return not old.stop.is_set()  # running already; or finishing: not yet
-            loop = _Loop(controller)
+            taken = [
+                other.phase
+                for other in self._loops.values()
+                if other.thread is not None and other.thread.is_alive() and not other.stop.is_set()
+            ]
+            loop = _Loop(controller, phase=spread_phase(taken, self.interval_s))
             loop.thread = threading.Thread(
                 target=self._run, args=(name, loop), name=f"sco-{name}", daemon=True
             )
@@ -165,7 +195,8 @@ class PartitionLoops:
                     return
             else:
                 loop.last_end = time.monotonic()
-            loop.wake.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            now = time.monotonic()
+            loop.wake.wait(next_start(now, loop.phase, self.interval_s) - now)
 
     @staticmethod
     def _failed(name: str, loop: _Loop, e: Exception) -> None:
