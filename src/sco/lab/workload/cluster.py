@@ -1,0 +1,335 @@
+"""A Slurm cluster on the lab's clock, for replaying a batch workload: jobs of many
+nodes queue first come, first served with EASY backfill, run on sco's dynamic
+nodes, and are drained, requeued or cut short with their nodes.
+
+It answers as `SlurmTools` reads a real cluster (jobs, nodes; drain, down,
+requeue, start now, delete a node), so sco's own Slurm code (`SlurmView`,
+`SlurmDemandSource`, `SlurmNodes`) turns its queue into demand and acts on it.
+
+What a job's user feels is kept as it happens (`Ledger`): how long it waited
+in the queue (every time it was pending), how often it was requeued, and the
+node-seconds of work lost with a node. Two ways of leaving a node differ:
+- sco requeues a job before its node's deadline (it had the notice): the job is
+  told as `--signal` tells it, saves its state, and resumes later where it
+  stopped: nothing is lost;
+- the node goes with the job on it (no notice, a notice too short, or a node
+  taken DOWN at its deadline): the work since the job's start, or since its
+  last checkpoint when the workload checkpoints every `checkpoint_s`, is lost,
+  and the job is requeued (Slurm's NODE_FAIL requeue).
+Either way a requeued job waits `requeue_hold_s` (Slurm's credential lifetime)
+unless told to start now, and keeps its place (its age) in the queue.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sco.adapters.slurm.model import Job, SlurmNode
+from sco.adapters.slurm.tools import SlurmRefused
+from sco.decide.binpack import Size
+from sco.lab.workload.swf import BatchJob
+
+REQUEUE_HOLD_S = 120.0  # AuthInfo cred_expire: how long slurmctld holds a requeued job
+
+
+@dataclass
+class QueuedJob:
+    job: BatchJob
+    requeue: bool = True
+    state: str = "PENDING"  # PENDING, RUNNING, COMPLETED, FAILED
+    nodes: tuple[str, ...] = ()
+    started_at: float | None = None
+    done_s: float = 0.0  # work kept from earlier runs (saved on a signal, or checkpoints)
+    eligible_at: float = 0.0
+    pending_since: float = 0.0
+    waited_s: float = 0.0  # time pending so far, over all its waits
+    requeues: int = 0
+    lost_node_s: float = 0.0
+    ended_at: float | None = None
+
+    @property
+    def left_s(self) -> float:
+        return self.job.run_s - self.done_s
+
+    def ends_at(self) -> float:
+        """When its current run ends by its work (it is running)."""
+        assert self.started_at is not None
+        return self.started_at + self.left_s
+
+    def limit_at(self) -> float:
+        """When its current run ends by its time limit: what backfill plans with."""
+        assert self.started_at is not None
+        return self.started_at + max(self.job.limit_s - self.done_s, self.left_s)
+
+
+@dataclass
+class ClusterNode:
+    name: str
+    features: frozenset[str]
+    registered_at: float
+    state: str = "idle"  # idle, allocated, down
+    flags: set[str] = field(default_factory=set)
+    reason: str = ""
+    last_busy: float = 0.0
+    job: int | None = None
+
+
+class BatchCluster:
+    """slurmctld and its nodes. Nodes are whole (one job each), of one shape."""
+
+    def __init__(
+        self,
+        name: str,
+        shape: Size,
+        now: Callable[[], float],
+        feature: str,
+        slurm_partition: str = "batch",
+        checkpoint_s: float | None = None,
+        requeue_hold_s: float = REQUEUE_HOLD_S,
+    ) -> None:
+        if checkpoint_s is not None and checkpoint_s <= 0:
+            raise ValueError(f"checkpoint_s must be > 0, got {checkpoint_s}")
+        self.name = name
+        self.shape = shape
+        self.now = now
+        self.feature = feature
+        self.slurm_partition = slurm_partition
+        self.checkpoint_s = checkpoint_s
+        self.requeue_hold_s = requeue_hold_s
+        self.jobs_by_id: dict[int, QueuedJob] = {}
+        self.nodes_by_name: dict[str, ClusterNode] = {}
+        self.busy_node_s = 0.0  # node-seconds of runs that ran (kept or lost)
+
+    # ------------------------------------------------------------ SlurmTools
+
+    def jobs(self, partitions: Sequence[str]) -> list[Job]:
+        if self.slurm_partition not in partitions:
+            return []
+        return [self._view_job(q) for q in self.jobs_by_id.values() if _live(q)]
+
+    def _view_job(self, q: QueuedJob) -> Job:
+        pending = q.state == "PENDING"
+        reason = "None"
+        if pending:
+            reason = "BeginTime" if q.eligible_at > self.now() else "Resources"
+        return Job(
+            job_id=q.job.job_id,
+            state=q.state,
+            reason=reason,
+            partition=self.slurm_partition,
+            node_count=q.job.nodes,
+            per_node=self.shape,
+            features="",
+            requeue=q.requeue,
+            end_time=None if pending else q.limit_at(),
+            nodes=q.nodes,
+        )
+
+    def nodes(self) -> list[SlurmNode]:
+        return [self._view_node(n) for n in self.nodes_by_name.values()]
+
+    def _view_node(self, n: ClusterNode) -> SlurmNode:
+        busy = n.state == "allocated"
+        return SlurmNode(
+            name=n.name,
+            state=n.state,
+            flags=frozenset(n.flags),
+            features=n.features,
+            reason=n.reason,
+            cpus=int(self.shape.cpus),
+            alloc_cpus=int(self.shape.cpus) if busy else 0,
+            memory_mb=int(self.shape.memory_mb),
+            alloc_memory_mb=int(self.shape.memory_mb) if busy else 0,
+            partitions=(self.slurm_partition,),
+            last_busy=n.last_busy,
+            registered_at=n.registered_at,
+        )
+
+    def drain(self, node: str, reason: str) -> None:
+        n = self._node(node)
+        n.flags.add("DRAIN")
+        n.reason = reason
+
+    def down(self, node: str, reason: str) -> None:
+        n = self._node(node)
+        self._cut(n)
+        n.state, n.reason = "down", reason
+
+    def requeue(self, job_ids: Sequence[int]) -> None:
+        """Told in time: each job saves its state and goes back to the queue."""
+        now = self.now()
+        for i in job_ids:
+            q = self.jobs_by_id.get(i)
+            if q is None or q.state != "RUNNING" or q.started_at is None:
+                continue
+            q.done_s += now - q.started_at
+            self._back_to_queue(q, now)
+
+    def start_now(self, job_ids: Sequence[int]) -> None:
+        for i in job_ids:
+            q = self.jobs_by_id.get(i)
+            if q is not None and q.state == "PENDING":
+                q.eligible_at = self.now()
+
+    def delete_node(self, node: str) -> None:
+        n = self.nodes_by_name.get(node)
+        if n is None:
+            return
+        if n.state == "allocated":
+            raise SlurmRefused(f"{self.name}: scontrol: node {node} has jobs")
+        del self.nodes_by_name[node]
+
+    def _node(self, name: str) -> ClusterNode:
+        n = self.nodes_by_name.get(name)
+        if n is None:
+            raise SlurmRefused(f"{self.name}: scontrol: Invalid node name specified")
+        return n
+
+    # ------------------------------------------------------------ the world's side
+
+    def submit(self, job: BatchJob, requeue: bool = True) -> None:
+        now = self.now()
+        self.jobs_by_id[job.job_id] = QueuedJob(job, requeue, eligible_at=now, pending_since=now)
+
+    def register(self, name: str, features: frozenset[str]) -> None:
+        """A server booted and its slurmd registered itself (a dynamic node)."""
+        if name not in self.nodes_by_name:
+            now = self.now()
+            self.nodes_by_name[name] = ClusterNode(name, features, now, last_busy=now)
+
+    def server_gone(self, name: str) -> None:
+        """The node's server is gone, slurmd with it: its job's run is cut short."""
+        n = self.nodes_by_name.get(name)
+        if n is None:
+            return
+        self._cut(n)
+        n.state = "down"
+        n.flags.add("NOT_RESPONDING")
+
+    def next_event_time(self) -> float | None:
+        """When a running job ends or a held one may start."""
+        now = self.now()
+        times = [q.ends_at() for q in self.jobs_by_id.values() if q.state == "RUNNING"]
+        times += [
+            q.eligible_at
+            for q in self.jobs_by_id.values()
+            if q.state == "PENDING" and q.eligible_at > now
+        ]
+        return min(times, default=None)
+
+    def step(self) -> None:
+        """Jobs whose work is done end; then the queue is scheduled."""
+        now = self.now()
+        for q in self.jobs_by_id.values():
+            if q.state == "RUNNING" and q.ends_at() <= now:
+                self._finish(q)
+        self._schedule(now)
+
+    # ------------------------------------------------------------ scheduling
+
+    def _schedule(self, now: float) -> None:
+        """First come, first served with EASY backfill: the first job that cannot
+        start gets a reservation at the earliest time enough nodes free up (by the
+        running jobs' time limits); a later job starts now only if it fits the free
+        nodes and ends (by its limit) before that, or leaves the reservation enough.
+        A first job wider than every node the cluster has gets no reservation: the
+        nodes it waits for are still to come."""
+        free = [n for n in self.nodes_by_name.values() if _free(n, self.feature)]
+        if not free:
+            return
+        queue = sorted(
+            (q for q in self.jobs_by_id.values() if q.state == "PENDING" and q.eligible_at <= now),
+            key=lambda q: (q.job.submit_s, q.job.job_id),
+        )
+        shadow, extra = math.inf, math.inf
+        blocked = False
+        for q in queue:
+            if not free:
+                return
+            n = q.job.nodes
+            if not blocked:
+                if n <= len(free):
+                    self._start(q, free, now)
+                    continue
+                blocked = True
+                shadow, extra = self._reservation(n, len(free))
+                continue
+            if n > len(free):
+                continue
+            if now + max(q.job.limit_s - q.done_s, q.left_s) <= shadow:
+                self._start(q, free, now)
+            elif n <= extra:
+                extra -= n
+                self._start(q, free, now)
+
+    def _reservation(self, want: int, free: int) -> tuple[float, float]:
+        """(when, nodes to spare then) for a job of `want` nodes, by running jobs' limits."""
+        ends = sorted(
+            (q.limit_at(), len(q.nodes)) for q in self.jobs_by_id.values() if q.state == "RUNNING"
+        )
+        have = free
+        for at, count in ends:
+            have += count
+            if have >= want:
+                return at, have - want
+        return math.inf, math.inf
+
+    def _start(self, q: QueuedJob, free: list[ClusterNode], now: float) -> None:
+        taken, free[:] = free[: q.job.nodes], free[q.job.nodes :]
+        for n in taken:
+            n.state, n.job = "allocated", q.job.job_id
+        q.state, q.nodes, q.started_at = "RUNNING", tuple(n.name for n in taken), now
+        q.waited_s += now - q.pending_since
+
+    def _finish(self, q: QueuedJob) -> None:
+        end = q.ends_at()
+        self.busy_node_s += (end - (q.started_at or end)) * len(q.nodes)
+        q.done_s, q.state, q.ended_at = q.job.run_s, "COMPLETED", end
+        self._release(q, end)
+
+    def _release(self, q: QueuedJob, at: float) -> None:
+        for name in q.nodes:
+            n = self.nodes_by_name.get(name)
+            if n is not None and n.job == q.job.job_id:
+                n.job = None
+                if n.state == "allocated":
+                    n.state = "idle"
+                n.last_busy = at
+        q.nodes, q.started_at = (), None
+
+    def _back_to_queue(self, q: QueuedJob, now: float) -> None:
+        assert q.started_at is not None
+        self.busy_node_s += (now - q.started_at) * len(q.nodes)
+        self._release(q, now)
+        q.state, q.pending_since = "PENDING", now
+        q.requeues += 1
+        q.eligible_at = now + self.requeue_hold_s
+
+    def _cut(self, n: ClusterNode) -> None:
+        """The run on `n` ends without a word: the work since its last checkpoint is lost."""
+        q = self.jobs_by_id.get(n.job) if n.job is not None else None
+        if q is None or q.state != "RUNNING" or q.started_at is None:
+            return
+        now = self.now()
+        ran = now - q.started_at
+        kept = 0.0
+        if self.checkpoint_s is not None:
+            kept = math.floor(ran / self.checkpoint_s) * self.checkpoint_s
+        q.lost_node_s += (ran - kept) * len(q.nodes)
+        q.done_s += kept
+        if q.requeue:
+            self._back_to_queue(q, now)
+        else:
+            self.busy_node_s += ran * len(q.nodes)
+            self._release(q, now)
+            q.state, q.ended_at = "FAILED", now
+
+
+def _live(q: QueuedJob) -> bool:
+    return q.state in ("PENDING", "RUNNING")
+
+
+def _free(n: ClusterNode, feature: str) -> bool:
+    return n.state == "idle" and not n.flags and feature in n.features
