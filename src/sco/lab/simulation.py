@@ -32,16 +32,16 @@ from sco.domain.signals import Exclusion, PoolScore
 from sco.engine.clock import CountingIds, ManualClock
 from sco.engine.controller import ControllerConfig, PartitionController
 from sco.engine.realtime import ControllerKit
-from sco.engine.signals import FleetSignals, track_pool_ages
+from sco.engine.signals import FleetSignals
 from sco.engine.signals_jobs import (
     HistoryLoader,
     ScoringJob,
-    sample_headroom,
     score_now,
 )
 from sco.engine.watcher import ExclusionWatcher
 from sco.lab.accounting import Accountant, PartitionMetrics
 from sco.lab.history import WindowedHistory
+from sco.lab.pacing import Pacer, RelayLog, SignalJobs
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import TraceSet, load_traces
 from sco.lab.twins.copy import copy_into
@@ -50,12 +50,6 @@ from sco.lab.twins.fleet import MemoryFleetStore
 from sco.ports import EventLog, FleetCounts, FleetStore
 
 Progress = Callable[[float], None]
-
-
-class RelayLog(EventLog, Protocol):
-    """An event log sharing fleet state's process or database: it relays the outbox."""
-
-    def absorb_outbox(self) -> int: ...
 
 
 class _Store(FleetStore, Protocol):
@@ -291,7 +285,7 @@ class Simulation:
                 shared_signals=signals,
             )
             controllers = [kit.controller(p) for p in self.demand.partitions()]
-            loop = _Signals(
+            loop = SignalJobs(
                 watcher,
                 scorer,
                 event_log,
@@ -301,7 +295,7 @@ class Simulation:
                 region,
                 signals,
             )
-            pacer = _Pacer(
+            pacer = Pacer(
                 region,
                 signals,
                 self.spec.idle_resync_s,
@@ -361,8 +355,8 @@ class Simulation:
         controllers: list[PartitionController],
         accountant: Accountant,
         progress: Progress | None,
-        signals: _Signals,
-        pacer: _Pacer,
+        signals: SignalJobs,
+        pacer: Pacer,
     ) -> int:
         span = self.end_s - self.start_s
         next_cycle = self.start_s
@@ -417,77 +411,3 @@ class Simulation:
         if progress is not None:
             progress(1.0)
         return cycles
-
-
-@dataclass
-class _Signals:
-    """The signal jobs between two cycles, in the order a deployment would see them."""
-
-    watcher: ExclusionWatcher
-    scorer: ScoringJob
-    event_log: RelayLog
-    store: FleetStore
-    pools: list[Pool]
-    headroom_every_s: float
-    region: SimRegion | None = None
-    signals: FleetSignals | None = None  # what is known of the pools' ages
-    _last_sample: float = float("-inf")
-
-    def after_cycle(self, now: float, acted: bool) -> None:
-        if self.region is not None:
-            ids = [p.id for p in self.pools]
-            held = {p: self.region.held_in(p) for p in ids}
-            ages = self.signals.ages() if self.signals is not None else None
-            track_pool_ages(self.store, ids, self.region.headroom(ids), held, now, ages)
-        sampled = False
-        if self.region is not None and now - self._last_sample >= self.headroom_every_s:
-            sample_headroom(self.region, self.store, self.pools, now)
-            self._last_sample, sampled = now, True
-        # Events of this cycle reach the watcher before the next cycle plans.
-        if (acted or sampled) and self.event_log.absorb_outbox():
-            self.watcher.poll(limit=100_000)
-        if self.scorer.due(now):
-            self.scorer.run(now)
-
-
-class _Pacer:
-    """Which controllers cycle at a tick (see `SimulationSpec.idle_resync_s`): one
-    whose partition saw nothing happen (its own servers, the pools, the signals, the
-    demand) since its last cycle, and that did nothing then, waits for the resync."""
-
-    def __init__(
-        self,
-        region: SimRegion,
-        signals: FleetSignals,
-        resync_s: float | None,
-        partitions: list[str],
-    ) -> None:
-        self.region = region
-        self.signals = signals
-        self.resync_s = resync_s
-        self.partitions = partitions
-        self._poked = 0
-        self._seen: dict[int, tuple[int, int, int, int, int]] = {}
-        self._last: dict[int, float] = {}
-        self._acted: set[int] = set()
-
-    def poke(self) -> None:
-        self._poked += 1
-
-    def _world(self, k: int) -> tuple[int, int, int, int, int]:
-        r = self.region
-        own = r.server_events.get(self.partitions[k], 0)
-        return (own, r.pool_events, r.price_events, self.signals.changes, self._poked)
-
-    def due(self, k: int, now: float) -> bool:
-        if self.resync_s is None or k not in self._seen or k in self._acted:
-            return True
-        return self._seen[k] != self._world(k) or now - self._last[k] >= self.resync_s
-
-    def ran(self, k: int, now: float, acted: bool) -> None:
-        self._seen[k] = self._world(k)
-        self._last[k] = now
-        if acted:
-            self._acted.add(k)
-        else:
-            self._acted.discard(k)
