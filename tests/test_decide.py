@@ -331,6 +331,13 @@ def test_pinned_nodes_are_kept_from_sco_s_own_moves_but_not_from_a_reclaim() -> 
     late = snapshot([PoolView(A, 0)], [own, reclaimed], now=20_000.0)
     acts = diff(late, {}, ActConfig(), pinned=frozenset({own.id, reclaimed.id}))
     assert [d.instance_id for d in acts.deletes] == [reclaimed.id]
+    # Nor does the draining timeout end it (issue 27's replay: a busy Slurm node sco
+    # drained expired after 30 minutes and its job's work was lost); unpinned, it does.
+    much_later = snapshot([PoolView(A, 0)], [own], now=20_000.0 + 86_400.0)
+    acts = diff(much_later, {}, ActConfig(), pinned=frozenset({own.id}))
+    assert acts.empty
+    acts = diff(much_later, {}, ActConfig())
+    assert [e.instance_id for e in acts.expirations] == [own.id]
 
 
 def test_spot_moves_make_before_break() -> None:

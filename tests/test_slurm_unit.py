@@ -335,6 +335,26 @@ def test_sco_s_own_moves_only_drain() -> None:
     assert not [c for c in tools.calls if c[0] == "requeue"]
 
 
+def test_a_node_sco_drained_for_its_own_reasons_keeps_its_jobs_until_they_end() -> None:
+    """Regression (issue 27's replay): an over-target drain deleted a busy node at its
+    60 s deadline and threw its job's work away; a drained busy node is now pinned."""
+    clock = ManualClock(1_000_000_000.0)
+    tools = FakeTools(
+        [job(1, "RUNNING", on=["sco-s1"], end=int(clock.now() + 9999))],
+        [node("sco-s1", state="allocated", alloc_cpus=1), node("sco-s2", state="idle")],
+    )
+    plane = _plane(tools, ["s1", "s2"], clock)
+    assert not look(plane)["s1"].pinned, "a busy node sco has not drained may be chosen"
+    plane.drain("hpc", "s1", clock.now() + 60, "over_target")
+    plane.drain("hpc", "s2", clock.now() + 60, "over_target")
+    clock.set(clock.now() + 3600)
+    seen = look(plane)
+    assert seen["s1"].pinned
+    assert not seen["s1"].drained
+    assert not seen["s2"].pinned
+    assert seen["s2"].drained
+
+
 def test_nodes_of_servers_that_are_gone_are_deleted_and_others_left_alone() -> None:
     clock = ManualClock(0.0)
     tools = FakeTools(

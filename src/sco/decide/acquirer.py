@@ -148,6 +148,8 @@ def diff(
     ready_stays = cfg.timeouts.ready_timeout_s == math.inf
     moving = [i for i in snapshot.instances if not (ready_stays and i.state is State.READY)]
     for inst in moving:
+        if _held(inst, pinned):
+            continue  # the work it waits for is its scheduler's to end, not a stuck drain
         if _timed_out(inst, now, cfg.timeouts, acts):
             handled.add(inst.id)
     for inst in moving:
@@ -155,6 +157,11 @@ def diff(
             _leaving(inst, now, drained, pinned, acts, untold)
     _toward_targets(snapshot, targets, cfg, handled, acts, removal, busy, pinned)
     return acts.freeze()
+
+
+def _held(inst: Instance, pinned: Set[str]) -> bool:
+    """A drain sco began for its own reasons, held by pinned work (no reclaim)."""
+    return inst.state is State.DRAINING and inst.id in pinned and inst.notice_deadline is None
 
 
 @dataclass

@@ -21,8 +21,12 @@ node must be able to appear with whatever sco chose. Dynamic nodes let it.
 restarted sco reads it back. For a reclaim, jobs that cannot finish by then
 (their time limit ends later) are requeued `requeue_lead_s` before it; a job
 that cannot be requeued (`--no-requeue`) is reported and left to run until
-the node goes. sco's own moves only drain and never requeue. A node whose
-server is gone is deleted from Slurm.
+the node goes. sco's own moves (a node over its pool's target, a scale-down)
+only drain and never requeue, and a node they drained keeps its running jobs
+until they end, as Slurm's DRAIN means: it is pinned while it is busy, so its
+server goes when the node has drained, not at the drain's deadline (a batch
+job cannot move; deleting its node would throw its work away). A reclaim does
+not wait. A node whose server is gone is deleted from Slurm.
 """
 
 from __future__ import annotations
@@ -233,6 +237,7 @@ class SlurmNodes:
                 drained=n.drained or (not n.up and n.draining),
                 joined_at=n.registered_at,
                 busy=n.busy,
+                pinned=n.draining and n.busy,  # its jobs end before sco's own move takes it
                 note=self._notes.get(name, ""),
                 # sco's order is its DRAIN reason; a node taken DOWN at its deadline keeps it.
                 leaving=order is not None and (n.draining or not n.up),
