@@ -14,6 +14,7 @@ import click
 from sco.apps.commands import COMMANDS
 from sco.apps.commands.evaluate import evaluate
 from sco.apps.commands.operate import pools
+from sco.apps.commands.replay import replay_command
 from sco.apps.commands.simulate import demo, policies, simulate
 from sco.apps.common import EXIT_BAD_INPUT
 from sco.apps.lab import lab_group
@@ -27,7 +28,7 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for _command in (*COMMANDS, policies, demo, simulate, evaluate, pools, lab_group):
+for _command in (*COMMANDS, policies, demo, simulate, evaluate, replay_command, pools, lab_group):
     cli.add_command(_command)
 
 

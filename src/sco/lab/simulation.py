@@ -47,9 +47,24 @@ from sco.lab.traces import TraceSet, load_traces
 from sco.lab.twins.copy import copy_into
 from sco.lab.twins.eventlog import MemoryEventLog
 from sco.lab.twins.fleet import MemoryFleetStore
-from sco.ports import EventLog, FleetCounts, FleetStore
+from sco.ports import DemandSource, EventLog, FleetCounts, FleetStore, SchedulerCluster
 
 Progress = Callable[[float], None]
+
+
+class SchedulerSide(Protocol):
+    """The schedulers of a simulated world that keep time of their own (a batch queue
+    replayed: `sco.lab.workload`): the node plane the controllers act on, and what
+    happens between cycles. Without one, the region itself is the node plane."""
+
+    def attach(self, region: SimRegion, clock: ManualClock) -> SchedulerCluster: ...
+
+    def next_event_time(self) -> float | None: ...
+
+    def advance(self, t: float) -> bool:
+        """Bring it to `t` (the region is there already); True when its demand may
+        have changed."""
+        ...
 
 
 class _Store(FleetStore, Protocol):
@@ -185,14 +200,16 @@ class Simulation:
         self,
         spec: SimulationSpec,
         traces: TraceSet,
-        demand: FileDemandSource,
+        demand: DemandSource,
         policy: Policy,
         start_s: float,
         end_s: float,
+        side: SchedulerSide | None = None,
     ) -> None:
         self.spec = spec
         self.traces = traces
         self.demand = demand
+        self.side = side
         self.policy = policy
         self.start_s = start_s
         self.end_s = end_s
@@ -275,7 +292,7 @@ class Simulation:
             )
             kit = ControllerKit(
                 provider=region,
-                nodes=region,
+                nodes=region if self.side is None else self.side.attach(region, clock),
                 store=store,
                 demand=self.demand,
                 policy=self.spec.new_policy,
@@ -368,11 +385,19 @@ class Simulation:
         # capacity) when it comes, not at the next tick; the rest waits for the tick.
         react = self.spec.idle_resync_s is not None
         pool_news = region.pool_events
+        side, queue_moved = self.side, False
         cycles = 0
         while True:
             t = min(
                 x
-                for x in (region.next_event_time(), next_cycle, next_demand, count_from, self.end_s)
+                for x in (
+                    region.next_event_time(),
+                    next_cycle,
+                    next_demand,
+                    count_from,
+                    self.end_s,
+                    side.next_event_time() if side is not None else None,
+                )
                 if x is not None
             )
             if t >= self.end_s:
@@ -381,6 +406,8 @@ class Simulation:
                 break
             region.advance_to(t)
             clock.set(t)
+            if side is not None:
+                queue_moved = side.advance(t) or queue_moved
             if count_from is not None and t >= count_from:
                 accountant.restart(t)
                 count_from = None
@@ -390,6 +417,10 @@ class Simulation:
                 pacer.poke()
             if t >= next_cycle or (react and region.pool_events != pool_news):
                 pool_news = region.pool_events
+                if queue_moved:  # read at the tick: a queue moves with every job
+                    accountant.demand_changed(t)
+                    pacer.poke()
+                    queue_moved = False
                 pacer.signals.refresh(t)  # what the watcher and scorer wrote since
                 acted = False
                 for k, c in enumerate(controllers):

@@ -98,7 +98,8 @@ class BatchCluster:
         self.slurm_partition = slurm_partition
         self.checkpoint_s = checkpoint_s
         self.requeue_hold_s = requeue_hold_s
-        self.jobs_by_id: dict[int, QueuedJob] = {}
+        self.jobs_by_id: dict[int, QueuedJob] = {}  # every job submitted
+        self.live: dict[int, QueuedJob] = {}  # pending and running
         self.nodes_by_name: dict[str, ClusterNode] = {}
         self.busy_node_s = 0.0  # node-seconds of runs that ran (kept or lost)
 
@@ -107,7 +108,7 @@ class BatchCluster:
     def jobs(self, partitions: Sequence[str]) -> list[Job]:
         if self.slurm_partition not in partitions:
             return []
-        return [self._view_job(q) for q in self.jobs_by_id.values() if _live(q)]
+        return [self._view_job(q) for q in self.live.values()]
 
     def _view_job(self, q: QueuedJob) -> Job:
         pending = q.state == "PENDING"
@@ -191,7 +192,8 @@ class BatchCluster:
 
     def submit(self, job: BatchJob, requeue: bool = True) -> None:
         now = self.now()
-        self.jobs_by_id[job.job_id] = QueuedJob(job, requeue, eligible_at=now, pending_since=now)
+        q = QueuedJob(job, requeue, eligible_at=now, pending_since=now)
+        self.jobs_by_id[job.job_id] = self.live[job.job_id] = q
 
     def register(self, name: str, features: frozenset[str]) -> None:
         """A server booted and its slurmd registered itself (a dynamic node)."""
@@ -211,25 +213,25 @@ class BatchCluster:
     def next_event_time(self) -> float | None:
         """When a running job ends or a held one may start."""
         now = self.now()
-        times = [q.ends_at() for q in self.jobs_by_id.values() if q.state == "RUNNING"]
-        times += [
-            q.eligible_at
-            for q in self.jobs_by_id.values()
-            if q.state == "PENDING" and q.eligible_at > now
+        times = [
+            q.ends_at() if q.state == "RUNNING" else q.eligible_at
+            for q in self.live.values()
+            if q.state == "RUNNING" or q.eligible_at > now
         ]
         return min(times, default=None)
 
-    def step(self) -> None:
-        """Jobs whose work is done end; then the queue is scheduled."""
+    def step(self) -> bool:
+        """Jobs whose work is done end; then the queue is scheduled. True when a job
+        ended or started."""
         now = self.now()
-        for q in self.jobs_by_id.values():
-            if q.state == "RUNNING" and q.ends_at() <= now:
-                self._finish(q)
-        self._schedule(now)
+        done = [q for q in self.live.values() if q.state == "RUNNING" and q.ends_at() <= now]
+        for q in done:
+            self._finish(q)
+        return self._schedule(now) or bool(done)
 
     # ------------------------------------------------------------ scheduling
 
-    def _schedule(self, now: float) -> None:
+    def _schedule(self, now: float) -> bool:
         """First come, first served with EASY backfill: the first job that cannot
         start gets a reservation at the earliest time enough nodes free up (by the
         running jobs' time limits); a later job starts now only if it fits the free
@@ -238,20 +240,21 @@ class BatchCluster:
         nodes it waits for are still to come."""
         free = [n for n in self.nodes_by_name.values() if _free(n, self.feature)]
         if not free:
-            return
+            return False
         queue = sorted(
-            (q for q in self.jobs_by_id.values() if q.state == "PENDING" and q.eligible_at <= now),
+            (q for q in self.live.values() if q.state == "PENDING" and q.eligible_at <= now),
             key=lambda q: (q.job.submit_s, q.job.job_id),
         )
         shadow, extra = math.inf, math.inf
-        blocked = False
+        blocked = started = False
         for q in queue:
             if not free:
-                return
+                break
             n = q.job.nodes
             if not blocked:
                 if n <= len(free):
                     self._start(q, free, now)
+                    started = True
                     continue
                 blocked = True
                 shadow, extra = self._reservation(n, len(free))
@@ -260,14 +263,17 @@ class BatchCluster:
                 continue
             if now + max(q.job.limit_s - q.done_s, q.left_s) <= shadow:
                 self._start(q, free, now)
+                started = True
             elif n <= extra:
                 extra -= n
                 self._start(q, free, now)
+                started = True
+        return started
 
     def _reservation(self, want: int, free: int) -> tuple[float, float]:
         """(when, nodes to spare then) for a job of `want` nodes, by running jobs' limits."""
         ends = sorted(
-            (q.limit_at(), len(q.nodes)) for q in self.jobs_by_id.values() if q.state == "RUNNING"
+            (q.limit_at(), len(q.nodes)) for q in self.live.values() if q.state == "RUNNING"
         )
         have = free
         for at, count in ends:
@@ -288,6 +294,7 @@ class BatchCluster:
         self.busy_node_s += (end - (q.started_at or end)) * len(q.nodes)
         q.done_s, q.state, q.ended_at = q.job.run_s, "COMPLETED", end
         self._release(q, end)
+        del self.live[q.job.job_id]
 
     def _release(self, q: QueuedJob, at: float) -> None:
         for name in q.nodes:
@@ -325,10 +332,7 @@ class BatchCluster:
             self.busy_node_s += ran * len(q.nodes)
             self._release(q, now)
             q.state, q.ended_at = "FAILED", now
-
-
-def _live(q: QueuedJob) -> bool:
-    return q.state in ("PENDING", "RUNNING")
+            del self.live[q.job.job_id]
 
 
 def _free(n: ClusterNode, feature: str) -> bool:

@@ -20,7 +20,8 @@ Kept, amended:
 
 A job's node count is its processors (asked for; else given) over the
 processors of a node, rounded up: `procs_per_node`, else the header's
-MaxProcs / MaxNodes, else 1.
+MaxProcs / MaxNodes, else 1. The cluster's most nodes are `max_nodes`, else the
+header's MaxNodes, else no limit (`Workload.max_nodes` is then its widest job).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class BatchJob:
 class Workload:
     jobs: list[BatchJob]
     procs_per_node: int
+    max_nodes: int = 0  # the cluster's most nodes (given, the header's, or the widest job)
     rules: Counter[str] = field(default_factory=Counter)  # rule name -> jobs it took
     lines: int = 0  # job lines read (comments and blank lines aside)
 
@@ -74,7 +76,7 @@ class Workload:
 
 def read_swf(
     path: Path,
-    max_nodes: int,
+    max_nodes: int | None = None,
     days: float | None = None,
     procs_per_node: int | None = None,
 ) -> Workload:
@@ -84,24 +86,29 @@ def read_swf(
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         raise WorkloadError(f"{path}: {e.strerror or e}") from None
-    if max_nodes < 1:
-        raise WorkloadError(f"max_nodes must be >= 1, got {max_nodes}")
+    if max_nodes is not None and max_nodes < 1:
+        raise WorkloadError(f"--max-nodes: must be >= 1, got {max_nodes}")
     if procs_per_node is not None and procs_per_node < 1:
         raise WorkloadError(f"--procs-per-node: must be >= 1, got {procs_per_node}")
+    if days is not None and days <= 0:
+        raise WorkloadError(f"--days: must be > 0, got {days}")
     lines = text.splitlines()
-    ppn = procs_per_node or _header_procs_per_node(lines)
+    header = _header(lines)
+    ppn = procs_per_node or _procs_per_node(header)
+    cap = max_nodes or _int(header.get("maxnodes")) or None
     workload = Workload([], ppn)
     rows = list(_rows(lines, workload.rules))
     workload.lines = len(rows) + workload.rules["malformed"]
     first = min((r[1] for r in rows if r[1] >= 0), default=0.0)
     window = None if days is None else days * 86400.0
     for row in rows:
-        job = _job(row, first, ppn, max_nodes, window, workload.rules)
+        job = _job(row, first, ppn, cap, window, workload.rules)
         if job is not None:
             workload.jobs.append(job)
     if not workload.jobs:
         raise WorkloadError(f"{path}: no job to replay ({_said(workload)})")
     workload.jobs.sort(key=lambda j: (j.submit_s, j.job_id))
+    workload.max_nodes = cap or max(j.nodes for j in workload.jobs)
     return workload
 
 
@@ -110,7 +117,7 @@ def _said(w: Workload) -> str:
     return f"{w.lines} job lines" + (f": {counts}" if counts else "")
 
 
-def _header_procs_per_node(lines: Iterable[str]) -> int:
+def _header(lines: Iterable[str]) -> dict[str, str]:
     header: dict[str, str] = {}
     for line in lines:
         if not line.startswith(";"):
@@ -118,11 +125,20 @@ def _header_procs_per_node(lines: Iterable[str]) -> int:
         key, sep, value = line[1:].partition(":")
         if sep:
             header[key.strip().lower()] = value.strip()
+    return header
+
+
+def _int(text: str | None) -> int:
+    """A positive header number, or 0."""
     try:
-        procs, nodes = int(header["maxprocs"]), int(header["maxnodes"])
-    except (KeyError, ValueError):
-        return 1
-    return max(1, procs // nodes) if nodes > 0 else 1
+        return max(0, int(text or ""))
+    except ValueError:
+        return 0
+
+
+def _procs_per_node(header: dict[str, str]) -> int:
+    procs, nodes = _int(header.get("maxprocs")), _int(header.get("maxnodes"))
+    return max(1, procs // nodes) if procs and nodes else 1
 
 
 def _rows(lines: Iterable[str], rules: Counter[str]) -> Iterable[list[float]]:
@@ -146,7 +162,7 @@ def _job(
     row: list[float],
     first: float,
     ppn: int,
-    max_nodes: int,
+    max_nodes: int | None,
     window: float | None,
     rules: Counter[str],
 ) -> BatchJob | None:
@@ -160,7 +176,7 @@ def _job(
         rules["beyond_window"] += 1
         return None
     nodes = math.ceil((asked if asked > 0 else given) / ppn)
-    if nodes > max_nodes:
+    if max_nodes is not None and nodes > max_nodes:
         rules["wider_than_cluster"] += 1
         return None
     if limit <= 0:

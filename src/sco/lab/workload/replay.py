@@ -1,0 +1,226 @@
+"""A batch workload replayed on a simulated region under several policies, on the same
+workload, trace and seed, and what the jobs' users felt under each.
+
+The policies are what a user would otherwise pick, run on the same controllers:
+- `sco`: sco's placement, the region's reclaim notice drained and requeued in time;
+- `sco-no-notice`: the same, with reclaims coming unannounced;
+- `spot-requeue`: spot nodes as ParallelCluster runs them: the cheapest spot pool,
+  guaranteed only where spot is refused, and a reclaim fails the node (its notice
+  is not acted on) and requeues its job;
+- `power-save-guaranteed`: guaranteed nodes created when jobs wait and removed when
+  idle (Slurm power saving);
+- `static-guaranteed` / `static-guaranteed-mean`: a fixed cluster of guaranteed
+  nodes sized to the workload's peak (its mean), up from the start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sco.lab.region import SimConfig
+from sco.lab.simulation import Simulation, SimulationInputError, SimulationSpec
+from sco.lab.traces import TraceSet, load_traces
+from sco.lab.workload.side import BatchSide, slurm_spec
+from sco.lab.workload.swf import Workload, read_swf
+
+PARTITION = "batch"
+TAU_S = 10.0  # bounded slowdown's floor on a job's run time
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPolicy:
+    controller: str  # the placement policy its controllers run
+    notice: bool = True  # whether reclaims come with the region's notice
+    fixed: str | None = None  # "peak" or "mean": a static cluster of that size
+
+
+POLICIES = {
+    "sco": ReplayPolicy("sco"),
+    "sco-no-notice": ReplayPolicy("sco", notice=False),
+    "spot-requeue": ReplayPolicy("cheapest", notice=False),
+    "power-save-guaranteed": ReplayPolicy("all-guaranteed"),
+    "static-guaranteed": ReplayPolicy("all-guaranteed", fixed="peak"),
+    "static-guaranteed-mean": ReplayPolicy("all-guaranteed", fixed="mean"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySpec:
+    workload: Path
+    traces: Path
+    days: float | None = None  # the workload's first days (None: all of it)
+    pool_size: int | None = None  # instances one trace unit stands for
+    notice_s: float = 120.0
+    checkpoint_s: float | None = None
+    procs_per_node: int | None = None
+    max_nodes: int | None = None
+    cycle_s: float = 30.0
+    floor: int = 0
+    seed: int = 0
+
+    @property
+    def requeue_lead_s(self) -> float:
+        """A reclaim's jobs are requeued this long before its deadline: a cycle and
+        30 s, so that some cycle always falls in time."""
+        return self.cycle_s + 30.0
+
+
+@dataclass
+class Replayed:
+    """One policy's replay: what its users felt, and what it cost."""
+
+    policy: str
+    outcomes: dict[str, float | int | None]
+
+
+def load(spec: ReplaySpec) -> tuple[Workload, TraceSet]:
+    """Check the inputs; raises WorkloadError, TraceError or SimulationInputError."""
+    for name in ("notice_s", "cycle_s"):
+        if getattr(spec, name) < 0 or (name == "cycle_s" and spec.cycle_s == 0):
+            raise SimulationInputError(f"--{name.replace('_', '-')}: out of range")
+    workload = read_swf(spec.workload, spec.max_nodes, spec.days, spec.procs_per_node)
+    return workload, load_traces(spec.traces)
+
+
+def replay(
+    spec: ReplaySpec,
+    policies: Sequence[str],
+    progress: Callable[[str, float], None] | None = None,
+) -> tuple[Workload, list[Replayed], dict[str, Any]]:
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise SimulationInputError(
+            f"--policies: unknown {', '.join(unknown)}; known: {', '.join(POLICIES)}"
+        )
+    workload, traces = load(spec)
+    window_s = window_of(spec, workload)
+    span_s = traces.end_s - traces.start_s
+    about = {
+        "window_days": round(window_s / 86400, 3),
+        "replayed_days": round(min(window_s, span_s) / 86400, 3),
+        "trace_shorter": span_s < window_s,
+        "max_nodes": workload.max_nodes,
+        "procs_per_node": workload.procs_per_node,
+        "workload": workload.summary(),
+    }
+    runs = []
+    for name in policies:
+
+        def step(done: float, name: str = name) -> None:
+            if progress is not None:
+                progress(name, done)
+
+        runs.append(_run(spec, name, workload, traces, window_s, step))
+    return workload, runs, about
+
+
+def window_of(spec: ReplaySpec, workload: Workload) -> float:
+    """How long a replay runs: the days asked for, else until the last job submitted
+    could have ended by its limit."""
+    if spec.days is not None:
+        return spec.days * 86400.0
+    return workload.span_s + max(j.limit_s for j in workload.jobs)
+
+
+def fixed_size(workload: Workload, window_s: float, which: str) -> int:
+    """The nodes the workload keeps busy at its peak (or on average over the window),
+    each job run at its submission: what a static cluster is sized to."""
+    steps = sorted(
+        [(j.submit_s, j.nodes) for j in workload.jobs]
+        + [(j.submit_s + j.run_s, -j.nodes) for j in workload.jobs]
+    )
+    busy = peak = 0
+    area = 0.0
+    last = 0.0
+    for t, delta in steps:
+        at = min(t, window_s)
+        area += busy * (at - last)
+        busy += delta
+        peak = max(peak, busy)
+        last = at
+    size = peak if which == "peak" else math.ceil(area / window_s) if window_s else peak
+    return max(1, min(size, workload.max_nodes))
+
+
+def _run(
+    spec: ReplaySpec,
+    name: str,
+    workload: Workload,
+    traces: TraceSet,
+    window_s: float,
+    progress: Callable[[float], None],
+) -> Replayed:
+    policy = POLICIES[name]
+    region_name = traces.region.name or traces.folder.name
+    demand_spec = slurm_spec(
+        PARTITION, region_name, workload.procs_per_node, workload.max_nodes,
+        spec.requeue_lead_s, spec.floor,
+    )  # fmt: skip
+    start = traces.start_s
+    end = min(traces.end_s, start + window_s)
+    fixed = None if policy.fixed is None else fixed_size(workload, window_s, policy.fixed)
+    side = BatchSide(workload, demand_spec, start, spec.checkpoint_s, fixed)
+    sim_spec = SimulationSpec(
+        traces=spec.traces,
+        demand=spec.workload,
+        policy=policy.controller,
+        duration_s=end - start,
+        seed=spec.seed,
+        cycle_s=spec.cycle_s,
+        sim=SimConfig(
+            notice_s=spec.notice_s if policy.notice else 0.0,
+            pool_size=spec.pool_size,
+            guaranteed_quota_per_hall=workload.max_nodes,
+            seed=spec.seed,
+        ),
+    )
+    sim = Simulation(sim_spec, traces, side.demand, sim_spec.new_policy(), start, end, side)
+    result = sim.run(progress=progress)
+    outcomes = outcomes_of(side, start, end)
+    totals = result.aggregate()
+    outcomes.update(
+        cost=round(float(totals["cost"]), 2),
+        cost_vs_guaranteed=round(float(totals["cost_vs_guaranteed"]), 4),
+        reclaims=int(totals["reclaims"]),
+        guaranteed_share=round(float(totals["guaranteed_share"]), 4),
+        fixed_nodes=fixed,
+        wall_s=round(result.wall_s, 2),
+    )
+    return Replayed(name, outcomes)
+
+
+def outcomes_of(side: BatchSide, start: float, end: float) -> dict[str, float | int | None]:
+    """What the jobs' users felt, from the queue's ledger, at `end`."""
+    jobs = list(side.cluster.jobs_by_id.values())
+    waits = sorted(
+        q.waited_s + (end - q.pending_since if q.state == "PENDING" else 0.0) for q in jobs
+    )
+    done = [q for q in jobs if q.state == "COMPLETED" and q.ended_at is not None]
+    slowdowns = [
+        max(1.0, ((q.ended_at or end) - start - q.job.submit_s) / max(q.job.run_s, TAU_S))
+        for q in done
+    ]
+    return {
+        "jobs_submitted": len(jobs),
+        "jobs_completed": len(done),
+        "jobs_failed": sum(q.state == "FAILED" for q in jobs),
+        "jobs_unfinished": sum(q.state in ("PENDING", "RUNNING") for q in jobs),
+        "wait_p50_s": _pct(waits, 0.50),
+        "wait_p95_s": _pct(waits, 0.95),
+        "wait_p99_s": _pct(waits, 0.99),
+        "bounded_slowdown": round(sum(slowdowns) / len(slowdowns), 3) if slowdowns else None,
+        "requeues": sum(q.requeues for q in jobs),
+        "lost_node_hours": round(sum(q.lost_node_s for q in jobs) / 3600.0, 3),
+        "work_node_hours": round(sum(q.job.run_s * q.job.nodes for q in done) / 3600.0, 3),
+    }
+
+
+def _pct(ordered: list[float], q: float) -> float | None:
+    """The nearest-rank percentile of sorted values."""
+    if not ordered:
+        return None
+    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 1)

@@ -1,0 +1,98 @@
+"""`sco replay`: a batch workload through sco's own Slurm intake and node plane on the
+simulated region, beside the clusters a user would otherwise run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sco.apps.cli import cli
+from sco.apps.common import bundled
+from sco.lab.workload.replay import ReplaySpec, fixed_size, replay
+from sco.lab.workload.swf import BatchJob, Workload
+from sco.lab.workload.synthetic import synthetic
+
+TRACES = bundled("traces", "apache", "v100-9zone")
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("w") / "day.swf"
+    path.write_text(synthetic(150, 1.0, 32))
+    return path
+
+
+def test_the_bundled_workload_is_the_generator_s() -> None:
+    bundled_file = bundled("workloads", "synthetic-2d.swf")
+    assert bundled_file.read_text() == synthetic(300, 2.0, 32)
+
+
+def test_with_notice_sco_loses_no_work_that_spot_requeue_loses(day: Path) -> None:
+    spec = ReplaySpec(day, TRACES, days=1, pool_size=16, notice_s=120.0)
+    _, runs, about = replay(spec, ["sco", "spot-requeue", "power-save-guaranteed"])
+    got = {r.policy: r.outcomes for r in runs}
+    assert about["workload"]["jobs_kept"] == got["sco"]["jobs_submitted"]
+    for name, o in got.items():
+        assert o["jobs_failed"] == 0, name
+        assert o["jobs_completed"] + o["jobs_unfinished"] == o["jobs_submitted"], name
+    sco, spot, guaranteed = got["sco"], got["spot-requeue"], got["power-save-guaranteed"]
+    assert sco["reclaims"] > 0, "the trace must take nodes back"
+    assert sco["requeues"] > 0
+    assert sco["lost_node_hours"] == 0.0
+    assert spot["lost_node_hours"] > 0.0
+    assert guaranteed["reclaims"] == 0
+    assert guaranteed["lost_node_hours"] == 0.0
+    assert sco["cost"] < guaranteed["cost"]
+
+
+def test_the_same_inputs_replay_the_same(day: Path) -> None:
+    spec = ReplaySpec(day, TRACES, days=0.5, pool_size=16, notice_s=0.0)
+    first = replay(spec, ["sco-no-notice"])[1][0].outcomes
+    again = replay(spec, ["sco-no-notice"])[1][0].outcomes
+    first.pop("wall_s")
+    again.pop("wall_s")
+    assert first == again
+    assert first["lost_node_hours"] > 0, "without notice a reclaim takes work with it"
+
+
+def test_a_static_cluster_is_sized_to_the_peak_or_the_mean() -> None:
+    jobs = [BatchJob(1, 0.0, 4, 100.0, 100.0), BatchJob(2, 50.0, 2, 100.0, 100.0)]
+    w = Workload(jobs, procs_per_node=1, max_nodes=5)
+    assert fixed_size(w, 200.0, "peak") == 5  # 6 at once, capped by the cluster
+    assert fixed_size(w, 200.0, "mean") == 3  # 600 node-seconds over 200 s
+
+
+def test_the_command_prints_one_json_line_per_run(day: Path) -> None:
+    args = ["replay", "--workload", str(day), "--days", "0.25", "--pool-size", "16"]
+    out = CliRunner().invoke(cli, [*args, "--policies", "sco,static-guaranteed", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output.strip().splitlines()[-1])
+    assert set(doc["policies"]) == {"sco", "static-guaranteed"}
+    keys = {"jobs_submitted", "jobs_completed", "jobs_failed", "wait_p50_s", "wait_p95_s"}
+    keys |= {"wait_p99_s", "requeues", "lost_node_hours", "cost_vs_guaranteed"}
+    assert keys <= set(doc["policies"]["sco"])
+    assert doc["policies"]["static-guaranteed"]["fixed_nodes"] >= 1
+    assert doc["replayed_days"] == 0.25
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--policies", "sco,fastest"], "unknown fastest"),
+        (["--days", "0"], "--days: must be > 0"),
+        (["--max-nodes", "0"], "--max-nodes: must be >= 1"),
+    ],
+)
+def test_bad_input_exits_2_and_says_why(day: Path, extra: list[str], said: str) -> None:
+    out = CliRunner().invoke(cli, ["replay", "--workload", str(day), *extra])
+    assert out.exit_code == 2, out.output
+    assert said in out.output
+
+
+def test_a_missing_workload_exits_2(tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["replay", "--workload", str(tmp_path / "none.swf")])
+    assert out.exit_code == 2
+    assert "none.swf" in out.output
