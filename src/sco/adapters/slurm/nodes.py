@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from functools import lru_cache
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ _ALNUM = re.compile(r"[^a-z0-9]+")
 _DEADLINE = re.compile(r"^sco: (\S+) by (\S+)")
 
 
+@lru_cache(maxsize=65536)  # read for every node of every listing, every cycle
 def node_name(server_id: str) -> str:
     """The Slurm node a server becomes: `sco-` and the first 12 letters and digits of its
     id (48 random bits of a Nova UUID). Short: slurmd names its step sockets after the
@@ -59,6 +61,7 @@ def node_name(server_id: str) -> str:
     return "sco-" + _ALNUM.sub("", server_id.lower())[:12]
 
 
+@lru_cache(maxsize=1024)
 def partition_feature(partition: str, installation: str = "default") -> str:
     """The feature that makes a node the partition's: `sco-<partition>`, or for a named
     installation (sharing the cluster with another sco) `sco_<installation>_<partition>`:
@@ -114,6 +117,7 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@lru_cache(maxsize=65536)  # every node's reason, every read: parse each once
 def _deadline(reason: str) -> tuple[str, float] | None:
     """(why, when) of a drain reason sco wrote, or None."""
     m = _DEADLINE.match(reason)

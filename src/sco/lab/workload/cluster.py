@@ -74,6 +74,7 @@ class ClusterNode:
     reason: str = ""
     last_busy: float = 0.0
     job: int | None = None
+    view: SlurmNode | None = None  # as last read; None once anything changed
 
 
 class BatchCluster:
@@ -102,13 +103,21 @@ class BatchCluster:
         self.live: dict[int, QueuedJob] = {}  # pending and running
         self.nodes_by_name: dict[str, ClusterNode] = {}
         self.busy_node_s = 0.0  # node-seconds of runs that ran (kept or lost)
+        # Reads are many (demand, nodes, deadlines: each cycle) and changes few: what
+        # was read is kept until something changes (`_changed`).
+        self._version = 0
+        self._jobs_read: tuple[tuple[int, float], list[Job]] = ((-1, 0.0), [])
+        self._nodes_read: tuple[int, list[SlurmNode]] = (-1, [])
 
     # ------------------------------------------------------------ SlurmTools
 
     def jobs(self, partitions: Sequence[str]) -> list[Job]:
         if self.slurm_partition not in partitions:
             return []
-        return [self._view_job(q) for q in self.live.values()]
+        key = (self._version, self.now())
+        if self._jobs_read[0] != key:
+            self._jobs_read = (key, [self._view_job(q) for q in self.live.values()])
+        return list(self._jobs_read[1])
 
     def _view_job(self, q: QueuedJob) -> Job:
         pending = q.state == "PENDING"
@@ -129,9 +138,24 @@ class BatchCluster:
         )
 
     def nodes(self) -> list[SlurmNode]:
-        return [self._view_node(n) for n in self.nodes_by_name.values()]
+        if self._nodes_read[0] != self._version:
+            self._nodes_read = (
+                self._version,
+                [self._view_node(n) for n in self.nodes_by_name.values()],
+            )
+        return list(self._nodes_read[1])
 
     def _view_node(self, n: ClusterNode) -> SlurmNode:
+        if n.view is None:
+            n.view = self._node_as_read(n)
+        return n.view
+
+    def _changed(self, *nodes: ClusterNode) -> None:
+        self._version += 1
+        for n in nodes:
+            n.view = None
+
+    def _node_as_read(self, n: ClusterNode) -> SlurmNode:
         busy = n.state == "allocated"
         return SlurmNode(
             name=n.name,
@@ -152,11 +176,13 @@ class BatchCluster:
         n = self._node(node)
         n.flags.add("DRAIN")
         n.reason = reason
+        self._changed(n)
 
     def down(self, node: str, reason: str) -> None:
         n = self._node(node)
         self._cut(n)
         n.state, n.reason = "down", reason
+        self._changed(n)
 
     def requeue(self, job_ids: Sequence[int]) -> None:
         """Told in time: each job saves its state and goes back to the queue."""
@@ -167,12 +193,14 @@ class BatchCluster:
                 continue
             q.done_s += now - q.started_at
             self._back_to_queue(q, now)
+            self._changed()
 
     def start_now(self, job_ids: Sequence[int]) -> None:
         for i in job_ids:
             q = self.jobs_by_id.get(i)
             if q is not None and q.state == "PENDING":
                 q.eligible_at = self.now()
+                self._changed()
 
     def delete_node(self, node: str) -> None:
         n = self.nodes_by_name.get(node)
@@ -181,6 +209,7 @@ class BatchCluster:
         if n.state == "allocated":
             raise SlurmRefused(f"{self.name}: scontrol: node {node} has jobs")
         del self.nodes_by_name[node]
+        self._changed()
 
     def _node(self, name: str) -> ClusterNode:
         n = self.nodes_by_name.get(name)
@@ -194,12 +223,14 @@ class BatchCluster:
         now = self.now()
         q = QueuedJob(job, requeue, eligible_at=now, pending_since=now)
         self.jobs_by_id[job.job_id] = self.live[job.job_id] = q
+        self._changed()
 
     def register(self, name: str, features: frozenset[str]) -> None:
         """A server booted and its slurmd registered itself (a dynamic node)."""
         if name not in self.nodes_by_name:
             now = self.now()
             self.nodes_by_name[name] = ClusterNode(name, features, now, last_busy=now)
+            self._changed()
 
     def server_gone(self, name: str) -> None:
         """The node's server is gone, slurmd with it: its job's run is cut short."""
@@ -209,6 +240,7 @@ class BatchCluster:
         self._cut(n)
         n.state = "down"
         n.flags.add("NOT_RESPONDING")
+        self._changed(n)
 
     def next_event_time(self) -> float | None:
         """When a running job ends or a held one may start."""
@@ -286,6 +318,7 @@ class BatchCluster:
         taken, free[:] = free[: q.job.nodes], free[q.job.nodes :]
         for n in taken:
             n.state, n.job = "allocated", q.job.job_id
+        self._changed(*taken)
         q.state, q.nodes, q.started_at = "RUNNING", tuple(n.name for n in taken), now
         q.waited_s += now - q.pending_since
 
@@ -304,6 +337,7 @@ class BatchCluster:
                 if n.state == "allocated":
                     n.state = "idle"
                 n.last_busy = at
+                self._changed(n)
         q.nodes, q.started_at = (), None
 
     def _back_to_queue(self, q: QueuedJob, now: float) -> None:
