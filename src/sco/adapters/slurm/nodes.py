@@ -34,11 +34,11 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from functools import lru_cache
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from sco.adapters.slurm.model import Job, SlurmNode
 from sco.adapters.slurm.tools import SlurmError, SlurmRefused, SlurmTools
