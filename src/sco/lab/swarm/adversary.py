@@ -97,7 +97,7 @@ class Adversary:
             k = self.jobs[p.name]
             while k < len(p.jobs) and START_S + p.jobs[k][0] <= self.now:
                 _, run_s, requeue = p.jobs[k]
-                twin.submit(run_s, requeue)
+                twin.submit_run(run_s, requeue)
                 k += 1
             self.jobs[p.name] = k
 

@@ -379,7 +379,7 @@ class Swarm:
     def _running(twin: SimSlurm | SimKube, sid: str) -> list[str]:
         if isinstance(twin, SimSlurm):
             jobs = twin.running_on(node_name_of(twin, sid))
-            return [f"job {j.job_id}" for j in jobs if j.requeue]
+            return [f"job {q.job.job_id}" for q in jobs if q.requeue]
         return [f"pod {p}" for p in twin.running_on(node_name_of(twin, sid))]
 
     def _after_cycle(self, partition: str) -> None:
