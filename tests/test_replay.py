@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from sco.apps.cli import cli
 from sco.apps.common import bundled
+from sco.lab.traces import load_traces, repeated
 from sco.lab.workload.replay import ReplaySpec, fixed_size, replay
 from sco.lab.workload.swf import BatchJob, Workload
 from sco.lab.workload.synthetic import synthetic
@@ -75,7 +76,8 @@ def test_the_command_prints_one_json_line_per_run(day: Path) -> None:
     keys |= {"wait_p99_s", "requeues", "lost_node_hours", "cost_vs_guaranteed"}
     assert keys <= set(doc["policies"]["sco"])
     assert doc["policies"]["static-guaranteed"]["fixed_nodes"] >= 1
-    assert doc["replayed_days"] == 0.25
+    assert doc["window_days"] == 0.25
+    assert doc["trace_plays"] == 1
 
 
 @pytest.mark.parametrize(
@@ -96,3 +98,18 @@ def test_a_missing_workload_exits_2(tmp_path: Path) -> None:
     out = CliRunner().invoke(cli, ["replay", "--workload", str(tmp_path / "none.swf")])
     assert out.exit_code == 2
     assert "none.swf" in out.output
+
+
+def test_a_short_trace_repeats_from_its_start() -> None:
+    traces = load_traces(bundled("traces", "apache", "v100-4node"))
+    start, span = traces.start_s, traces.end_s - traces.start_s
+    longer, plays = repeated(traces, start + 2.5 * span)
+    assert plays == 3
+    assert longer.start_s == start
+    assert longer.end_s >= start + 2.5 * span
+    for old, new in zip(traces.series, longer.series, strict=True):
+        for x in (0.0, 0.37 * span, 0.99 * span):
+            assert new.value_at(start + x) == old.value_at(start + x)
+            assert new.value_at(start + span + x) == old.value_at(start + x)
+            assert new.value_at(start + 2 * span + x) == old.value_at(start + x)
+    assert repeated(traces, traces.end_s) == (traces, 1)

@@ -131,6 +131,32 @@ class TraceSet:
         return statistics.fmean(prices) if prices else None
 
 
+def repeated(traces: TraceSet, until_s: float) -> tuple[TraceSet, int]:
+    """The set, from its start to its end, played again and again until `until_s`; and
+    how many times it plays (1: it was long enough)."""
+    start, end = traces.start_s, traces.end_s
+    if until_s <= end:
+        return traces, 1
+    span = end - start
+    copies = math.ceil((until_s - start) / span)
+    return TraceSet(
+        traces.folder, tuple(_tiled(s, start, end, copies) for s in traces.series), traces.region
+    ), copies
+
+
+def _tiled(s: Series, start: float, end: float, copies: int) -> Series:
+    kept = [i for i in range(s.index_at(start), len(s.times)) if s.times[i] < end]
+    times = [max(s.times[i], start) for i in kept]
+    span = end - start
+    return Series(
+        s.name,
+        tuple(t + k * span for k in range(copies) for t in times),
+        tuple(s.values[i] for _ in range(copies) for i in kept),
+        s.tick_s,
+        None if s.prices is None else tuple(s.prices[i] for _ in range(copies) for i in kept),
+    )
+
+
 def load_traces(folder: Path | str) -> TraceSet:
     """Every series in `folder` (and its `availability/`), with prices and region spec."""
     folder = Path(folder)

@@ -105,10 +105,10 @@ def replay_command(
     with input_errors():
         _, runs, about = replay(spec, names, progress)
     console = make_console(stderr=as_json)
-    if about["trace_shorter"]:
+    if about["trace_plays"] > 1:
         console.print(
-            f"[yellow]the trace covers {about['replayed_days']} of the "
-            f"{about['window_days']} days asked for: the replay stops at its end[/]"
+            f"[yellow]the trace covers {about['trace_days']} of the {about['window_days']} "
+            f"days replayed: it repeats from its start ({about['trace_plays']} plays)[/]"
         )
     console.print(_table(runs))
     console.print(f"workload: {about['workload']}")

@@ -23,7 +23,7 @@ from typing import Any
 
 from sco.lab.region import SimConfig
 from sco.lab.simulation import Simulation, SimulationInputError, SimulationSpec
-from sco.lab.traces import TraceSet, load_traces
+from sco.lab.traces import TraceSet, load_traces, repeated
 from sco.lab.workload.side import BatchSide, slurm_spec
 from sco.lab.workload.swf import Workload, read_swf
 
@@ -98,11 +98,12 @@ def replay(
         )
     workload, traces = load(spec)
     window_s = window_of(spec, workload)
-    span_s = traces.end_s - traces.start_s
+    trace_days = (traces.end_s - traces.start_s) / 86400
+    traces, plays = repeated(traces, traces.start_s + window_s)
     about = {
         "window_days": round(window_s / 86400, 3),
-        "replayed_days": round(min(window_s, span_s) / 86400, 3),
-        "trace_shorter": span_s < window_s,
+        "trace_days": round(trace_days, 3),
+        "trace_plays": plays,  # > 1: the trace was shorter and repeats from its start
         "max_nodes": workload.max_nodes,
         "procs_per_node": workload.procs_per_node,
         "workload": workload.summary(),
