@@ -119,7 +119,8 @@ def need(
     g_used = {guaranteed_nodes[k].name for k in g_pack.used_free}
     used = g_used | {mine[k].name for k in o_pack.used_free}
     target = len(kept | used) + o_pack.new_nodes + g_pack.new_nodes
-    g_wanted = sum(1 for n in guaranteed_nodes if n.name in kept | g_used)
+    g_kept = kept | g_used  # once: built per node, it made a read quadratic in the nodes
+    g_wanted = sum(1 for n in guaranteed_nodes if n.name in g_kept)
     return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)))
 
 

@@ -40,6 +40,10 @@ class Job:
         return feature in re.split(r"[^A-Za-z0-9_.-]+", self.features)
 
 
+_NOT_UP_STATES = frozenset({"down", "future", "unknown"})
+_NOT_UP_FLAGS = frozenset({"NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP"})
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmNode:
     name: str
@@ -71,9 +75,7 @@ class SlurmNode:
     @property
     def up(self) -> bool:
         """Registered and reachable: it can take work (unless draining)."""
-        return self.state not in ("down", "future", "unknown") and not (
-            self.flags & {"NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP"}
-        )
+        return self.state not in _NOT_UP_STATES and not (self.flags & _NOT_UP_FLAGS)
 
     def free(self) -> Size:
         return Size(self.cpus - self.alloc_cpus, self.memory_mb - self.alloc_memory_mb)
