@@ -66,8 +66,9 @@ def test_a_static_cluster_is_sized_to_the_peak_or_the_mean() -> None:
     assert fixed_size(w, 200.0, "mean") == 3  # 600 node-seconds over 200 s
 
 
-def test_the_command_prints_one_json_line_per_run(day: Path) -> None:
+def test_the_command_prints_one_json_line_and_writes_a_report(day: Path, tmp_path: Path) -> None:
     args = ["replay", "--workload", str(day), "--days", "0.25", "--pool-size", "16"]
+    args += ["--report", str(tmp_path / "report")]
     out = CliRunner().invoke(cli, [*args, "--policies", "sco,static-guaranteed", "--json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output.strip().splitlines()[-1])
@@ -78,6 +79,11 @@ def test_the_command_prints_one_json_line_per_run(day: Path) -> None:
     assert doc["policies"]["static-guaranteed"]["fixed_nodes"] >= 1
     assert doc["window_days"] == 0.25
     assert doc["trace_plays"] == 1
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
+    assert "static-guaranteed" in page
+    saved = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert saved["policies"] == doc["policies"]
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ def _days(t: float, start: float) -> float:
     return (t - start) / DAY_S
 
 
-def _png(fig: Any) -> str:
+def figure_png(fig: Any) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
@@ -111,7 +111,7 @@ def _capacity_figure(result: SimulationResult, until_s: float) -> str:
         ax.set_xlabel("day")
         ax.set_ylabel("units")
         ax.legend(loc="upper right", fontsize=8)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _pools_figure(result: SimulationResult) -> str:
@@ -136,7 +136,7 @@ def _pools_figure(result: SimulationResult) -> str:
     for ax in list(axes.flat)[len(pools) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _cost_figure(result: SimulationResult) -> str:
@@ -151,7 +151,7 @@ def _cost_figure(result: SimulationResult) -> str:
     ax.set_xlabel("day")
     ax.set_ylabel("cumulative cost ($)")
     ax.legend(fontsize=8)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _fmt(v: Any) -> str:
@@ -264,4 +264,4 @@ def _signals_figure(result: SimulationResult) -> str:
     axes[-1, 0].set_xlabel(
         "day (line: score = survival x create success; red: excluded, orange: degraded)"
     )
-    return _png(fig)
+    return figure_png(fig)

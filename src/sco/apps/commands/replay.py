@@ -65,6 +65,12 @@ DEFAULT_POLICIES = "sco,spot-requeue,power-save-guaranteed,static-guaranteed"
     "--cycle-s", type=float, default=30.0, show_default=True, help="Seconds between cycles."
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the region's faults.")
+@click.option(
+    "--report",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write an HTML report with plots (and summary.json) into this folder.",
+)
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON line of results.")
 def replay_command(
     workload: Path,
@@ -78,6 +84,7 @@ def replay_command(
     max_nodes: int | None,
     cycle_s: float,
     seed: int,
+    report: Path | None,
     as_json: bool,
 ) -> None:
     """Replay a batch workload under each policy, on the same trace and seed."""
@@ -112,6 +119,10 @@ def replay_command(
         )
     console.print(_table(runs))
     console.print(f"workload: {about['workload']}")
+    if report is not None:
+        from sco.apps.replay_report import write_replay_report  # matplotlib: only here
+
+        console.print(f"report: {write_replay_report(runs, about, report)}")
     if as_json:
         out = {"policies": {r.policy: r.outcomes for r in runs}, **about}
         click.echo(json.dumps(out, sort_keys=True))

@@ -103,6 +103,7 @@ class BatchCluster:
         self.live: dict[int, QueuedJob] = {}  # pending and running
         self.nodes_by_name: dict[str, ClusterNode] = {}
         self.busy_node_s = 0.0  # node-seconds of runs that ran (kept or lost)
+        self.lost: list[tuple[float, float]] = []  # (when, node-seconds) of each lost run
         # Reads are many (demand, nodes, deadlines: each cycle) and changes few: what
         # was read is kept until something changes (`_changed`).
         self._version = 0
@@ -359,6 +360,8 @@ class BatchCluster:
         if self.checkpoint_s is not None:
             kept = math.floor(ran / self.checkpoint_s) * self.checkpoint_s
         q.lost_node_s += (ran - kept) * len(q.nodes)
+        if ran > kept:
+            self.lost.append((now, (ran - kept) * len(q.nodes)))
         q.done_s += kept
         if q.requeue:
             self._back_to_queue(q, now)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +71,15 @@ class ReplaySpec:
 
 @dataclass
 class Replayed:
-    """One policy's replay: what its users felt, and what it cost."""
+    """One policy's replay: what its users felt, and what it cost; and for the report,
+    each job's wait, the queue and nodes over time, and when work was lost."""
 
     policy: str
     outcomes: dict[str, float | int | None]
+    start_s: float = 0.0
+    waits_s: list[float] = field(default_factory=list)
+    samples: list[tuple[float, int, int, int]] = field(default_factory=list)
+    lost: list[tuple[float, float]] = field(default_factory=list)  # (when, node-seconds)
 
 
 def load(spec: ReplaySpec) -> tuple[Workload, TraceSet]:
@@ -191,15 +196,13 @@ def _run(
         fixed_nodes=fixed,
         wall_s=round(result.wall_s, 2),
     )
-    return Replayed(name, outcomes)
+    return Replayed(name, outcomes, start, waits_of(side, end), side.samples, side.cluster.lost)
 
 
 def outcomes_of(side: BatchSide, start: float, end: float) -> dict[str, float | int | None]:
     """What the jobs' users felt, from the queue's ledger, at `end`."""
     jobs = list(side.cluster.jobs_by_id.values())
-    waits = sorted(
-        q.waited_s + (end - q.pending_since if q.state == "PENDING" else 0.0) for q in jobs
-    )
+    waits = waits_of(side, end)
     done = [q for q in jobs if q.state == "COMPLETED" and q.ended_at is not None]
     slowdowns = [
         max(1.0, ((q.ended_at or end) - start - q.job.submit_s) / max(q.job.run_s, TAU_S))
@@ -218,6 +221,14 @@ def outcomes_of(side: BatchSide, start: float, end: float) -> dict[str, float | 
         "lost_node_hours": round(sum(q.lost_node_s for q in jobs) / 3600.0, 3),
         "work_node_hours": round(sum(q.job.run_s * q.job.nodes for q in done) / 3600.0, 3),
     }
+
+
+def waits_of(side: BatchSide, end: float) -> list[float]:
+    """Each job's time pending by `end` (every wait, requeues' too), in order."""
+    return sorted(
+        q.waited_s + (end - q.pending_since if q.state == "PENDING" else 0.0)
+        for q in side.cluster.jobs_by_id.values()
+    )
 
 
 def _pct(ordered: list[float], q: float) -> float | None:

@@ -24,6 +24,7 @@ from sco.lab.workload.swf import Workload
 from sco.ports import DemandSource, SchedulerCluster, ServerView
 
 SLURM_PARTITION = "batch"
+SAMPLE_S = 600.0  # how often the queue and the nodes are sampled for the report
 
 
 class FixedDemand:
@@ -75,6 +76,9 @@ class BatchSide:
             else FixedDemand(spec.partition, fixed_nodes)
         )
         self._next = 0  # the next job of the workload to submit
+        # (when, jobs pending, nodes up, nodes busy) every `SAMPLE_S`, for the report
+        self.samples: list[tuple[float, int, int, int]] = []
+        self._next_sample = start_s
         self._registered: set[str] = set()  # server ids whose nodes registered
         self._server_events = -1
 
@@ -105,7 +109,18 @@ class BatchSide:
             self._next += 1
             moved = True
         moved = self._nodes() or moved
-        return self.cluster.step() or moved
+        moved = self.cluster.step() or moved
+        if t >= self._next_sample:
+            self._sample(t)
+        return moved
+
+    def _sample(self, t: float) -> None:
+        c = self.cluster
+        pending = sum(q.state == "PENDING" for q in c.live.values())
+        up = [n for n in c.nodes_by_name.values() if n.state != "down"]
+        busy = sum(n.state == "allocated" for n in up)
+        self.samples.append((t, pending, len(up), busy))
+        self._next_sample = t + SAMPLE_S
 
     def _nodes(self) -> bool:
         """Nodes register when their servers' slurmd joins, and go with their servers."""
