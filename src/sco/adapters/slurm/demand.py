@@ -112,9 +112,10 @@ def need(
 
     # Work that asks for guaranteed capacity first, on guaranteed nodes; the rest then
     # goes anywhere, in what room is left.
-    g_pack = pack(slices(wants_g), spec.shape, [n.free() for n in guaranteed_nodes])
-    left = dict(zip((n.name for n in guaranteed_nodes), g_pack.free_after, strict=True))
-    o_pack = pack(slices(others), spec.shape, [left.get(n.name, n.free()) for n in mine])
+    room = {n.name: n.free() for n in mine}
+    g_pack = pack(slices(wants_g), spec.shape, [room[n.name] for n in guaranteed_nodes])
+    room.update(zip((n.name for n in guaranteed_nodes), g_pack.free_after, strict=True))
+    o_pack = pack(slices(others), spec.shape, [room[n.name] for n in mine])
     # Idle nodes (past their keep) that pending work lands on are wanted again.
     g_used = {guaranteed_nodes[k].name for k in g_pack.used_free}
     used = g_used | {mine[k].name for k in o_pack.used_free}
