@@ -92,6 +92,10 @@ def test_the_command_prints_one_json_line_and_writes_a_report(day: Path, tmp_pat
         (["--policies", "sco,fastest"], "unknown fastest"),
         (["--days", "0"], "--days: must be > 0"),
         (["--max-nodes", "0"], "--max-nodes: must be >= 1"),
+        (["--cycle-s", "0"], "--cycle-s: must be > 0, got 0.0"),
+        (["--notice-s", "-1"], "--notice-s: must be >= 0"),
+        (["--checkpoint-s", "0"], "--checkpoint-s: must be > 0"),
+        (["--pool-size", "0"], "--pool-size: must be >= 1"),
     ],
 )
 def test_bad_input_exits_2_and_says_why(day: Path, extra: list[str], said: str) -> None:

@@ -84,9 +84,14 @@ class Replayed:
 
 def load(spec: ReplaySpec) -> tuple[Workload, TraceSet]:
     """Check the inputs; raises WorkloadError, TraceError or SimulationInputError."""
-    for name in ("notice_s", "cycle_s"):
-        if getattr(spec, name) < 0 or (name == "cycle_s" and spec.cycle_s == 0):
-            raise SimulationInputError(f"--{name.replace('_', '-')}: out of range")
+    if spec.notice_s < 0:
+        raise SimulationInputError(f"--notice-s: must be >= 0, got {spec.notice_s}")
+    if spec.cycle_s <= 0:
+        raise SimulationInputError(f"--cycle-s: must be > 0, got {spec.cycle_s}")
+    if spec.checkpoint_s is not None and spec.checkpoint_s <= 0:
+        raise SimulationInputError(f"--checkpoint-s: must be > 0, got {spec.checkpoint_s}")
+    if spec.pool_size is not None and spec.pool_size < 1:
+        raise SimulationInputError(f"--pool-size: must be >= 1, got {spec.pool_size}")
     workload = read_swf(spec.workload, spec.max_nodes, spec.days, spec.procs_per_node)
     return workload, load_traces(spec.traces)
 
