@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/fuzz.py
 	$(BIN)/python bench/soak.py
+	$(BIN)/python bench/replay.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

@@ -26,6 +26,7 @@ SMOKE: dict[str, list[str]] = {
     "kube_intake.py": ["--pods", "200", "--nodes", "20"],
     "fuzz.py": ["--cases", "20", "--workers", "1", "--kinds", "config,events", "--commands", "2"],
     "swarm.py": ["--smoke", "--workers", "2"],
+    "replay.py": ["--smoke"],
 }
 
 # What a bench's line must say, beyond being one.
