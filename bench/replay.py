@@ -1,6 +1,6 @@
 """A batch workload replayed at fleet size (issue 27): how long `sco replay` takes.
 
-Generates a synthetic workload (`sco.lab.workload.synthetic`: Poisson arrivals, 1-16
+Generates a synthetic workload (`sco_harness.workloads`: Poisson arrivals, 1-16
 nodes, log-normal run times) and replays it on the bundled 9-zone V100 trace under
 the policies asked for. Prints one JSON line:
 {"jobs", "days", "max_nodes", "pool_size", "wall_s", "sim_days_per_wall_min",
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sco.apps.common import bundled
 from sco.lab.workload.replay import ReplaySpec, replay
-from sco.lab.workload.synthetic import synthetic
+from sco_harness.workloads import synthetic
 
 
 def main() -> None:

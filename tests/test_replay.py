@@ -14,7 +14,7 @@ from sco.apps.common import bundled
 from sco.lab.traces import load_traces, repeated
 from sco.lab.workload.replay import ReplaySpec, fixed_size, replay
 from sco.lab.workload.swf import BatchJob, Workload
-from sco.lab.workload.synthetic import synthetic
+from sco_harness.workloads import synthetic
 
 TRACES = bundled("traces", "apache", "v100-9zone")
 

@@ -1,7 +1,8 @@
 """A synthetic batch workload in SWF, for trying `sco replay` and for tests: Poisson
 arrivals, 1 to 16 nodes (log-uniform), log-normal run times (median ~30 min) and time
 limits 1.1 to 3 times the run, as users overestimate them. The bundled
-`data/workloads/synthetic-2d.swf` is `synthetic(300, 2.0, 32)`."""
+`src/sco/data/workloads/synthetic-2d.swf` is `synthetic(300, 2.0, 32)`. Test support,
+not product: the bundled file is what users get."""
 
 from __future__ import annotations
 
