@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sco.apps.report import figure_png
+from sco.apps.report import figure_png, html_page
 from sco.lab.workload.replay import Replayed
 
 HOUR_S = 3600.0
@@ -116,21 +116,7 @@ def _page(runs: list[Replayed], about: dict[str, Any], figures: list[tuple[str, 
         + "</tr>"
         for r in runs
     )
-    imgs = "".join(
-        f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
-        f"src='data:image/png;base64,{data}'>"
-        for title, data in figures
-    )
-    meta = html.escape(json.dumps(about, indent=2, sort_keys=True))
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>sco replay report</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1300px}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
-img{{max-width:100%}}pre{{background:#f6f6f6;padding:1em}}</style></head><body>
-<h1>sco replay report</h1>
-<p>What the jobs' users felt under each policy, on the same workload, trace and seed.</p>
-<table><tr>{head}</tr>{rows}</table>
-{imgs}
-<h2>Run</h2><pre>{meta}</pre>
-</body></html>
-"""
+    intro = "What the jobs' users felt under each policy, on the same workload, trace and seed."
+    meta = json.dumps(about, indent=2, sort_keys=True)
+    body = f"<table><tr>{head}</tr>{rows}</table>"
+    return html_page("sco replay report", intro, body, figures, meta)

@@ -185,28 +185,35 @@ def _page(result: SimulationResult, summary: dict[str, Any], figures: list[tuple
         + "</tr>"
         for n, m in result.partitions.items()
     )
-    imgs = "".join(
-        f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
-        f"src='data:image/png;base64,{data}'>"
-        for title, data in figures
-    )
     days = (result.end_s - result.start_s) / DAY_S
-    meta = html.escape(
-        json.dumps({k: v for k, v in summary.items() if k != "partitions"}, indent=2)
+    meta = json.dumps({k: v for k, v in summary.items() if k != "partitions"}, indent=2)
+    intro = (
+        f"Policy <b>{html.escape(result.spec.policy_name)}</b> on\n"
+        f"<code>{html.escape(str(result.spec.traces))}</code>,\n"
+        f"{days:.1f} simulated days in {result.wall_s:.1f} s."
+    )
+    body = f"<table><tr>{head}</tr>{rows}</table>\n{_scores_table(result)}"
+    return html_page("sco simulation report", intro, body, figures, meta)
+
+
+def html_page(title: str, intro: str, body: str, figures: list[tuple[str, str]], meta: str) -> str:
+    """One self-contained page: `intro` and `body` as HTML, then each figure (a title
+    and a PNG in base64) under its heading, then `meta` as preformatted text."""
+    imgs = "".join(
+        f"<h2>{html.escape(name)}</h2><img alt='{html.escape(name)}' "
+        f"src='data:image/png;base64,{data}'>"
+        for name, data in figures
     )
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>sco simulation report</title>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1300px}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
 img{{max-width:100%}}pre{{background:#f6f6f6;padding:1em}}</style></head><body>
-<h1>sco simulation report</h1>
-<p>Policy <b>{html.escape(result.spec.policy_name)}</b> on
-<code>{html.escape(str(result.spec.traces))}</code>,
-{days:.1f} simulated days in {result.wall_s:.1f} s.</p>
-<table><tr>{head}</tr>{rows}</table>
-{_scores_table(result)}
+<h1>{html.escape(title)}</h1>
+<p>{intro}</p>
+{body}
 {imgs}
-<h2>Run</h2><pre>{meta}</pre>
+<h2>Run</h2><pre>{html.escape(meta)}</pre>
 </body></html>
 """
 
