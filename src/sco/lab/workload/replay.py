@@ -191,7 +191,8 @@ def _run(
     )
     sim = Simulation(sim_spec, traces, side.demand, sim_spec.new_policy(), start, end, side)
     result = sim.run(progress=progress)
-    outcomes = outcomes_of(side, start, end)
+    waits = waits_of(side, end)
+    outcomes = outcomes_of(side, start, end, waits)
     totals = result.aggregate()
     outcomes.update(
         cost=round(float(totals["cost"]), 2),
@@ -201,13 +202,14 @@ def _run(
         fixed_nodes=fixed,
         wall_s=round(result.wall_s, 2),
     )
-    return Replayed(name, outcomes, start, waits_of(side, end), side.samples, side.cluster.lost)
+    return Replayed(name, outcomes, start, waits, side.samples, side.cluster.lost)
 
 
-def outcomes_of(side: BatchSide, start: float, end: float) -> dict[str, float | int | None]:
-    """What the jobs' users felt, from the queue's ledger, at `end`."""
+def outcomes_of(
+    side: BatchSide, start: float, end: float, waits: list[float]
+) -> dict[str, float | int | None]:
+    """What the jobs' users felt, from the queue's ledger at `end` (`waits`: `waits_of`)."""
     jobs = list(side.cluster.jobs_by_id.values())
-    waits = waits_of(side, end)
     done = [q for q in jobs if q.state == "COMPLETED" and q.ended_at is not None]
     slowdowns = [
         max(1.0, ((q.ended_at or end) - start - q.job.submit_s) / max(q.job.run_s, TAU_S))

@@ -81,6 +81,7 @@ class BatchSide:
         self._next_sample = start_s
         self._registered: set[str] = set()  # server ids whose nodes registered
         self._server_events = -1
+        self._spot: dict[str, bool] = {}  # pool id -> spot (the region's pools, at attach)
 
     def _now(self) -> float:
         return self._clock.now() if self._clock is not None else self.start_s
@@ -92,6 +93,7 @@ class BatchSide:
 
     def attach(self, region: SimRegion, clock: ManualClock) -> SchedulerCluster:
         self._region, self._clock = region, clock
+        self._spot = {p.id: p.is_spot for p in region.pools()}
         slurm = {self.spec.partition.name: self.spec.slurm}
         return SlurmNodes(self.view, slurm, self._listing, clock)
 
@@ -133,11 +135,10 @@ class BatchSide:
         self._server_events = events
         servers = {v.server_id: v for v in region.list(name)}
         views = region.nodes(name)
-        spot = {p.id: p.is_spot for p in region.pools()}
         for sid, node in views.items():
             server = servers.get(sid)
             if node.joined and sid not in self._registered and server is not None:
-                cls = "spot" if spot.get(server.pool, False) else "guaranteed"
+                cls = "spot" if self._spot.get(server.pool, False) else "guaranteed"
                 features = node_features(name, cls, server.pool, self.spec.slurm.installation)
                 self.cluster.register(node_name(sid), frozenset(features))
                 self._registered.add(sid)
