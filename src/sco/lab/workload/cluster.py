@@ -58,10 +58,15 @@ class QueuedJob:
         assert self.started_at is not None
         return self.started_at + self.left_s
 
+    @property
+    def limit_left_s(self) -> float:
+        """How long a run of it may take from now on by its time limit."""
+        return max(self.job.limit_s - self.done_s, self.left_s)
+
     def limit_at(self) -> float:
         """When its current run ends by its time limit: what backfill plans with."""
         assert self.started_at is not None
-        return self.started_at + max(self.job.limit_s - self.done_s, self.left_s)
+        return self.started_at + self.limit_left_s
 
 
 @dataclass
@@ -102,7 +107,6 @@ class BatchCluster:
         self.jobs_by_id: dict[int, QueuedJob] = {}  # every job submitted
         self.live: dict[int, QueuedJob] = {}  # pending and running
         self.nodes_by_name: dict[str, ClusterNode] = {}
-        self.busy_node_s = 0.0  # node-seconds of runs that ran (kept or lost)
         self.lost: list[tuple[float, float]] = []  # (when, node-seconds) of each lost run
         # Reads are many (demand, nodes, deadlines: each cycle) and changes few: what
         # was read is kept until something changes (`_changed`).
@@ -194,7 +198,6 @@ class BatchCluster:
                 continue
             q.done_s += now - q.started_at
             self._back_to_queue(q, now)
-            self._changed()
 
     def start_now(self, job_ids: Sequence[int]) -> None:
         for i in job_ids:
@@ -294,7 +297,7 @@ class BatchCluster:
                 continue
             if n > len(free):
                 continue
-            if now + max(q.job.limit_s - q.done_s, q.left_s) <= shadow:
+            if now + q.limit_left_s <= shadow:
                 self._start(q, free, now)
                 started = True
             elif n <= extra:
@@ -325,7 +328,6 @@ class BatchCluster:
 
     def _finish(self, q: QueuedJob) -> None:
         end = q.ends_at()
-        self.busy_node_s += (end - (q.started_at or end)) * len(q.nodes)
         q.done_s, q.state, q.ended_at = q.job.run_s, "COMPLETED", end
         self._release(q, end)
         del self.live[q.job.job_id]
@@ -343,11 +345,11 @@ class BatchCluster:
 
     def _back_to_queue(self, q: QueuedJob, now: float) -> None:
         assert q.started_at is not None
-        self.busy_node_s += (now - q.started_at) * len(q.nodes)
         self._release(q, now)
         q.state, q.pending_since = "PENDING", now
         q.requeues += 1
         q.eligible_at = now + self.requeue_hold_s
+        self._changed()  # the job reads otherwise now, whatever its nodes
 
     def _cut(self, n: ClusterNode) -> None:
         """The run on `n` ends without a word: the work since its last checkpoint is lost."""
@@ -366,7 +368,6 @@ class BatchCluster:
         if q.requeue:
             self._back_to_queue(q, now)
         else:
-            self.busy_node_s += ran * len(q.nodes)
             self._release(q, now)
             q.state, q.ended_at = "FAILED", now
             del self.live[q.job.job_id]
