@@ -47,6 +47,8 @@ def test_with_notice_sco_loses_no_work_that_spot_requeue_loses(day: Path) -> Non
     assert guaranteed["reclaims"] == 0
     assert guaranteed["lost_node_hours"] == 0.0
     assert sco["cost"] < guaranteed["cost"]
+    for name, o in got.items():
+        assert 0.0 < o["utilisation"] <= 1.0, name
 
 
 def test_the_same_inputs_replay_the_same(day: Path) -> None:

@@ -136,6 +136,26 @@ def test_a_job_requeued_in_time_resumes_and_one_cut_short_loses_its_run() -> Non
     assert c.jobs_by_id[1].ended_at == 1000.0
 
 
+def test_utilisation_is_runs_over_nodes_up_until_their_servers_went() -> None:
+    clock = ManualClock(0.0)
+    c = cluster(clock, 2, checkpoint_s=None)  # n0, n1 up from 0
+    c.submit(job(1, 1, 1000))
+    c.step()
+    clock.set(400.0)
+    assert c.jobs_by_id[1].nodes == ("n0",)
+    c.server_gone("n0")
+    clock.set(500.0)
+    c.delete_node("n0")  # its 400 s up count after it is gone from the list
+    c.step()  # requeued: held, then on n1
+    clock.set(1000.0)
+    # up: n0 400 s + n1 1000 s; busy: the cut run 400 s (lost, but it ran)
+    assert c.utilisation(1000.0) == pytest.approx(400.0 / 1400.0)
+    c.start_now([1])
+    c.step()
+    clock.set(1200.0)
+    assert c.utilisation(1200.0) == pytest.approx((400.0 + 200.0) / 1600.0)
+
+
 def test_checkpoints_keep_work_a_lost_node_would_take() -> None:
     clock = ManualClock(0.0)
     c = cluster(clock, 2, checkpoint_s=300.0)

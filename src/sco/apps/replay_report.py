@@ -22,6 +22,7 @@ COLUMNS = (
     "bounded_slowdown",
     "requeues",
     "lost_node_hours",
+    "utilisation",
     "cost",
     "cost_vs_guaranteed",
 )

@@ -136,6 +136,7 @@ COLUMNS = (
     ("slowdown", "bounded_slowdown", "{:.2f}"),
     ("requeues", "requeues", "{:d}"),
     ("lost node-h", "lost_node_hours", "{:.1f}"),
+    ("busy", "utilisation", "{:.0%}"),
     ("cost", "cost", "{:.0f}"),
     ("vs guar.", "cost_vs_guaranteed", "{:.0%}"),
 )

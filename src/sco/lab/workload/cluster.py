@@ -80,6 +80,7 @@ class ClusterNode:
     last_busy: float = 0.0
     job: int | None = None
     view: SlurmNode | None = None  # as last read; None once anything changed
+    gone_at: float | None = None  # when its server went
 
 
 class BatchCluster:
@@ -108,6 +109,8 @@ class BatchCluster:
         self.live: dict[int, QueuedJob] = {}  # pending and running
         self.nodes_by_name: dict[str, ClusterNode] = {}
         self.lost: list[tuple[float, float]] = []  # (when, node-seconds) of each lost run
+        self.busy_node_s = 0.0  # node-seconds of runs ended (completed, requeued or cut)
+        self._up_node_s = 0.0  # node-seconds up of nodes deleted
         # Reads are many (demand, nodes, deadlines: each cycle) and changes few: what
         # was read is kept until something changes (`_changed`).
         self._version = 0
@@ -212,6 +215,7 @@ class BatchCluster:
             return
         if n.state == "allocated":
             raise SlurmRefused(f"{self.name}: scontrol: node {node} has jobs")
+        self._up_node_s += (n.gone_at or self.now()) - n.registered_at
         del self.nodes_by_name[node]
         self._changed()
 
@@ -244,6 +248,8 @@ class BatchCluster:
         self._cut(n)
         n.state = "down"
         n.flags.add("NOT_RESPONDING")
+        if n.gone_at is None:
+            n.gone_at = self.now()
         self._changed(n)
 
     def next_event_time(self) -> float | None:
@@ -264,6 +270,19 @@ class BatchCluster:
         for q in done:
             self._finish(q)
         return self._schedule(now) or bool(done)
+
+    def utilisation(self, end: float) -> float | None:
+        """Node-seconds running jobs over node-seconds of nodes up (registered until
+        their server went), by `end`: how much of the capacity paid for did work."""
+        up = self._up_node_s + sum(
+            (n.gone_at or end) - n.registered_at for n in self.nodes_by_name.values()
+        )
+        busy = self.busy_node_s + sum(
+            (end - q.started_at) * len(q.nodes)
+            for q in self.live.values()
+            if q.state == "RUNNING" and q.started_at is not None
+        )
+        return busy / up if up > 0 else None
 
     # ------------------------------------------------------------ scheduling
 
@@ -333,6 +352,8 @@ class BatchCluster:
         del self.live[q.job.job_id]
 
     def _release(self, q: QueuedJob, at: float) -> None:
+        if q.started_at is not None:
+            self.busy_node_s += (at - q.started_at) * len(q.nodes)
         for name in q.nodes:
             n = self.nodes_by_name.get(name)
             if n is not None and n.job == q.job.job_id:

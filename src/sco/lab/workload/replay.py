@@ -227,6 +227,7 @@ def outcomes_of(
         "requeues": sum(q.requeues for q in jobs),
         "lost_node_hours": round(sum(q.lost_node_s for q in jobs) / 3600.0, 3),
         "work_node_hours": round(sum(q.job.run_s * q.job.nodes for q in done) / 3600.0, 3),
+        "utilisation": _round(side.cluster.utilisation(end), 4),
     }
 
 
@@ -236,6 +237,10 @@ def waits_of(side: BatchSide, end: float) -> list[float]:
         q.waited_s + (end - q.pending_since if q.state == "PENDING" else 0.0)
         for q in side.cluster.jobs_by_id.values()
     )
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _pct(ordered: list[float], q: float) -> float | None:
