@@ -98,6 +98,8 @@ def test_the_command_prints_one_json_line_and_writes_a_report(day: Path, tmp_pat
         (["--notice-s", "-1"], "--notice-s: must be >= 0"),
         (["--checkpoint-s", "0"], "--checkpoint-s: must be > 0"),
         (["--pool-size", "0"], "--pool-size: must be >= 1"),
+        (["--requeue-lead-s", "-5"], "--requeue-lead-s: must be >= 0"),
+        (["--cold-start-s", "-1"], "--cold-start-s: must be >= 0"),
     ],
 )
 def test_bad_input_exits_2_and_says_why(day: Path, extra: list[str], said: str) -> None:

@@ -34,13 +34,15 @@ from sco.ports import (
     ServerView,
 )
 
+COLD_START_S = 120.0  # a create to its server ACTIVE, unless told otherwise
+
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """Behaviour of the simulated provider. Times in seconds."""
 
     api_latency_s: float = 1.0  # a create's servers appear in listings after this
-    cold_start_s: float = 120.0  # create call to server ACTIVE
+    cold_start_s: float = COLD_START_S  # create call to server ACTIVE
     join_s: float = 0.0  # ACTIVE to node joined in its scheduler
     drain_s: float = 30.0  # a node's drain takes this long
     delete_s: float = 5.0  # a deleted server holds its capacity this long

@@ -64,6 +64,19 @@ DEFAULT_POLICIES = "sco,spot-requeue,power-save-guaranteed,static-guaranteed"
 @click.option(
     "--cycle-s", type=float, default=30.0, show_default=True, help="Seconds between cycles."
 )
+@click.option(
+    "--requeue-lead-s",
+    type=float,
+    default=None,
+    help="A reclaim's jobs are requeued this long before its deadline (default: a cycle + 30 s).",
+)
+@click.option(
+    "--cold-start-s",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Seconds from a create to its server up (its node joins then).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the region's faults.")
 @click.option(
     "--report",
@@ -83,6 +96,8 @@ def replay_command(
     procs_per_node: int | None,
     max_nodes: int | None,
     cycle_s: float,
+    requeue_lead_s: float | None,
+    cold_start_s: float,
     seed: int,
     report: Path | None,
     as_json: bool,
@@ -99,6 +114,8 @@ def replay_command(
         max_nodes=max_nodes,
         cycle_s=cycle_s,
         seed=seed,
+        requeue_lead=requeue_lead_s,
+        cold_start_s=cold_start_s,
     )
     names = [p.strip() for p in policies.split(",") if p.strip()]
     shown = {"at": -1}

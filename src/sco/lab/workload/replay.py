@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sco.lab.region import SimConfig
+from sco.lab.region import COLD_START_S, SimConfig
 from sco.lab.simulation import Simulation, SimulationInputError, SimulationSpec
 from sco.lab.traces import TraceSet, load_traces, repeated
 from sco.lab.workload.side import BatchSide, slurm_spec
@@ -61,12 +61,14 @@ class ReplaySpec:
     cycle_s: float = 30.0
     floor: int = 0
     seed: int = 0
+    requeue_lead: float | None = None  # None: `requeue_lead_s`'s default
+    cold_start_s: float = COLD_START_S
 
     @property
     def requeue_lead_s(self) -> float:
-        """A reclaim's jobs are requeued this long before its deadline: a cycle and
-        30 s, so that some cycle always falls in time."""
-        return self.cycle_s + 30.0
+        """A reclaim's jobs are requeued this long before its deadline: by default a
+        cycle and 30 s, so that some cycle always falls in time."""
+        return self.cycle_s + 30.0 if self.requeue_lead is None else self.requeue_lead
 
 
 @dataclass
@@ -90,6 +92,10 @@ def load(spec: ReplaySpec) -> tuple[Workload, TraceSet]:
         raise SimulationInputError(f"--cycle-s: must be > 0, got {spec.cycle_s}")
     if spec.checkpoint_s is not None and spec.checkpoint_s <= 0:
         raise SimulationInputError(f"--checkpoint-s: must be > 0, got {spec.checkpoint_s}")
+    if spec.requeue_lead is not None and spec.requeue_lead < 0:
+        raise SimulationInputError(f"--requeue-lead-s: must be >= 0, got {spec.requeue_lead}")
+    if spec.cold_start_s < 0:
+        raise SimulationInputError(f"--cold-start-s: must be >= 0, got {spec.cold_start_s}")
     if spec.pool_size is not None and spec.pool_size < 1:
         raise SimulationInputError(f"--pool-size: must be >= 1, got {spec.pool_size}")
     workload = read_swf(spec.workload, spec.max_nodes, spec.days, spec.procs_per_node)
@@ -185,6 +191,7 @@ def _run(
         sim=SimConfig(
             notice_s=spec.notice_s if policy.notice else 0.0,
             pool_size=spec.pool_size,
+            cold_start_s=spec.cold_start_s,
             guaranteed_quota_per_hall=workload.max_nodes,
             seed=spec.seed,
         ),
