@@ -22,6 +22,7 @@ COLUMNS = (
     "bounded_slowdown",
     "requeues",
     "lost_node_hours",
+    "service_unavailable_share",
     "utilisation",
     "cost",
     "cost_vs_guaranteed",
@@ -76,7 +77,7 @@ def _queue(runs: list[Replayed]) -> str:
         top.plot(ts, [s[1] for s in r.samples], label=r.policy)
         line = bottom.plot(ts, [s[2] for s in r.samples], label=r.policy)[0]
         bottom.plot(ts, [s[3] for s in r.samples], linestyle=":", color=line.get_color())
-    top.set_ylabel("jobs pending")
+    top.set_ylabel("jobs (pods) pending")
     top.legend()
     bottom.set_ylabel("nodes")
     bottom.set_xlabel("hours")
@@ -110,10 +111,11 @@ def _cell(v: Any) -> str:
 
 
 def _page(runs: list[Replayed], about: dict[str, Any], figures: list[tuple[str, str]]) -> str:
-    head = "".join(f"<th>{c}</th>" for c in ["policy", *COLUMNS])
+    shown = [c for c in COLUMNS if any(c in r.outcomes for r in runs)]
+    head = "".join(f"<th>{c}</th>" for c in ["policy", *shown])
     rows = "".join(
         f"<tr><td>{html.escape(r.policy)}</td>"
-        + "".join(f"<td>{_cell(r.outcomes.get(c))}</td>" for c in COLUMNS)
+        + "".join(f"<td>{_cell(r.outcomes.get(c))}</td>" for c in shown)
         + "</tr>"
         for r in runs
     )

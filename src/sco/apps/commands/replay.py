@@ -23,7 +23,8 @@ DEFAULT_POLICIES = "sco,spot-requeue,power-save-guaranteed,static-guaranteed"
     "--workload",
     type=click.Path(path_type=Path),
     required=True,
-    help="Batch jobs in the Standard Workload Format (.swf) of the Parallel Workloads Archive.",
+    help="Batch jobs in the Standard Workload Format (.swf) of the Parallel Workloads Archive, "
+    "or services and jobs of pods for a Kubernetes partition (.yaml; docs/replay.md).",
 )
 @click.option(
     "--trace",
@@ -59,7 +60,8 @@ DEFAULT_POLICIES = "sco,spot-requeue,power-save-guaranteed,static-guaranteed"
     "--max-nodes",
     type=int,
     default=None,
-    help="The cluster's most nodes (default: the file's MaxNodes, else its widest job).",
+    help="The cluster's most nodes (default: the file's MaxNodes, else its widest job; "
+    "for pods, the file's max_nodes, else its peak).",
 )
 @click.option(
     "--cycle-s", type=float, default=30.0, show_default=True, help="Seconds between cycles."
@@ -153,6 +155,7 @@ COLUMNS = (
     ("slowdown", "bounded_slowdown", "{:.2f}"),
     ("requeues", "requeues", "{:d}"),
     ("lost node-h", "lost_node_hours", "{:.1f}"),
+    ("svc down", "service_unavailable_share", "{:.2%}"),
     ("busy", "utilisation", "{:.0%}"),
     ("cost", "cost", "{:.0f}"),
     ("vs guar.", "cost_vs_guaranteed", "{:.0%}"),
@@ -162,11 +165,12 @@ COLUMNS = (
 def _table(runs: list[Replayed]) -> Table:
     table = Table(title="sco replay: what the jobs' users felt")
     table.add_column("policy")
-    for title, _, _ in COLUMNS:
+    shown = [c for c in COLUMNS if any(c[1] in r.outcomes for r in runs)]
+    for title, _, _ in shown:
         table.add_column(title, justify="right")
     for r in runs:
         cells = []
-        for _, key, fmt in COLUMNS:
+        for _, key, fmt in shown:
             value = r.outcomes.get(key)
             cells.append("-" if value is None else fmt.format(value))
         table.add_row(r.policy, *cells)

@@ -20,6 +20,7 @@ from typing import Any
 from sco.adapters.kubernetes.connect import api_error
 from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, DRAIN_REASON
 from sco.adapters.kubernetes.pods import PARTITION_LABEL
+from sco.lab.workload.kubecluster import CacheInformer, ListResponse
 
 Json = dict[str, Any]
 
@@ -31,28 +32,6 @@ class Lost:
     pod: str
     node: str
     at: float
-
-
-@dataclass
-class _Response:
-    data: bytes
-
-
-@dataclass
-class _Informer:
-    """What `KubernetesNodes` reads of an informer: its cache."""
-
-    source: Callable[[], list[Json]]
-
-    def items(self) -> list[Json]:
-        return self.source()
-
-    def get(self, namespace: str, name: str) -> Json | None:
-        for obj in self.source():
-            meta = obj["metadata"]
-            if meta.get("namespace", "") == namespace and meta["name"] == name:
-                return obj
-        return None
 
 
 @dataclass
@@ -73,8 +52,8 @@ class SimKube:
     _next: int = 0
 
     def __post_init__(self) -> None:
-        self.node_informer = _Informer(lambda: list(self.nodes_by_name.values()))
-        self.pod_informer = _Informer(lambda: list(self.pods.values()))
+        self.node_informer = CacheInformer(lambda: list(self.nodes_by_name.values()), "nodes")
+        self.pod_informer = CacheInformer(lambda: list(self.pods.values()), "pods")
 
     # ------------------------------------------------------------ CoreV1Api
 
@@ -127,11 +106,11 @@ class SimKube:
 
     def list_pod_for_all_namespaces(
         self, field_selector: str = "", _preload_content: bool = True, **_: Any
-    ) -> _Response:
+    ) -> ListResponse:
         self._reach()
         on = field_selector.removeprefix("spec.nodeName=")
         items = [p for p in self.pods.values() if p["spec"].get("nodeName") == on]
-        return _Response(json.dumps({"items": items}).encode())
+        return ListResponse(json.dumps({"items": items}).encode())
 
     # ------------------------------------------------------------ the world's side
 

@@ -24,11 +24,12 @@ from typing import Any
 from sco.lab.region import COLD_START_S, SimConfig
 from sco.lab.simulation import Simulation, SimulationInputError, SimulationSpec
 from sco.lab.traces import TraceSet, load_traces, repeated
-from sco.lab.workload.side import BatchSide, slurm_spec
+from sco.lab.workload.kubefile import KubeWorkload, is_kube_workload, peak_nodes, read_kube_workload
+from sco.lab.workload.kubeside import KubeSide, kube_spec
+from sco.lab.workload.side import BatchSide, FixedDemand, slurm_spec
 from sco.lab.workload.swf import Workload, read_swf
 
 PARTITION = "batch"
-TAU_S = 10.0  # bounded slowdown's floor on a job's run time
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ class Replayed:
     lost: list[tuple[float, float]] = field(default_factory=list)  # (when, node-seconds)
 
 
-def load(spec: ReplaySpec) -> tuple[Workload, TraceSet]:
+def load(spec: ReplaySpec) -> tuple[Workload | KubeWorkload, TraceSet]:
     """Check the inputs; raises WorkloadError, TraceError or SimulationInputError."""
     if spec.notice_s < 0:
         raise SimulationInputError(f"--notice-s: must be >= 0, got {spec.notice_s}")
@@ -98,6 +99,9 @@ def load(spec: ReplaySpec) -> tuple[Workload, TraceSet]:
         raise SimulationInputError(f"--cold-start-s: must be >= 0, got {spec.cold_start_s}")
     if spec.pool_size is not None and spec.pool_size < 1:
         raise SimulationInputError(f"--pool-size: must be >= 1, got {spec.pool_size}")
+    if is_kube_workload(spec.workload):
+        kube = read_kube_workload(spec.workload, spec.days, spec.max_nodes)
+        return kube, load_traces(spec.traces)
     workload = read_swf(spec.workload, spec.max_nodes, spec.days, spec.procs_per_node)
     return workload, load_traces(spec.traces)
 
@@ -106,7 +110,7 @@ def replay(
     spec: ReplaySpec,
     policies: Sequence[str],
     progress: Callable[[str, float], None] | None = None,
-) -> tuple[Workload, list[Replayed], dict[str, Any]]:
+) -> tuple[Workload | KubeWorkload, list[Replayed], dict[str, Any]]:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise SimulationInputError(
@@ -121,9 +125,10 @@ def replay(
         "trace_days": round(trace_days, 3),
         "trace_plays": plays,  # > 1: the trace was shorter and repeats from its start
         "max_nodes": workload.max_nodes,
-        "procs_per_node": workload.procs_per_node,
         "workload": workload.summary(),
     }
+    if isinstance(workload, Workload):
+        about["procs_per_node"] = workload.procs_per_node
     runs = []
     for name in policies:
 
@@ -135,11 +140,13 @@ def replay(
     return workload, runs, about
 
 
-def window_of(spec: ReplaySpec, workload: Workload) -> float:
+def window_of(spec: ReplaySpec, workload: Workload | KubeWorkload) -> float:
     """How long a replay runs: the days asked for, else until the last job submitted
-    could have ended by its limit."""
+    could have ended by its limit (the last pod by its run, or its service's stop)."""
     if spec.days is not None:
         return spec.days * 86400.0
+    if isinstance(workload, KubeWorkload):
+        return workload.default_window_s()
     return workload.span_s + max(j.limit_s for j in workload.jobs)
 
 
@@ -166,21 +173,15 @@ def fixed_size(workload: Workload, window_s: float, which: str) -> int:
 def _run(
     spec: ReplaySpec,
     name: str,
-    workload: Workload,
+    workload: Workload | KubeWorkload,
     traces: TraceSet,
     window_s: float,
     progress: Callable[[float], None],
 ) -> Replayed:
     policy = POLICIES[name]
-    region_name = traces.region.name or traces.folder.name
-    demand_spec = slurm_spec(
-        PARTITION, region_name, workload.procs_per_node, workload.max_nodes,
-        spec.requeue_lead_s, spec.floor,
-    )  # fmt: skip
     start = traces.start_s
     end = min(traces.end_s, start + window_s)
-    fixed = None if policy.fixed is None else fixed_size(workload, window_s, policy.fixed)
-    side = BatchSide(workload, demand_spec, start, spec.checkpoint_s, fixed)
+    side, fixed = _side(spec, policy, workload, traces, window_s)
     sim_spec = SimulationSpec(
         traces=spec.traces,
         demand=spec.workload,
@@ -198,8 +199,8 @@ def _run(
     )
     sim = Simulation(sim_spec, traces, side.demand, sim_spec.new_policy(), start, end, side)
     result = sim.run(progress=progress)
-    waits = waits_of(side, end)
-    outcomes = outcomes_of(side, start, end, waits)
+    waits = side.waits(end)
+    outcomes: dict[str, float | int | None] = dict(side.outcomes(start, end, waits))
     totals = result.aggregate()
     outcomes.update(
         cost=round(float(totals["cost"]), 2),
@@ -212,46 +213,25 @@ def _run(
     return Replayed(name, outcomes, start, waits, side.samples, side.cluster.lost)
 
 
-def outcomes_of(
-    side: BatchSide, start: float, end: float, waits: list[float]
-) -> dict[str, float | int | None]:
-    """What the jobs' users felt, from the queue's ledger at `end` (`waits`: `waits_of`)."""
-    jobs = list(side.cluster.jobs_by_id.values())
-    done = [q for q in jobs if q.state == "COMPLETED" and q.ended_at is not None]
-    slowdowns = [
-        max(1.0, ((q.ended_at or end) - start - q.job.submit_s) / max(q.job.run_s, TAU_S))
-        for q in done
-    ]
-    return {
-        "jobs_submitted": len(jobs),
-        "jobs_completed": len(done),
-        "jobs_failed": sum(q.state == "FAILED" for q in jobs),
-        "jobs_unfinished": sum(q.state in ("PENDING", "RUNNING") for q in jobs),
-        "wait_p50_s": _pct(waits, 0.50),
-        "wait_p95_s": _pct(waits, 0.95),
-        "wait_p99_s": _pct(waits, 0.99),
-        "bounded_slowdown": round(sum(slowdowns) / len(slowdowns), 3) if slowdowns else None,
-        "requeues": sum(q.requeues for q in jobs),
-        "lost_node_hours": round(sum(q.lost_node_s for q in jobs) / 3600.0, 3),
-        "work_node_hours": round(sum(q.job.run_s * q.job.nodes for q in done) / 3600.0, 3),
-        "utilisation": _round(side.cluster.utilisation(end), 4),
-    }
-
-
-def waits_of(side: BatchSide, end: float) -> list[float]:
-    """Each job's time pending by `end` (every wait, requeues' too), in order."""
-    return sorted(
-        q.waited_s + (end - q.pending_since if q.state == "PENDING" else 0.0)
-        for q in side.cluster.jobs_by_id.values()
-    )
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _pct(ordered: list[float], q: float) -> float | None:
-    """The nearest-rank percentile of sorted values."""
-    if not ordered:
-        return None
-    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 1)
+def _side(
+    spec: ReplaySpec,
+    policy: ReplayPolicy,
+    workload: Workload | KubeWorkload,
+    traces: TraceSet,
+    window_s: float,
+) -> tuple[BatchSide | KubeSide, int | None]:
+    """The scheduler side of one policy's run, and the static cluster's size if any."""
+    region = traces.region.name or traces.folder.name
+    start = traces.start_s
+    if isinstance(workload, KubeWorkload):
+        kspec = kube_spec(PARTITION, region, workload, spec.floor)
+        size = None if policy.fixed is None else peak_nodes(workload, window_s, policy.fixed)
+        fixed = None if size is None else FixedDemand(kspec.partition, min(size, kspec.max_units))
+        side = KubeSide(workload, kspec, start, spec.requeue_lead_s, spec.checkpoint_s, fixed)
+        return side, None if fixed is None else fixed.nodes
+    demand_spec = slurm_spec(
+        PARTITION, region, workload.procs_per_node, workload.max_nodes,
+        spec.requeue_lead_s, spec.floor,
+    )  # fmt: skip
+    size = None if policy.fixed is None else fixed_size(workload, window_s, policy.fixed)
+    return BatchSide(workload, demand_spec, start, spec.checkpoint_s, size), size

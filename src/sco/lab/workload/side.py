@@ -12,6 +12,7 @@ demand is a constant number of nodes (`fixed_nodes`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec
 from sco.adapters.slurm.nodes import SlurmNodes, SlurmPartition, SlurmView, node_features, node_name
@@ -20,6 +21,7 @@ from sco.domain.demand import Demand, Partition, SchedulerKind
 from sco.engine.clock import ManualClock
 from sco.lab.region import SimRegion
 from sco.lab.workload.cluster import BatchCluster
+from sco.lab.workload.outcomes import bounded_slowdown, pct, rounded
 from sco.lab.workload.swf import Workload
 from sco.ports import DemandSource, SchedulerCluster, ServerView
 
@@ -45,7 +47,100 @@ class FixedDemand:
         return None
 
 
-class BatchSide:
+class LabCluster(Protocol):
+    """What a replay's side needs of the lab's cluster, whichever its scheduler."""
+
+    def submit(self, work: Any) -> None: ...
+
+    def next_event_time(self) -> float | None: ...
+
+    def step(self) -> bool: ...
+
+    def server_gone(self, name: str) -> None: ...
+
+
+class WorkloadSide:
+    """What a replay's scheduler side does whatever the scheduler: work arrives at its
+    times, nodes register when their servers join and go with them, and the queue
+    and nodes are sampled for the report. `cluster` is set by the subclass."""
+
+    cluster: LabCluster
+
+    def __init__(self, partition: str, work: Sequence[Any], arrivals: Sequence[float],
+                 start_s: float) -> None:  # fmt: skip
+        self.partition_name = partition
+        self.work = work
+        self.arrivals = arrivals  # each piece of work's, from the start, in order
+        self.start_s = start_s
+        self._clock: ManualClock | None = None
+        self._region: SimRegion | None = None
+        self._next = 0  # the next piece of work to submit
+        # (when, pending, nodes up, nodes busy) every `SAMPLE_S`, for the report
+        self.samples: list[tuple[float, int, int, int]] = []
+        self._next_sample = start_s
+        self._registered: dict[str, str] = {}  # server id -> its node, once registered
+        self._server_events = -1
+        self._spot: dict[str, bool] = {}  # pool id -> spot (the region's pools, at attach)
+
+    def _now(self) -> float:
+        return self._clock.now() if self._clock is not None else self.start_s
+
+    def _listing(self, partition: str) -> Sequence[ServerView]:
+        return self._region.list(partition) if self._region is not None else ()
+
+    def _attach(self, region: SimRegion, clock: ManualClock) -> None:
+        self._region, self._clock = region, clock
+        self._spot = {p.id: p.is_spot for p in region.pools()}
+
+    def next_event_time(self) -> float | None:
+        times = [self.cluster.next_event_time()]
+        if self._next < len(self.arrivals):
+            times.append(self.start_s + self.arrivals[self._next])
+        return min((t for t in times if t is not None), default=None)
+
+    def advance(self, t: float) -> bool:
+        moved = False
+        while self._next < len(self.arrivals) and self.start_s + self.arrivals[self._next] <= t:
+            self.cluster.submit(self.work[self._next])
+            self._next += 1
+            moved = True
+        moved = self._nodes() or moved
+        moved = self.cluster.step() or moved
+        if t >= self._next_sample:
+            self.samples.append((t, *self._counts()))
+            self._next_sample = t + SAMPLE_S
+        return moved
+
+    def _counts(self) -> tuple[int, int, int]:
+        """(pending, nodes up, nodes busy) now."""
+        raise NotImplementedError
+
+    def _join(self, server: ServerView, capacity_class: str) -> str:
+        """Register the server's node; returns its name."""
+        raise NotImplementedError
+
+    def _nodes(self) -> bool:
+        """Nodes register when their servers join, and go with their servers."""
+        region = self._region
+        assert region is not None
+        name = self.partition_name
+        events = region.server_events.get(name, 0)
+        if events == self._server_events:
+            return False
+        self._server_events = events
+        servers = {v.server_id: v for v in region.list(name)}
+        views = region.nodes(name)
+        for sid, node in views.items():
+            server = servers.get(sid)
+            if node.joined and sid not in self._registered and server is not None:
+                cls = "spot" if self._spot.get(server.pool, False) else "guaranteed"
+                self._registered[sid] = self._join(server, cls)
+        for sid in [s for s in self._registered if s not in views]:
+            self.cluster.server_gone(self._registered.pop(sid))
+        return True
+
+
+class BatchSide(WorkloadSide):
     """The queue, its cluster and its node plane, on the simulation's clock."""
 
     def __init__(
@@ -56,12 +151,11 @@ class BatchSide:
         checkpoint_s: float | None = None,
         fixed_nodes: int | None = None,
     ) -> None:
+        jobs = workload.jobs
+        super().__init__(spec.partition.name, jobs, [j.submit_s for j in jobs], start_s)
         self.workload = workload
         self.spec = spec
-        self.start_s = start_s
-        self._clock: ManualClock | None = None
-        self._region: SimRegion | None = None
-        self.cluster = BatchCluster(
+        self.cluster: BatchCluster = BatchCluster(
             spec.partition.name,
             spec.slurm.shape,
             self._now,
@@ -75,77 +169,56 @@ class BatchSide:
             if fixed_nodes is None
             else FixedDemand(spec.partition, fixed_nodes)
         )
-        self._next = 0  # the next job of the workload to submit
-        # (when, jobs pending, nodes up, nodes busy) every `SAMPLE_S`, for the report
-        self.samples: list[tuple[float, int, int, int]] = []
-        self._next_sample = start_s
-        self._registered: set[str] = set()  # server ids whose nodes registered
-        self._server_events = -1
-        self._spot: dict[str, bool] = {}  # pool id -> spot (the region's pools, at attach)
-
-    def _now(self) -> float:
-        return self._clock.now() if self._clock is not None else self.start_s
-
-    def _listing(self, partition: str) -> Sequence[ServerView]:
-        return self._region.list(partition) if self._region is not None else ()
 
     # ------------------------------------------------------------ SchedulerSide
 
     def attach(self, region: SimRegion, clock: ManualClock) -> SchedulerCluster:
-        self._region, self._clock = region, clock
-        self._spot = {p.id: p.is_spot for p in region.pools()}
+        self._attach(region, clock)
         slurm = {self.spec.partition.name: self.spec.slurm}
         return SlurmNodes(self.view, slurm, self._listing, clock)
 
-    def next_event_time(self) -> float | None:
-        times = [self.cluster.next_event_time()]
-        if self._next < len(self.workload.jobs):
-            times.append(self.start_s + self.workload.jobs[self._next].submit_s)
-        return min((t for t in times if t is not None), default=None)
-
-    def advance(self, t: float) -> bool:
-        jobs = self.workload.jobs
-        moved = False
-        while self._next < len(jobs) and self.start_s + jobs[self._next].submit_s <= t:
-            self.cluster.submit(jobs[self._next])
-            self._next += 1
-            moved = True
-        moved = self._nodes() or moved
-        moved = self.cluster.step() or moved
-        if t >= self._next_sample:
-            self._sample(t)
-        return moved
-
-    def _sample(self, t: float) -> None:
+    def _counts(self) -> tuple[int, int, int]:
         c = self.cluster
         pending = sum(q.state == "PENDING" for q in c.live.values())
         up = [n for n in c.nodes_by_name.values() if n.state != "down"]
-        busy = sum(n.state == "allocated" for n in up)
-        self.samples.append((t, pending, len(up), busy))
-        self._next_sample = t + SAMPLE_S
+        return pending, len(up), sum(n.state == "allocated" for n in up)
 
-    def _nodes(self) -> bool:
-        """Nodes register when their servers' slurmd joins, and go with their servers."""
-        region = self._region
-        assert region is not None
-        name = self.spec.partition.name
-        events = region.server_events.get(name, 0)
-        if events == self._server_events:
-            return False
-        self._server_events = events
-        servers = {v.server_id: v for v in region.list(name)}
-        views = region.nodes(name)
-        for sid, node in views.items():
-            server = servers.get(sid)
-            if node.joined and sid not in self._registered and server is not None:
-                cls = "spot" if self._spot.get(server.pool, False) else "guaranteed"
-                features = node_features(name, cls, server.pool, self.spec.slurm.installation)
-                self.cluster.register(node_name(sid), frozenset(features))
-                self._registered.add(sid)
-        for sid in [s for s in self._registered if s not in views]:
-            self.cluster.server_gone(node_name(sid))
-            self._registered.discard(sid)
-        return True
+    def _join(self, server: ServerView, capacity_class: str) -> str:
+        features = node_features(
+            self.partition_name, capacity_class, server.pool, self.spec.slurm.installation
+        )
+        name = node_name(server.server_id)
+        self.cluster.register(name, frozenset(features))
+        return name
+
+    # ------------------------------------------------------------ what users felt
+
+    def waits(self, end: float) -> list[float]:
+        """Each job's time pending by `end` (every wait, requeues' too), in order."""
+        return sorted(
+            q.waited_s + (end - q.pending_since if q.state == "PENDING" else 0.0)
+            for q in self.cluster.jobs_by_id.values()
+        )
+
+    def outcomes(self, start: float, end: float, waits: list[float]) -> dict[str, float | None]:
+        """From the queue's ledger at `end` (`waits`: `waits(end)`)."""
+        jobs = list(self.cluster.jobs_by_id.values())
+        done = [q for q in jobs if q.state == "COMPLETED" and q.ended_at is not None]
+        took = [((q.ended_at or end) - start - q.job.submit_s, q.job.run_s) for q in done]
+        return {
+            "jobs_submitted": len(jobs),
+            "jobs_completed": len(done),
+            "jobs_failed": sum(q.state == "FAILED" for q in jobs),
+            "jobs_unfinished": sum(q.state in ("PENDING", "RUNNING") for q in jobs),
+            "wait_p50_s": pct(waits, 0.50),
+            "wait_p95_s": pct(waits, 0.95),
+            "wait_p99_s": pct(waits, 0.99),
+            "bounded_slowdown": bounded_slowdown(took),
+            "requeues": sum(q.requeues for q in jobs),
+            "lost_node_hours": round(sum(q.lost_node_s for q in jobs) / 3600.0, 3),
+            "work_node_hours": round(sum(q.job.run_s * q.job.nodes for q in done) / 3600.0, 3),
+            "utilisation": rounded(self.cluster.utilisation(end), 4),
+        }
 
 
 def slurm_spec(
