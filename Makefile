@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/failover.py
 	$(BIN)/python bench/controlplane.py
 	$(BIN)/python bench/slurm.py
+	$(BIN)/python bench/slurm_replay.py
 	$(BIN)/python bench/distributor.py
 	$(BIN)/python bench/cycle.py
 	$(BIN)/python bench/kube_intake.py

@@ -42,6 +42,7 @@ SERVICE_BENCHES = {
     "failover.py": "tests/test_interrupt.py",  # run, then interrupted mid-way
     "openstack_tier.py": "tests/test_interrupt.py",  # run, then interrupted mid-way
     "slurm.py": "tests/test_slurm.py",
+    "slurm_replay.py": "tests/test_slurm.py",
     "soak.py": "tests/test_benches_services.py",
 }
 

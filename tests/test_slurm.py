@@ -374,6 +374,31 @@ def test_the_slurm_bench_at_smoke_size(
     assert sum(result["node_hours"].values()) > 0, result
 
 
+def test_the_slurm_replay_bench_at_smoke_size(
+    tmp_path: Path,
+    stack: NovaStack,
+    cluster: SlurmCluster,
+    boot: SlurmBoot,
+    bench: Callable[[str], ModuleType],
+) -> None:
+    """bench/slurm_replay.py's own code to its result, on this tier's services: a few
+    jobs of the bundled workload's first hours, replayed on real Slurm and in the lab;
+    every job completes on both sides."""
+    module = bench("slurm_replay")
+    args = argparse.Namespace(
+        workload=module.DATA / "workloads" / "synthetic-2d.swf", speedup=600.0, hours=3.0,
+        max_nodes=4, procs_per_node=None, trace=module.DATA / "traces" / "apache" / "v100-9zone",
+        notice_s=5.0, requeue_lead_s=3.0, interval_s=1.0, limit_s=150.0, seed=0,
+    )  # fmt: skip
+    result = module.measure(tmp_path, stack, cluster, boot, args)
+    keys = ("jobs", "completed_real", "completed_sim", "requeues_real", "requeues_sim",
+            "wait_p95_real_s", "wait_p95_sim_s")  # fmt: skip
+    assert all(key in result for key in keys), result
+    assert result["jobs"] >= 5, result
+    assert result["completed_real"] == result["jobs"], result
+    assert result["completed_sim"] == result["jobs"], result
+
+
 def test_slurm_start_errors_exit_2_naming_the_problem(
     tmp_path: Path, stack: NovaStack, cluster: SlurmCluster
 ) -> None:

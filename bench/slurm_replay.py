@@ -1,0 +1,523 @@
+"""`sco replay` against a real Slurm cluster: the same workload window and capacity
+trace through slurmctld/slurmd on sco's nodes (Nova test stack), time sped up K-fold.
+
+A real second stands for K simulated ones. Both sides read the same inputs:
+- the workload's first `--hours`, written as an SWF file whose time limits are
+  rounded up so that limit/K is a whole number of real minutes (Slurm's unit);
+- a capacity trace folder, one series per hall of the stack (by default the
+  bundled v100-9zone's first zones), a 1 standing for the hall's spot slots.
+The real side: `sco run` on the stack, jobs submitted at submit/K (whole nodes,
+`sbatch -N n --exclusive`), each job "working" run/K seconds, saving its work on
+SIGTERM (sco's requeue before a reclaim) and resuming from it; a reclaimer plays
+the trace as the simulated region does: a capacity drop is announced notice/K
+before it (Placement's spot capacity lowered, the newest excess servers given
+`sco:reclaim-at`), and at the drop the servers still over it are deleted.
+The sim side: `replay(ReplaySpec(...), ["sco"])` with cycle, requeue lead,
+notice, idle keep and cold start (measured: create to slurmd registered) × K.
+
+Prints one JSON line: {"jobs", "completed_real", "completed_sim", "requeues_real",
+"requeues_sim", "wait_p95_real_s", "wait_p95_sim_s", ...} (seconds are simulated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sco.adapters.openstack.resources import META_CLASS, META_RECLAIM_AT
+from sco.adapters.slurm.nodes import node_name
+from sco.lab.region import COLD_START_S
+from sco.lab.traces import TraceSet, load_traces, repeated
+from sco.lab.workload.replay import ReplaySpec, replay
+from sco.lab.workload.swf import Workload, read_swf
+from sco_harness import services
+from sco_harness.openstack_stack import ROOT, NovaStack
+from sco_harness.services import stop_on_signals
+from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
+
+HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
+SLOTS = 4  # CUSTOM_SPOT_SLOT per compute
+DATA = ROOT / "src" / "sco" / "data"
+WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"}
+SLURM_HOLD_S = 120.0  # the lab's requeue hold (AuthInfo cred_expire)
+JOB = """#!/bin/bash
+# $1: the job's work in ms. A SIGTERM (sco's requeue) saves the work done; a rerun resumes.
+D={dir}; id=$SLURM_JOB_ID; t0=$(date +%s%N); saved=0
+[ -f $D/$id.work ] && saved=$(cat $D/$id.work)
+echo $id >> $D/started
+save() {{
+  echo $(( saved + ($(date +%s%N) - t0) / 1000000 )) > $D/$id.tmp
+  mv $D/$id.tmp $D/$id.work; exit 143
+}}
+trap save TERM
+left=$(( $1 - saved ))
+if [ $left -gt 0 ]; then
+  sleep $(( left / 1000 )).$(printf %03d $(( left % 1000 ))) & wait $! || save
+fi
+echo $id >> $D/done
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[bench/slurm_replay] {msg}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", type=Path, default=DATA / "workloads" / "synthetic-2d.swf")
+    ap.add_argument("--speedup", type=float, default=120.0, help="Simulated s per real s.")
+    ap.add_argument("--hours", type=float, default=36.0, help="The workload's first hours.")
+    ap.add_argument("--max-nodes", type=int, default=16, help="Most nodes (wider jobs left out).")
+    ap.add_argument("--procs-per-node", type=int, default=None)
+    ap.add_argument("--trace", type=Path, default=DATA / "traces" / "apache" / "v100-9zone")
+    ap.add_argument("--notice-s", type=float, default=12.0, help="Real notice before a drop.")
+    ap.add_argument("--requeue-lead-s", type=float, default=6.0, help="Real requeue lead.")
+    ap.add_argument("--interval-s", type=float, default=2.0, help="sco's real cycle.")
+    ap.add_argument("--limit-s", type=float, default=2400.0, help="Give up after this long.")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--base-port", type=int, default=19400)
+    ap.add_argument("--keep", type=Path, default=None, help="Run folder to keep (logs).")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sco-bench-slurm-replay-") as tmp:
+        print(json.dumps(run(args.keep or Path(tmp), args), sort_keys=True))
+
+
+def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    stack = NovaStack(folder / "nova", args.base_port, HALLS, SLOTS)
+    cluster = SlurmCluster(folder / "slurm", partitions=("batch",), sco_partition="hpc")
+    started = time.monotonic()
+    stack.up()
+    cluster.start()
+    _requeue_hold(cluster, args.speedup)
+    boot = SlurmBoot(cluster, lambda: stack.servers(tags="sco")).start()
+    log(f"Nova and Slurm up in {time.monotonic() - started:.0f} s")
+    try:
+        return measure(folder, stack, cluster, boot, args)
+    finally:
+        boot.stop()
+        cluster.stop()
+        stack.down()
+
+
+def _requeue_hold(cluster: SlurmCluster, k: float) -> None:
+    """Slurm holds a requeued job cred_expire s (120 by default, at least 5): the lab's
+    120 simulated seconds, as near as Slurm allows."""
+    hold = max(5, math.ceil(SLURM_HOLD_S / k))
+    text = cluster.conf.read_text()
+    line = next(x for x in text.splitlines() if x.startswith("AuthInfo="))
+    cluster.conf.write_text(text.replace(line, f"{line},cred_expire={hold}"))
+    cluster.restart_ctld()
+
+
+def measure(
+    folder: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot, args: argparse.Namespace
+) -> dict[str, Any]:  # fmt: skip
+    """Both sides on running services (the Slurm tier's smoke run brings its own)."""
+    del boot  # running: it turns sco's servers into Slurm nodes
+    k = float(args.speedup)
+    folder.mkdir(parents=True, exist_ok=True)
+    workload = read_swf(args.workload, args.max_nodes, args.hours / 24, args.procs_per_node)
+    swf = _write_window(folder / "window.swf", workload, k)
+    workload = read_swf(swf, workload.max_nodes, None, workload.procs_per_node)
+    slots = {h: len(hosts) * stack.slots for h, hosts in stack.halls.items()}
+    trace_dir = _write_trace(folder / "trace", args.trace, list(stack.halls), max(slots.values()))
+    idle_keep = 300.0  # SlurmPartition.idle_keep_s, which the lab's partition keeps
+    config = _config(folder, stack, cluster, workload.max_nodes, args, idle_keep / k)
+    log(f"{len(workload.jobs)} jobs over {args.hours} h at {k:g}x; trace {args.trace.name}")
+    cmd = [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(config)]
+    proc = services.spawn(cmd, log=folder / "sco-run.log", cwd=ROOT)
+    try:
+        real = _drive(folder, args, stack, cluster, workload, trace_dir, slots, proc)
+    finally:
+        services.stop_group(proc, signal.SIGTERM, 60)
+        Placement(stack).restore()
+    cold_s = real.pop("cold_start_real_s")
+    spec = ReplaySpec(
+        workload=swf, traces=trace_dir, days=real.pop("span_sim_s") / 86400,
+        notice_s=args.notice_s * k, procs_per_node=workload.procs_per_node,
+        max_nodes=workload.max_nodes, cycle_s=args.interval_s * k, seed=args.seed,
+        requeue_lead=args.requeue_lead_s * k,
+        cold_start_s=cold_s * k if cold_s is not None else COLD_START_S,
+    )  # fmt: skip
+    log(f"the sim side: {spec}")
+    _, runs, _ = replay(spec, ["sco"])
+    sim = runs[0].outcomes
+    result = {
+        "jobs": len(workload.jobs),
+        "completed_real": real.pop("completed"),
+        "completed_sim": sim["jobs_completed"],
+        "requeues_real": real.pop("requeues"),
+        "requeues_sim": sim["requeues"],
+        "wait_p95_real_s": real.pop("wait_p95_s"),
+        "wait_p95_sim_s": sim["wait_p95_s"],
+        "wait_p50_real_s": real.pop("wait_p50_s"),
+        "wait_p50_sim_s": sim["wait_p50_s"],
+        "reclaims_sim": sim["reclaims"],
+        "unfinished_sim": sim["jobs_unfinished"],
+        "speedup": k, "hours": args.hours, "max_nodes": workload.max_nodes,
+        "cycle_s": spec.cycle_s, "requeue_lead_s": spec.requeue_lead_s,
+        "notice_s": spec.notice_s, "cold_start_s": round(spec.cold_start_s, 1),
+        "idle_keep_s": idle_keep, "trace": str(args.trace),
+        "cold_start_real_s": cold_s, **real,
+    }  # fmt: skip
+    result["agree"] = _agree(result)
+    return result
+
+
+def _agree(r: dict[str, Any]) -> dict[str, bool]:
+    a, b = r["wait_p95_real_s"], r["wait_p95_sim_s"]
+    return {
+        "all_completed": r["completed_real"] == r["completed_sim"] == r["jobs"],
+        "requeues_within_2": abs(r["requeues_real"] - r["requeues_sim"]) <= 2,
+        "wait_p95_within_20pct": a is not None and b is not None and abs(a - b) <= 0.2 * b,
+    }
+
+
+def _write_window(path: Path, workload: Workload, k: float) -> Path:
+    """The window as SWF, each limit rounded up to whole real minutes (with a real
+    second to spare for the job's own start)."""
+    ppn = workload.procs_per_node
+    lines = [
+        f"; sco bench/slurm_replay window at {k:g}x",
+        f"; MaxNodes: {workload.max_nodes}",
+        f"; MaxProcs: {workload.max_nodes * ppn}",
+    ]
+    for j in workload.jobs:
+        minutes = math.ceil((j.limit_s / k + 1.0) / 60.0)
+        limit, procs = minutes * 60.0 * k, j.nodes * ppn
+        lines.append(
+            f"{j.job_id} {_num(j.submit_s)} -1 {_num(j.run_s)} {procs} -1 -1 {procs} "
+            f"{_num(limit)} -1 1 1 1 1 1 1 -1 -1"
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if x == int(x) else f"{x:.3f}"
+
+
+def _write_trace(folder: Path, source: Path, halls: list[str], pool_size: int) -> Path:
+    """The source's first series, one per hall (named after it), and a region file:
+    a 1 of a 0/1 series is the hall's spot slots; a count is clamped to them."""
+    traces = load_traces(source)
+    if len(traces.series) < len(halls):
+        raise SystemExit(f"--trace {source}: {len(traces.series)} series for {len(halls)} halls")
+    folder.mkdir(parents=True, exist_ok=True)
+    for hall, s in zip(halls, traces.series, strict=False):
+        values = s.values if s.binary else tuple(min(v, pool_size) for v in s.values)
+        rows = ["date,availability"] + [
+            f"{datetime.fromtimestamp(t, UTC).strftime('%Y-%m-%d %H:%M:%S')},{v}"
+            for t, v in zip(s.times, values, strict=True)
+        ]
+        (folder / f"{hall}.csv").write_text("\n".join(rows) + "\n")
+    region = {
+        "name": "lab", "flavor": "spot.small", "halls": len(halls), "pool_size": pool_size,
+        "spot_price_per_h": 0.1, "guaranteed_price_per_h": 0.3,
+    }  # fmt: skip
+    (folder / "region.yaml").write_text(yaml.safe_dump(region))
+    return folder
+
+
+def _config(
+    folder: Path, stack: NovaStack, cluster: SlurmCluster, max_nodes: int,
+    args: argparse.Namespace, idle_keep_s: float,
+) -> Path:  # fmt: skip
+    k = float(args.speedup)
+    region = folder / "region.yaml"
+    region.write_text(yaml.safe_dump(stack.region()))
+    config = {
+        "state": {"url": f"sqlite:///{folder / 'state.sqlite'}"},
+        "provider": {"cloud": "sco-test", "region_file": str(region),
+                     "clouds_file": str(stack.clouds_yaml)},
+        "slurm": {"main": {"conf": str(cluster.conf), "cache_s": 0.5, "timeout_s": 5}},
+        "partitions": [
+            {
+                "name": "hpc", "kind": "slurm", "demand": "slurm", "floor_units": 0,
+                "max_units": max_nodes, "guaranteed_budget_units": max_nodes,
+                "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": cluster.cpus,
+                          "memory_mb": cluster.memory_mb,
+                          "requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s},
+            }
+        ],
+        "policy": {
+            "interval_s": args.interval_s,
+            "controller": {"list_grace_s": 20, "act": {"drain_s": 60.0 / k}},
+            # the lab's defaults in simulated seconds, so in real ones here
+            "exclusion": {"window_s": 600.0 / k, "base_cooldown_s": 600.0 / k,
+                          "max_cooldown_s": 4 * 3600.0 / k, "quiet_reset_s": 3600.0 / k},
+        },
+        "http": {"run_port": 0},
+        "log": {"level": "info"},
+    }  # fmt: skip
+    path = folder / "sco.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Placement:
+    """Each hall's spot capacity, as `reserved` CUSTOM_SPOT_SLOT on its computes."""
+
+    RC = "CUSTOM_SPOT_SLOT"
+
+    def __init__(self, stack: NovaStack) -> None:
+        self.stack = stack
+        self.api = stack.conn.placement
+        self.want: dict[str, int] = {}  # hall -> spot capacity
+        self.rps = {
+            h: self._get(f"/resource_providers?name={h}")["resource_providers"][0]["uuid"]
+            for hosts in stack.halls.values() for h in hosts
+        }  # fmt: skip
+
+    def _get(self, path: str) -> Any:
+        r = self.api.get(path, microversion="1.39")
+        if r.status_code != 200:
+            raise RuntimeError(f"placement GET {path}: HTTP {r.status_code}: {r.text[:200]}")
+        return r.json()
+
+    def apply(self, hall: str) -> None:
+        """Spread the hall's capacity over its computes, those in use first."""
+        hosts = self.stack.halls[hall]
+        inv, used = {}, {}
+        for h in hosts:
+            inv[h] = self._get(f"/resource_providers/{self.rps[h]}/inventories/{self.RC}")
+            used[h] = int(self._get(f"/resource_providers/{self.rps[h]}/usages")["usages"]
+                          .get(self.RC, 0))  # fmt: skip
+        left = self.want.get(hall, sum(i["total"] for i in inv.values()))
+        cap = dict.fromkeys(hosts, 0)
+        for h in sorted(hosts, key=lambda h: -used[h]):
+            cap[h] = min(used[h], inv[h]["total"], left)
+            left -= cap[h]
+        for h in hosts:
+            more = min(inv[h]["total"] - cap[h], left)
+            cap[h], left = cap[h] + more, left - more
+        for h in hosts:
+            reserved = inv[h]["total"] - cap[h]
+            if inv[h]["reserved"] != reserved:
+                body = {**inv[h], "reserved": reserved}
+                path = f"/resource_providers/{self.rps[h]}/inventories/{self.RC}"
+                r = self.api.put(path, json=body, microversion="1.39")
+                if r.status_code != 200:
+                    log(f"placement: {h} reserved={reserved}: HTTP {r.status_code}")
+
+    def restore(self) -> None:
+        self.want = {}
+        for hall in self.stack.halls:
+            self.apply(hall)
+
+
+def _events(traces: TraceSet, halls: list[str], notice_s: float) -> list[Any]:
+    """(sim time, kind, hall, drop time) as the lab's region orders them: capacity
+    changes (kind 2) and, notice_s before each, its announcement (kind 3)."""
+    out = []
+    for hall, s in zip(halls, traces.series, strict=False):
+        for t, _ in s.changes():
+            out.append((t, 2, hall, t))
+            if notice_s > 0 and t > traces.start_s:
+                out.append((max(traces.start_s, t - notice_s), 3, hall, t))
+    return sorted(out)
+
+
+def _drive(
+    folder: Path, args: argparse.Namespace, stack: NovaStack, cluster: SlurmCluster,
+    workload: Workload, trace_dir: Path, slots: dict[str, int], proc: subprocess.Popen[bytes],
+) -> dict[str, Any]:  # fmt: skip
+    """The real side: jobs submitted, the trace played, each job's waits added up."""
+    k = float(args.speedup)
+    jobs_dir = folder / "jobs"
+    jobs_dir.mkdir(exist_ok=True)
+    script = jobs_dir / "job.sh"
+    script.write_text(JOB.format(dir=jobs_dir))
+    script.chmod(0o755)
+    halls = list(stack.halls)
+    traces, _ = repeated(load_traces(trace_dir), load_traces(trace_dir).start_s + args.limit_s * k)
+    size = traces.region.pool_size
+    start = traces.start_s
+    series = dict(zip(halls, traces.series, strict=False))
+
+    def capacity(hall: str, value: int) -> int:
+        return min(slots[hall], value * size if series[hall].binary else value)
+
+    events = _events(traces, halls, args.notice_s * k)
+    placement = Placement(stack)
+    now_cap = {h: capacity(h, series[h].value_at(start)) for h in halls}
+    announced: dict[str, list[tuple[float, int]]] = {h: [] for h in halls}
+    deadlines: dict[str, float] = {}  # server id -> when it goes (wall clock)
+    placement.want = dict(now_cap)
+    for h in halls:
+        placement.apply(h)
+    t0 = time.time()
+
+    def wall(sim_t: float) -> float:
+        return t0 + (sim_t - start) / k
+
+    submitted: dict[int, float] = {}  # slurm id -> wall time submitted
+    pending_since: dict[int, float] = {}
+    waited: Counter[int] = Counter()
+    created: dict[str, float] = {}
+    registered: dict[str, float] = {}
+    stats = Counter[str]()
+    nxt = 0
+    last_poll = last_check = last_log = t0
+    deleted: set[str] = set()
+    done: set[int] = set()
+    while time.time() - t0 < args.limit_s:
+        now = time.time()
+        while nxt < len(workload.jobs) and t0 + workload.jobs[nxt].submit_s / k <= now:
+            j = workload.jobs[nxt]
+            at = time.time()
+            jid = _sbatch(cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
+                          [str(script), str(round(j.run_s / k * 1000))])  # fmt: skip
+            submitted[jid], pending_since[jid] = at, at
+            nxt += 1
+        if proc.poll() is not None:
+            raise RuntimeError(f"sco run exited {proc.returncode}")
+        while events and wall(events[0][0]) <= time.time():
+            t, kind, hall, drop = events.pop(0)
+            servers = _spot_servers(stack, hall, deleted)
+            if kind == 3:  # a drop announced: capacity lowered now, the newest noticed
+                future = capacity(hall, series[hall].value_at(drop))
+                announced[hall].append((drop, future))
+                staying = [s for s in servers if deadlines.get(s["id"], math.inf) > wall(drop)]
+                fresh = [s for s in staying if s["id"] not in deadlines]
+                for s in sorted(fresh, key=lambda s: s["created"], reverse=True)[
+                    : len(staying) - future
+                ]:
+                    _notice(stack, s["id"], wall(drop))
+                    deadlines[s["id"]] = wall(drop)
+                    stats["notices"] += 1
+            else:  # the drop: what is over capacity goes, noticed first, then the newest
+                now_cap[hall] = capacity(hall, series[hall].value_at(t))
+                announced[hall] = [(a, v) for a, v in announced[hall] if a > t]
+                newest = sorted(servers, key=lambda s: s["created"], reverse=True)
+                for s in sorted(newest, key=lambda s: s["id"] not in deadlines)[
+                    : max(0, len(servers) - now_cap[hall])
+                ]:
+                    stats["reclaims_unnoticed"] += s["id"] not in deadlines
+                    _delete(stack, s["id"], deleted)
+            placement.want[hall] = min([now_cap[hall]] + [v for _, v in announced[hall]])
+            placement.apply(hall)
+        for sid, deadline in list(deadlines.items()):
+            if deadline <= time.time():
+                del deadlines[sid]
+                if sid not in deleted:
+                    _delete(stack, sid, deleted)
+        now = time.time()
+        queue = cluster.squeue()
+        done = {int(x) for x in _lines(jobs_dir / "done")} & set(submitted)
+        mid = (last_poll + now) / 2
+        for jid in submitted:
+            waiting = queue.get(jid) in WAITING
+            if waiting and jid not in pending_since:
+                pending_since[jid] = mid
+            elif not waiting and jid in pending_since and (jid in queue or jid in done):
+                waited[jid] += mid - pending_since.pop(jid)
+        last_poll = now
+        states = cluster.node_states()
+        for name in states:
+            registered.setdefault(name, now)
+        if now - last_check > 3:
+            last_check = now
+            for s in stack.servers(tags="sco"):
+                created.setdefault(s["id"], _epoch(s["created"]))
+            for h in halls:
+                placement.apply(h)  # Nova's own updates may have put reserved back
+        if nxt == len(workload.jobs) and len(done) == len(submitted):
+            break
+        if now - last_log >= 30:
+            last_log = now
+            sim_h = (now - t0) * k / 3600
+            log(f"t={now - t0:.0f} s (sim {sim_h:.1f} h): {nxt} submitted, {len(done)} done, "
+                f"{len(states)} nodes, {dict(stats)}")  # fmt: skip
+        time.sleep(max(0.0, 0.5 - (time.time() - now)))
+    end = time.time()
+    for jid, since in pending_since.items():
+        waited[jid] += end - since
+    starts = Counter(int(x) for x in _lines(jobs_dir / "started"))
+    waits = sorted(waited[j] * k for j in submitted)
+    # create (Nova's `created`, whole seconds: + 0.5) to the node first seen in sinfo
+    colds = sorted(registered[node_name(i)] - c - 0.5 for i, c in created.items()
+                   if node_name(i) in registered)  # fmt: skip
+    return {
+        "completed": len(done),
+        "requeues": sum(max(0, starts[j] - 1) for j in submitted),
+        "wait_p95_s": _pct(waits, 0.95),
+        "wait_p50_s": _pct(waits, 0.50),
+        "never_started": sum(1 for j in submitted if starts[j] == 0),
+        "cold_start_real_s": round(colds[len(colds) // 2], 2) if colds else None,
+        "servers": len(created),
+        "reclaims_real": stats["notices"] + stats["reclaims_unnoticed"],
+        "wall_s": round(end - t0, 1),
+        "span_sim_s": max((end - t0) * k * 1.5, workload.span_s + 86400.0),
+        **stats,
+    }
+
+
+def _sbatch(cluster: SlurmCluster, jobs: Path, nodes: int, minutes: int, cmd: list[str]) -> int:
+    """Whole nodes, as the lab's jobs: one task of all the node's CPUs on each."""
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-p", cluster.partitions[0], "-o", str(jobs / "%j.out"),
+         "-N", str(nodes), "--ntasks-per-node=1", "-c", str(cluster.cpus), "--exclusive",
+         "--requeue", "-t", str(minutes), *cmd],
+        env=cluster.env, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    return int(out.strip().split(";")[0])
+
+
+def _spot_servers(stack: NovaStack, hall: str, deleted: set[str]) -> list[dict[str, Any]]:
+    return [
+        s for s in stack.servers(tags="sco")
+        if s.get("OS-EXT-AZ:availability_zone") == hall and s["id"] not in deleted
+        and (s.get("metadata") or {}).get(META_CLASS) == "spot" and s.get("status") != "ERROR"
+    ]  # fmt: skip
+
+
+def _notice(stack: NovaStack, sid: str, deadline: float) -> None:
+    r = stack.conn.compute.put(
+        f"/servers/{sid}/metadata/{META_RECLAIM_AT}",
+        json={"meta": {META_RECLAIM_AT: f"{deadline:.2f}"}}, microversion="2.90",
+    )  # fmt: skip
+    if r.status_code != 200:
+        log(f"notice to {sid}: HTTP {r.status_code}")
+
+
+def _delete(stack: NovaStack, sid: str, deleted: set[str]) -> None:
+    """The cloud takes the server back."""
+    deleted.add(sid)
+    r = stack.conn.compute.delete(f"/servers/{sid}", microversion="2.90")
+    if r.status_code not in (204, 404):
+        log(f"reclaim of {sid}: HTTP {r.status_code}")
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _lines(path: Path) -> list[str]:
+    return [x for x in path.read_text().split() if x.isdigit()] if path.exists() else []
+
+
+def _pct(ordered: list[float], q: float) -> float | None:
+    """The nearest-rank percentile of sorted values, as the replay reports it."""
+    if not ordered:
+        return None
+    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 1)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    with stop_on_signals():
+        main()
