@@ -12,8 +12,8 @@ SIGTERM (sco's requeue before a reclaim) and resuming from it; a reclaimer plays
 the trace as the simulated region does: a capacity drop is announced notice/K
 before it (Placement's spot capacity lowered, the newest excess servers given
 `sco:reclaim-at`), and at the drop the servers still over it are deleted.
-The sim side: `replay(ReplaySpec(...), ["sco"])` with cycle, requeue lead,
-notice, idle keep and cold start (measured: create to slurmd registered) × K.
+The sim side: `replay(ReplaySpec(...), ["sco"])`, cycle, requeue lead, notice, idle
+keep and cold start (measured: create to slurmd registered) × K.
 
 Prints one JSON line: {"jobs", "completed_real", "completed_sim", "requeues_real",
 "requeues_sim", "wait_p95_real_s", "wait_p95_sim_s", ...} (seconds are simulated).
@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("--notice-s", type=float, default=12.0, help="Real notice before a drop.")
     ap.add_argument("--requeue-lead-s", type=float, default=6.0, help="Real requeue lead.")
     ap.add_argument("--interval-s", type=float, default=2.0, help="sco's real cycle.")
+    ap.add_argument("--cold-start-s", type=float, default=2.5, help="Real boot the pools say.")
     ap.add_argument("--limit-s", type=float, default=2400.0, help="Give up after this long.")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base-port", type=int, default=19400)
@@ -157,16 +158,11 @@ def measure(
     sim = runs[0].outcomes
     result = {
         "jobs": len(workload.jobs),
-        "completed_real": real.pop("completed"),
-        "completed_sim": sim["jobs_completed"],
-        "requeues_real": real.pop("requeues"),
-        "requeues_sim": sim["requeues"],
-        "wait_p95_real_s": real.pop("wait_p95_s"),
-        "wait_p95_sim_s": sim["wait_p95_s"],
-        "wait_p50_real_s": real.pop("wait_p50_s"),
-        "wait_p50_sim_s": sim["wait_p50_s"],
-        "reclaims_sim": sim["reclaims"],
-        "unfinished_sim": sim["jobs_unfinished"],
+        "completed_real": real.pop("completed"), "completed_sim": sim["jobs_completed"],
+        "requeues_real": real.pop("requeues"), "requeues_sim": sim["requeues"],
+        "wait_p95_real_s": real.pop("wait_p95_s"), "wait_p95_sim_s": sim["wait_p95_s"],
+        "wait_p50_real_s": real.pop("wait_p50_s"), "wait_p50_sim_s": sim["wait_p50_s"],
+        "reclaims_sim": sim["reclaims"], "unfinished_sim": sim["jobs_unfinished"],
         "speedup": k, "hours": args.hours, "max_nodes": workload.max_nodes,
         "cycle_s": spec.cycle_s, "requeue_lead_s": spec.requeue_lead_s,
         "notice_s": spec.notice_s, "cold_start_s": round(spec.cold_start_s, 1),
@@ -198,16 +194,10 @@ def _write_window(path: Path, workload: Workload, k: float) -> Path:
     for j in workload.jobs:
         minutes = math.ceil((j.limit_s / k + 1.0) / 60.0)
         limit, procs = minutes * 60.0 * k, j.nodes * ppn
-        lines.append(
-            f"{j.job_id} {_num(j.submit_s)} -1 {_num(j.run_s)} {procs} -1 -1 {procs} "
-            f"{_num(limit)} -1 1 1 1 1 1 1 -1 -1"
-        )
+        lines.append(f"{j.job_id} {j.submit_s:.10g} -1 {j.run_s:.10g} {procs} -1 -1 {procs} "
+                     f"{limit:.10g} -1 1 1 1 1 1 1 -1 -1")  # fmt: skip
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def _num(x: float) -> str:
-    return f"{x:.0f}" if x == int(x) else f"{x:.3f}"
 
 
 def _write_trace(folder: Path, source: Path, halls: list[str], pool_size: int) -> Path:
@@ -237,22 +227,23 @@ def _config(
     args: argparse.Namespace, idle_keep_s: float,
 ) -> Path:  # fmt: skip
     k = float(args.speedup)
-    region = folder / "region.yaml"
-    region.write_text(yaml.safe_dump(stack.region()))
+    region, spec = folder / "region.yaml", stack.region()
+    for pool in spec["pools"]:  # what the lab's pools say: their notice and cold start
+        pool["notice_s"] = args.notice_s if pool["class"] == "spot" else 0.0
+        pool["cold_start_s"] = args.cold_start_s
+    region.write_text(yaml.safe_dump(spec))
     config = {
         "state": {"url": f"sqlite:///{folder / 'state.sqlite'}"},
         "provider": {"cloud": "sco-test", "region_file": str(region),
                      "clouds_file": str(stack.clouds_yaml)},
         "slurm": {"main": {"conf": str(cluster.conf), "cache_s": 0.5, "timeout_s": 5}},
-        "partitions": [
-            {
-                "name": "hpc", "kind": "slurm", "demand": "slurm", "floor_units": 0,
-                "max_units": max_nodes, "guaranteed_budget_units": max_nodes,
-                "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": cluster.cpus,
-                          "memory_mb": cluster.memory_mb,
-                          "requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s},
-            }
-        ],
+        "partitions": [{
+            "name": "hpc", "kind": "slurm", "demand": "slurm", "floor_units": 0,
+            "max_units": max_nodes, "guaranteed_budget_units": max_nodes,
+            "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": cluster.cpus,
+                      "memory_mb": cluster.memory_mb,
+                      "requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s},
+        }],
         "policy": {
             "interval_s": args.interval_s,
             "controller": {"list_grace_s": 20, "act": {"drain_s": 60.0 / k}},
@@ -343,9 +334,9 @@ def _drive(
     script.write_text(JOB.format(dir=jobs_dir))
     script.chmod(0o755)
     halls = list(stack.halls)
-    traces, _ = repeated(load_traces(trace_dir), load_traces(trace_dir).start_s + args.limit_s * k)
-    size = traces.region.pool_size
-    start = traces.start_s
+    traces = load_traces(trace_dir)
+    start, size = traces.start_s, traces.region.pool_size
+    traces, _ = repeated(traces, start + args.limit_s * k)
     series = dict(zip(halls, traces.series, strict=False))
 
     def capacity(hall: str, value: int) -> int:
@@ -365,15 +356,11 @@ def _drive(
         return t0 + (sim_t - start) / k
 
     submitted: dict[int, float] = {}  # slurm id -> wall time submitted
-    pending_since: dict[int, float] = {}
-    waited: Counter[int] = Counter()
-    created: dict[str, float] = {}
-    registered: dict[str, float] = {}
-    stats = Counter[str]()
-    nxt = 0
-    last_poll = last_check = last_log = t0
-    deleted: set[str] = set()
-    done: set[int] = set()
+    pending_since: dict[int, float] = {}  # slurm id -> waiting since (wall)
+    created: dict[str, float] = {}  # server id -> created (wall)
+    registered: dict[str, float] = {}  # node -> first seen in sinfo (wall)
+    waited, stats, deleted, done = Counter[int](), Counter[str](), set[str](), set[int]()
+    nxt, last_poll, last_check, last_log = 0, t0, t0, t0
     while time.time() - t0 < args.limit_s:
         now = time.time()
         while nxt < len(workload.jobs) and t0 + workload.jobs[nxt].submit_s / k <= now:
@@ -387,25 +374,22 @@ def _drive(
             raise RuntimeError(f"sco run exited {proc.returncode}")
         while events and wall(events[0][0]) <= time.time():
             t, kind, hall, drop = events.pop(0)
-            servers = _spot_servers(stack, hall, deleted)
+            servers = sorted(_spot_servers(stack, hall, deleted), key=lambda s: s["created"])
+            servers.reverse()  # the newest first, as the lab's region reclaims them
             if kind == 3:  # a drop announced: capacity lowered now, the newest noticed
                 future = capacity(hall, series[hall].value_at(drop))
                 announced[hall].append((drop, future))
                 staying = [s for s in servers if deadlines.get(s["id"], math.inf) > wall(drop)]
                 fresh = [s for s in staying if s["id"] not in deadlines]
-                for s in sorted(fresh, key=lambda s: s["created"], reverse=True)[
-                    : len(staying) - future
-                ]:
+                for s in fresh[: max(0, len(staying) - future)]:
                     _notice(stack, s["id"], wall(drop))
                     deadlines[s["id"]] = wall(drop)
                     stats["notices"] += 1
             else:  # the drop: what is over capacity goes, noticed first, then the newest
                 now_cap[hall] = capacity(hall, series[hall].value_at(t))
                 announced[hall] = [(a, v) for a, v in announced[hall] if a > t]
-                newest = sorted(servers, key=lambda s: s["created"], reverse=True)
-                for s in sorted(newest, key=lambda s: s["id"] not in deadlines)[
-                    : max(0, len(servers) - now_cap[hall])
-                ]:
+                over = sorted(servers, key=lambda s: s["id"] not in deadlines)  # stable
+                for s in over[: max(0, len(servers) - now_cap[hall])]:
                     stats["reclaims_unnoticed"] += s["id"] not in deadlines
                     _delete(stack, s["id"], deleted)
             placement.want[hall] = min([now_cap[hall]] + [v for _, v in announced[hall]])
@@ -432,7 +416,7 @@ def _drive(
         if now - last_check > 3:
             last_check = now
             for s in stack.servers(tags="sco"):
-                created.setdefault(s["id"], _epoch(s["created"]))
+                created.setdefault(s["id"], datetime.fromisoformat(s["created"]).timestamp())
             for h in halls:
                 placement.apply(h)  # Nova's own updates may have put reserved back
         if nxt == len(workload.jobs) and len(done) == len(submitted):
@@ -452,18 +436,14 @@ def _drive(
     colds = sorted(registered[node_name(i)] - c - 0.5 for i, c in created.items()
                    if node_name(i) in registered)  # fmt: skip
     return {
-        "completed": len(done),
-        "requeues": sum(max(0, starts[j] - 1) for j in submitted),
-        "wait_p95_s": _pct(waits, 0.95),
-        "wait_p50_s": _pct(waits, 0.50),
+        "completed": len(done), "requeues": sum(max(0, starts[j] - 1) for j in submitted),
+        "wait_p95_s": _pct(waits, 0.95), "wait_p50_s": _pct(waits, 0.50),
         "never_started": sum(1 for j in submitted if starts[j] == 0),
         "cold_start_real_s": round(colds[len(colds) // 2], 2) if colds else None,
-        "servers": len(created),
+        "servers": len(created), "wall_s": round(end - t0, 1),
         "reclaims_real": stats["notices"] + stats["reclaims_unnoticed"],
-        "wall_s": round(end - t0, 1),
-        "span_sim_s": max((end - t0) * k * 1.5, workload.span_s + 86400.0),
-        **stats,
-    }
+        "span_sim_s": max((end - t0) * k * 1.5, workload.span_s + 86400.0), **stats,
+    }  # fmt: skip
 
 
 def _sbatch(cluster: SlurmCluster, jobs: Path, nodes: int, minutes: int, cmd: list[str]) -> int:
@@ -500,10 +480,6 @@ def _delete(stack: NovaStack, sid: str, deleted: set[str]) -> None:
     r = stack.conn.compute.delete(f"/servers/{sid}", microversion="2.90")
     if r.status_code not in (204, 404):
         log(f"reclaim of {sid}: HTTP {r.status_code}")
-
-
-def _epoch(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def _lines(path: Path) -> list[str]:

@@ -388,7 +388,8 @@ def test_the_slurm_replay_bench_at_smoke_size(
     args = argparse.Namespace(
         workload=module.DATA / "workloads" / "synthetic-2d.swf", speedup=600.0, hours=3.0,
         max_nodes=4, procs_per_node=None, trace=module.DATA / "traces" / "apache" / "v100-9zone",
-        notice_s=5.0, requeue_lead_s=3.0, interval_s=1.0, limit_s=150.0, seed=0,
+        notice_s=5.0, requeue_lead_s=3.0, interval_s=1.0, cold_start_s=2.5, limit_s=150.0,
+        seed=0,
     )  # fmt: skip
     result = module.measure(tmp_path, stack, cluster, boot, args)
     keys = ("jobs", "completed_real", "completed_sim", "requeues_real", "requeues_sim",
