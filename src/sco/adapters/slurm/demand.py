@@ -112,7 +112,7 @@ def need(
 
     # Work that asks for guaranteed capacity first, on guaranteed nodes; the rest then
     # goes anywhere, in what room is left.
-    room = {n.name: n.free() for n in mine}
+    room = {n.name: n.room for n in mine}
     g_pack = pack(slices(wants_g), spec.shape, [room[n.name] for n in guaranteed_nodes])
     room.update(zip((n.name for n in guaranteed_nodes), g_pack.free_after, strict=True))
     o_pack = pack(slices(others), spec.shape, [room[n.name] for n in mine])
@@ -139,6 +139,9 @@ class SlurmDemandSource:
         self._listing = listing
         self.specs: Mapping[str, SlurmDemandSpec] = {s.partition.name: s for s in specs}
         self._reported: set[int] = set()
+        # partition -> (jobs, nodes, now, servers, need) of its last count: asked again
+        # on the same read (the same lists) at the same time, the count is the same
+        self._last: dict[str, tuple[object, object, float, object, Need]] = {}
 
     def partitions(self) -> Sequence[Partition]:
         return [s.partition for s in self.specs.values()]
@@ -150,7 +153,7 @@ class SlurmDemandSource:
         servers = None
         if self._listing is not None:
             servers = {node_name(v.server_id) for v in self._listing(partition)}
-        n = need(spec.slurm, jobs, nodes, now, servers, max_nodes=spec.max_units)
+        n = self._need(partition, spec, jobs, nodes, now, servers)
         fresh = [j for j in n.unfit_jobs if j not in self._reported]
         if fresh:
             self._reported.update(fresh)
@@ -172,6 +175,23 @@ class SlurmDemandSource:
             guaranteed_units=min(n.guaranteed, target, spec.guaranteed_budget_units),
             unfit_work=len(n.unfit_jobs),
         )
+
+    def _need(
+        self,
+        partition: str,
+        spec: SlurmDemandSpec,
+        jobs: Sequence[Job],
+        nodes: Sequence[SlurmNode],
+        now: float,
+        servers: set[str] | None,
+    ) -> Need:
+        last = self._last.get(partition)
+        same_read = last is not None and last[0] is jobs and last[1] is nodes
+        if last is not None and same_read and last[2:4] == (now, servers):
+            return last[4]
+        n = need(spec.slurm, jobs, nodes, now, servers, max_nodes=spec.max_units)
+        self._last[partition] = (jobs, nodes, now, servers, n)
+        return n
 
     def next_change_after(self, now: float) -> float | None:  # noqa: ARG002
         """Unknown: Slurm's demand changes as jobs come."""

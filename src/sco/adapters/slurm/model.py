@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sco.decide.binpack import Size
@@ -58,27 +58,24 @@ class SlurmNode:
     partitions: tuple[str, ...]
     last_busy: float
     registered_at: float | None = None  # when its slurmd started (registered)
+    # Read many times per cycle over thousands of nodes: worked out once, when read.
+    draining: bool = field(init=False, compare=False, repr=False)  # told to drain
+    busy: bool = field(init=False, compare=False, repr=False)  # jobs run there
+    up: bool = field(init=False, compare=False, repr=False)  # can take work unless draining
+    room: Size = field(init=False, compare=False, repr=False)  # CPUs and memory free
 
-    @property
-    def draining(self) -> bool:
-        return "DRAIN" in self.flags
-
-    @property
-    def busy(self) -> bool:
-        return self.alloc_cpus > 0 or self.state in ("allocated", "mixed", "completing")
+    def __post_init__(self) -> None:
+        put = object.__setattr__  # frozen: set once, here
+        put(self, "draining", "DRAIN" in self.flags)
+        put(self, "busy", self.alloc_cpus > 0 or self.state in ("allocated", "mixed", "completing"))
+        # Registered and reachable.
+        put(self, "up", self.state not in _NOT_UP_STATES and not (self.flags & _NOT_UP_FLAGS))
+        put(self, "room", Size(self.cpus - self.alloc_cpus, self.memory_mb - self.alloc_memory_mb))
 
     @property
     def drained(self) -> bool:
         """Told to drain, and nothing runs there any more."""
         return self.draining and not self.busy
-
-    @property
-    def up(self) -> bool:
-        """Registered and reachable: it can take work (unless draining)."""
-        return self.state not in _NOT_UP_STATES and not (self.flags & _NOT_UP_FLAGS)
-
-    def free(self) -> Size:
-        return Size(self.cpus - self.alloc_cpus, self.memory_mb - self.alloc_memory_mb)
 
 
 # Slurm prints no integer wider than 64 bits; a wider one is not Slurm's (and not a float).

@@ -125,7 +125,7 @@ class BatchCluster:
         key = (self._version, self.now())
         if self._jobs_read[0] != key:
             self._jobs_read = (key, [self._view_job(q) for q in self.live.values()])
-        return list(self._jobs_read[1])
+        return self._jobs_read[1]  # the same list until something changes: never mutated
 
     def _view_job(self, q: QueuedJob) -> Job:
         pending = q.state == "PENDING"
@@ -151,7 +151,7 @@ class BatchCluster:
                 self._version,
                 [self._view_node(n) for n in self.nodes_by_name.values()],
             )
-        return list(self._nodes_read[1])
+        return self._nodes_read[1]
 
     def _view_node(self, n: ClusterNode) -> SlurmNode:
         if n.view is None:
