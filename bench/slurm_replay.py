@@ -1,15 +1,12 @@
 """`sco replay` against a real Slurm cluster: the same workload window and capacity
 trace through slurmctld/slurmd on sco's nodes (Nova test stack), time sped up K-fold.
 
-A real second stands for K simulated ones. Both sides read the same inputs:
-- the workload's first `--hours`, written as an SWF file whose time limits are
-  rounded up so that limit/K is a whole number of real minutes (Slurm's unit);
-- a capacity trace folder, one series per hall of the stack (by default the
-  bundled v100-9zone's first zones), a 1 standing for the hall's spot slots.
-The real side: `sco run` on the stack, jobs submitted at submit/K (whole nodes,
-`sbatch -N n --exclusive`), each job "working" run/K seconds, saving its work on
-SIGTERM (sco's requeue before a reclaim) and resuming from it; a reclaimer plays
-the trace as the simulated region does: a capacity drop is announced notice/K
+A real second stands for K simulated ones. Both sides read the same inputs: the
+workload's first `--hours` as SWF, limits rounded up to whole real minutes; a trace
+folder, one series per hall of the stack, a 1 standing for the hall's spot slots.
+The real side: `sco run`, jobs submitted at submit/K (`sbatch -N n --exclusive`),
+each "working" run/K s, saving its work on SIGTERM (sco's requeue) and resuming;
+a reclaimer plays the trace as the lab's region does: a drop is announced notice/K
 before it (Placement's spot capacity lowered, the newest excess servers given
 `sco:reclaim-at`), and at the drop the servers still over it are deleted.
 The sim side: `replay(ReplaySpec(...), ["sco"])`, cycle, requeue lead, notice, idle
@@ -31,9 +28,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -48,6 +47,7 @@ from sco_harness.openstack_stack import ROOT, NovaStack
 from sco_harness.services import stop_on_signals
 from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
 
+T = TypeVar("T")
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
 SLOTS = 4  # CUSTOM_SPOT_SLOT per compute
 DATA = ROOT / "src" / "sco" / "data"
@@ -62,8 +62,7 @@ save() {{
   echo $(( saved + ($(date +%s%N) - t0) / 1000000 )) > $D/$id.tmp
   mv $D/$id.tmp $D/$id.work; exit 143
 }}
-trap save TERM
-left=$(( $1 - saved ))
+trap save TERM; left=$(( $1 - saved ))
 if [ $left -gt 0 ]; then
   sleep $(( left / 1000 )).$(printf %03d $(( left % 1000 ))) & wait $! || save
 fi
@@ -80,7 +79,7 @@ def main() -> None:
     ap.add_argument("--workload", type=Path, default=DATA / "workloads" / "synthetic-2d.swf")
     ap.add_argument("--speedup", type=float, default=120.0, help="Simulated s per real s.")
     ap.add_argument("--hours", type=float, default=36.0, help="The workload's first hours.")
-    ap.add_argument("--max-nodes", type=int, default=16, help="Most nodes (wider jobs left out).")
+    ap.add_argument("--max-nodes", type=int, default=24, help="Most nodes (wider jobs left out).")
     ap.add_argument("--procs-per-node", type=int, default=None)
     ap.add_argument("--trace", type=Path, default=DATA / "traces" / "apache" / "v100-9zone")
     ap.add_argument("--notice-s", type=float, default=12.0, help="Real notice before a drop.")
@@ -114,8 +113,7 @@ def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _requeue_hold(cluster: SlurmCluster, k: float) -> None:
-    """Slurm holds a requeued job cred_expire s (120 by default, at least 5): the lab's
-    120 simulated seconds, as near as Slurm allows."""
+    """Slurm holds a requeued job cred_expire s (at least 5): the lab's 120 sim s, or near."""
     hold = max(5, math.ceil(SLURM_HOLD_S / k))
     text = cluster.conf.read_text()
     line = next(x for x in text.splitlines() if x.startswith("AuthInfo="))
@@ -144,7 +142,7 @@ def measure(
         real = _drive(folder, args, stack, cluster, workload, trace_dir, slots, proc)
     finally:
         services.stop_group(proc, signal.SIGTERM, 60)
-        Placement(stack).restore()
+        Placement(stack).set({})
     cold_s = real.pop("cold_start_real_s")
     spec = ReplaySpec(
         workload=swf, traces=trace_dir, days=real.pop("span_sim_s") / 86400,
@@ -169,28 +167,20 @@ def measure(
         "idle_keep_s": idle_keep, "trace": str(args.trace),
         "cold_start_real_s": cold_s, **real,
     }  # fmt: skip
-    result["agree"] = _agree(result)
-    return result
-
-
-def _agree(r: dict[str, Any]) -> dict[str, bool]:
-    a, b = r["wait_p95_real_s"], r["wait_p95_sim_s"]
-    return {
+    a, b, r = result["wait_p95_real_s"], result["wait_p95_sim_s"], result
+    result["agree"] = {
         "all_completed": r["completed_real"] == r["completed_sim"] == r["jobs"],
         "requeues_within_2": abs(r["requeues_real"] - r["requeues_sim"]) <= 2,
         "wait_p95_within_20pct": a is not None and b is not None and abs(a - b) <= 0.2 * b,
     }
+    return result
 
 
 def _write_window(path: Path, workload: Workload, k: float) -> Path:
-    """The window as SWF, each limit rounded up to whole real minutes (with a real
-    second to spare for the job's own start)."""
+    """The window as SWF, each limit rounded up to whole real minutes (1 s spare)."""
     ppn = workload.procs_per_node
-    lines = [
-        f"; sco bench/slurm_replay window at {k:g}x",
-        f"; MaxNodes: {workload.max_nodes}",
-        f"; MaxProcs: {workload.max_nodes * ppn}",
-    ]
+    lines = [f"; sco bench/slurm_replay window at {k:g}x", f"; MaxNodes: {workload.max_nodes}",
+             f"; MaxProcs: {workload.max_nodes * ppn}"]  # fmt: skip
     for j in workload.jobs:
         minutes = math.ceil((j.limit_s / k + 1.0) / 60.0)
         limit, procs = minutes * 60.0 * k, j.nodes * ppn
@@ -214,11 +204,9 @@ def _write_trace(folder: Path, source: Path, halls: list[str], pool_size: int) -
             for t, v in zip(s.times, values, strict=True)
         ]
         (folder / f"{hall}.csv").write_text("\n".join(rows) + "\n")
-    region = {
+    (folder / "region.yaml").write_text(yaml.safe_dump({
         "name": "lab", "flavor": "spot.small", "halls": len(halls), "pool_size": pool_size,
-        "spot_price_per_h": 0.1, "guaranteed_price_per_h": 0.3,
-    }  # fmt: skip
-    (folder / "region.yaml").write_text(yaml.safe_dump(region))
+        "spot_price_per_h": 0.1, "guaranteed_price_per_h": 0.3}))  # fmt: skip
     return folder
 
 
@@ -265,8 +253,7 @@ class Placement:
     RC = "CUSTOM_SPOT_SLOT"
 
     def __init__(self, stack: NovaStack) -> None:
-        self.stack = stack
-        self.api = stack.conn.placement
+        self.stack, self.api = stack, stack.conn.placement
         self.want: dict[str, int] = {}  # hall -> spot capacity
         self.rps = {
             h: self._get(f"/resource_providers?name={h}")["resource_providers"][0]["uuid"]
@@ -301,18 +288,19 @@ class Placement:
                 body = {**inv[h], "reserved": reserved}
                 path = f"/resource_providers/{self.rps[h]}/inventories/{self.RC}"
                 r = self.api.put(path, json=body, microversion="1.39")
-                if r.status_code != 200:
-                    log(f"placement: {h} reserved={reserved}: HTTP {r.status_code}")
+                if r.status_code != 200:  # 409: Nova wrote it meanwhile: read it again
+                    raise RuntimeError(f"placement: {h} reserved={reserved}: {r.status_code}")
 
-    def restore(self) -> None:
-        self.want = {}
+    def set(self, want: dict[str, int]) -> Placement:
+        """Each hall's spot capacity (a hall not named: all its slots)."""
+        self.want = dict(want)
         for hall in self.stack.halls:
             self.apply(hall)
+        return self
 
 
 def _events(traces: TraceSet, halls: list[str], notice_s: float) -> list[Any]:
-    """(sim time, kind, hall, drop time) as the lab's region orders them: capacity
-    changes (kind 2) and, notice_s before each, its announcement (kind 3)."""
+    """(sim time, kind, hall, drop time), ordered as the lab's region: capacity (2), notice (3)."""
     out = []
     for hall, s in zip(halls, traces.series, strict=False):
         for t, _ in s.changes():
@@ -328,10 +316,8 @@ def _drive(
 ) -> dict[str, Any]:  # fmt: skip
     """The real side: jobs submitted, the trace played, each job's waits added up."""
     k = float(args.speedup)
-    jobs_dir = folder / "jobs"
-    jobs_dir.mkdir(exist_ok=True)
-    script = jobs_dir / "job.sh"
-    script.write_text(JOB.format(dir=jobs_dir))
+    (jobs_dir := folder / "jobs").mkdir(exist_ok=True)
+    (script := jobs_dir / "job.sh").write_text(JOB.format(dir=jobs_dir))
     script.chmod(0o755)
     halls = list(stack.halls)
     traces = load_traces(trace_dir)
@@ -343,13 +329,10 @@ def _drive(
         return min(slots[hall], value * size if series[hall].binary else value)
 
     events = _events(traces, halls, args.notice_s * k)
-    placement = Placement(stack)
     now_cap = {h: capacity(h, series[h].value_at(start)) for h in halls}
+    placement = Placement(stack).set(now_cap)
     announced: dict[str, list[tuple[float, int]]] = {h: [] for h in halls}
     deadlines: dict[str, float] = {}  # server id -> when it goes (wall clock)
-    placement.want = dict(now_cap)
-    for h in halls:
-        placement.apply(h)
     t0 = time.time()
 
     def wall(sim_t: float) -> float:
@@ -366,16 +349,22 @@ def _drive(
         while nxt < len(workload.jobs) and t0 + workload.jobs[nxt].submit_s / k <= now:
             j = workload.jobs[nxt]
             at = time.time()
-            jid = _sbatch(cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
-                          [str(script), str(round(j.run_s / k * 1000))])  # fmt: skip
+            cmd = [str(script), str(round(j.run_s / k * 1000))]
+            jid = _retry(partial(_sbatch, cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
+                                 cmd), "sbatch")  # fmt: skip
             submitted[jid], pending_since[jid] = at, at
             nxt += 1
         if proc.poll() is not None:
             raise RuntimeError(f"sco run exited {proc.returncode}")
+        if cluster._ctld is not None and cluster._ctld.poll() is not None:
+            # Slurm 22.05's backfill thread segfaults now and then (dynamic nodes deleted)
+            log(f"slurmctld exited {cluster._ctld.returncode}: started again")
+            stats["slurmctld_restarts"] += 1
+            cluster.start_ctld()
         while events and wall(events[0][0]) <= time.time():
             t, kind, hall, drop = events.pop(0)
-            servers = sorted(_spot_servers(stack, hall, deleted), key=lambda s: s["created"])
-            servers.reverse()  # the newest first, as the lab's region reclaims them
+            held = _retry(partial(_spot_servers, stack, hall, deleted), "servers")
+            servers = sorted(held, key=lambda s: s["created"], reverse=True)  # newest first
             if kind == 3:  # a drop announced: capacity lowered now, the newest noticed
                 future = capacity(hall, series[hall].value_at(drop))
                 announced[hall].append((drop, future))
@@ -393,12 +382,11 @@ def _drive(
                     stats["reclaims_unnoticed"] += s["id"] not in deadlines
                     _delete(stack, s["id"], deleted)
             placement.want[hall] = min([now_cap[hall]] + [v for _, v in announced[hall]])
-            placement.apply(hall)
-        for sid, deadline in list(deadlines.items()):
-            if deadline <= time.time():
-                del deadlines[sid]
-                if sid not in deleted:
-                    _delete(stack, sid, deleted)
+            _retry(partial(placement.apply, hall), "placement")
+        for sid in [i for i, d in deadlines.items() if d <= time.time()]:
+            del deadlines[sid]
+            if sid not in deleted:
+                _delete(stack, sid, deleted)
         now = time.time()
         queue = cluster.squeue()
         done = {int(x) for x in _lines(jobs_dir / "done")} & set(submitted)
@@ -411,30 +399,27 @@ def _drive(
                 waited[jid] += mid - pending_since.pop(jid)
         last_poll = now
         states = cluster.node_states()
-        for name in states:
-            registered.setdefault(name, now)
+        registered.update({name: now for name in states if name not in registered})
         if now - last_check > 3:
             last_check = now
-            for s in stack.servers(tags="sco"):
+            for s in _retry(partial(stack.servers, tags="sco"), "servers"):
                 created.setdefault(s["id"], datetime.fromisoformat(s["created"]).timestamp())
             for h in halls:
-                placement.apply(h)  # Nova's own updates may have put reserved back
+                _retry(partial(placement.apply, h), "placement")  # Nova may have reset it
         if nxt == len(workload.jobs) and len(done) == len(submitted):
             break
         if now - last_log >= 30:
             last_log = now
-            sim_h = (now - t0) * k / 3600
-            log(f"t={now - t0:.0f} s (sim {sim_h:.1f} h): {nxt} submitted, {len(done)} done, "
-                f"{len(states)} nodes, {dict(stats)}")  # fmt: skip
+            log(f"t={now - t0:.0f} s (sim {(now - t0) * k / 3600:.1f} h): {nxt} submitted, "
+                f"{len(done)} done, {len(states)} nodes, {dict(stats)}")  # fmt: skip
         time.sleep(max(0.0, 0.5 - (time.time() - now)))
     end = time.time()
     for jid, since in pending_since.items():
         waited[jid] += end - since
     starts = Counter(int(x) for x in _lines(jobs_dir / "started"))
     waits = sorted(waited[j] * k for j in submitted)
-    # create (Nova's `created`, whole seconds: + 0.5) to the node first seen in sinfo
     colds = sorted(registered[node_name(i)] - c - 0.5 for i, c in created.items()
-                   if node_name(i) in registered)  # fmt: skip
+                   if node_name(i) in registered)  # created: whole s; to seen in sinfo  # fmt: skip
     return {
         "completed": len(done), "requeues": sum(max(0, starts[j] - 1) for j in submitted),
         "wait_p95_s": _pct(waits, 0.95), "wait_p50_s": _pct(waits, 0.50),
@@ -448,13 +433,28 @@ def _drive(
 
 def _sbatch(cluster: SlurmCluster, jobs: Path, nodes: int, minutes: int, cmd: list[str]) -> int:
     """Whole nodes, as the lab's jobs: one task of all the node's CPUs on each."""
-    out = subprocess.run(
+    done = subprocess.run(
         ["sbatch", "--parsable", "-p", cluster.partitions[0], "-o", str(jobs / "%j.out"),
          "-N", str(nodes), "--ntasks-per-node=1", "-c", str(cluster.cpus), "--exclusive",
          "--requeue", "-t", str(minutes), *cmd],
-        env=cluster.env, capture_output=True, text=True, check=True, timeout=60,
-    ).stdout  # fmt: skip
-    return int(out.strip().split(";")[0])
+        env=cluster.env, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch: {done.stderr.strip()}")
+    return int(done.stdout.strip().split(";")[0])
+
+
+def _retry(fn: Callable[[], T], what: str, tries: int = 10) -> T:
+    """`fn` again after a RuntimeError (a busy slurmctld, Nova or Placement)."""
+    for n in range(tries):
+        try:
+            return fn()
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            if n == tries - 1:
+                raise
+            log(f"{what} (again in 1 s): {e}")
+            time.sleep(1.0)
+    raise AssertionError
 
 
 def _spot_servers(stack: NovaStack, hall: str, deleted: set[str]) -> list[dict[str, Any]]:
