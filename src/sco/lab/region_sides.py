@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sco.domain.installation import DEFAULT_INSTALLATION, is_mine
 from sco.domain.pools import Pool
 from sco.ports import NodeView, RetryableProviderError, Secret, ServerStatus, ServerView
+
+_V = TypeVar("_V", ServerView, NodeView)
 
 if TYPE_CHECKING:  # the region that carries these sides
     from sco.lab.region import SimConfig, SimObserver
@@ -95,7 +97,10 @@ class RegionSides:
     def nodes(
         self, partition: str, installation: str = DEFAULT_INSTALLATION
     ) -> Mapping[str, NodeView]:
-        views = self._node_views.get(partition, {})
+        return self._mine(self._node_views.get(partition, {}), installation)
+
+    def _mine(self, views: Mapping[str, _V], installation: str) -> dict[str, _V]:
+        """Of `views` (by server id), those of `installation`'s servers."""
         servers = self._servers
         return {
             sid: v

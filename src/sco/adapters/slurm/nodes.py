@@ -36,7 +36,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 
@@ -154,6 +154,24 @@ def cut_short(
     return requeue, cannot
 
 
+_NOT_JOINED = NodeView(joined=False, drained=False)
+
+
+def _view_of(n: SlurmNode, note: str) -> NodeView:
+    order = _deadline(n.reason)
+    return NodeView(
+        joined=n.up,
+        drained=n.drained or (not n.up and n.draining),
+        joined_at=n.registered_at,
+        busy=n.busy,
+        pinned=n.draining and n.busy,  # its jobs end before sco's own move takes it
+        note=note,
+        # sco's order is its DRAIN reason; a node taken DOWN at its deadline keeps it.
+        leaving=order is not None and (n.draining or not n.up),
+        reclaim_by=order[1] if order is not None and order[0] == "reclaim" else None,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmPartition:
     """One sco partition on a Slurm cluster."""
@@ -164,10 +182,11 @@ class SlurmPartition:
     requeue_lead_s: float = 30.0  # a reclaim's jobs are requeued this long before it
     idle_keep_s: float = 300.0  # an idle node is still wanted this long after its last job
     installation: str = "default"  # this sco's, among those sharing the cluster
+    # The node feature naming the partition: read for every node, every cycle.
+    feature: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def feature(self) -> str:
-        return partition_feature(self.name, self.installation)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "feature", partition_feature(self.name, self.installation))
 
 
 class SlurmView:
@@ -223,30 +242,30 @@ class SlurmNodes:
         self._unrequeueable: set[int] = set()
         self._notes: dict[str, str] = {}  # node -> what its reclaim cuts short
         self.requeued_total = 0
+        self._by_name: tuple[object, dict[str, SlurmNode]] = (None, {})  # of the last read
+        self._views: dict[str, tuple[SlurmNode, str, NodeView]] = {}  # name -> last view
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         """Reads only (a dry run calls it on a real cluster)."""
         _, nodes = self.view.read()
-        by_name = {n.name: n for n in nodes}
+        if self._by_name[0] is not nodes:
+            self._by_name = (nodes, {n.name: n for n in nodes})
+        by_name = self._by_name[1]
         listed = {node_name(v.server_id): v.server_id for v in self._listing(partition)}
         out: dict[str, NodeView] = {}
+        kept: dict[str, tuple[SlurmNode, str, NodeView]] = {}
         for name, server_id in listed.items():
             n = by_name.get(name)
             if n is None:
-                out[server_id] = NodeView(joined=False, drained=False)
+                out[server_id] = _NOT_JOINED
                 continue
-            order = _deadline(n.reason)
-            out[server_id] = NodeView(
-                joined=n.up,
-                drained=n.drained or (not n.up and n.draining),
-                joined_at=n.registered_at,
-                busy=n.busy,
-                pinned=n.draining and n.busy,  # its jobs end before sco's own move takes it
-                note=self._notes.get(name, ""),
-                # sco's order is its DRAIN reason; a node taken DOWN at its deadline keeps it.
-                leaving=order is not None and (n.draining or not n.up),
-                reclaim_by=order[1] if order is not None and order[0] == "reclaim" else None,
-            )
+            note = self._notes.get(name, "")
+            seen = self._views.get(name)
+            if seen is None or seen[0] is not n or seen[1] != note:
+                seen = (n, note, _view_of(n, note))
+            kept[name] = seen
+            out[server_id] = seen[2]
+        self._views = kept  # a node read as before, with the same note, reads the same
         return out
 
     def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:

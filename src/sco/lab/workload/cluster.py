@@ -22,6 +22,7 @@ unless told to start now, and keeps its place (its age) in the queue.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,10 @@ class BatchCluster:
         self._version = 0
         self._jobs_read: tuple[tuple[int, float], list[Job]] = ((-1, 0.0), [])
         self._nodes_read: tuple[int, list[SlurmNode]] = (-1, [])
+        # (version, first end of a running job, held jobs' start times, in order)
+        self._events: tuple[int, float, list[float]] = (-1, math.inf, [])
+        self._scheduled = -1  # the version the queue was last scheduled at
+        self._wake_at = math.inf  # and when a job held then may start
 
     # ------------------------------------------------------------ SlurmTools
 
@@ -254,13 +259,15 @@ class BatchCluster:
 
     def next_event_time(self) -> float | None:
         """When a running job ends or a held one may start."""
+        if self._events[0] != self._version:
+            ends = [q.ends_at() for q in self.live.values() if q.state == "RUNNING"]
+            held = sorted(q.eligible_at for q in self.live.values() if q.state == "PENDING")
+            self._events = (self._version, min(ends, default=math.inf), held)
+        _, end, held = self._events
         now = self.now()
-        times = [
-            q.ends_at() if q.state == "RUNNING" else q.eligible_at
-            for q in self.live.values()
-            if q.state == "RUNNING" or q.eligible_at > now
-        ]
-        return min(times, default=None)
+        wake = held[bisect.bisect_right(held, now)] if held and held[-1] > now else math.inf
+        first = min(end, wake)
+        return None if first == math.inf else first
 
     def step(self) -> bool:
         """Jobs whose work is done end; then the queue is scheduled. True when a job
@@ -293,6 +300,16 @@ class BatchCluster:
         nodes and ends (by its limit) before that, or leaves the reservation enough.
         A first job wider than every node the cluster has gets no reservation: the
         nodes it waits for are still to come."""
+        if self._scheduled == self._version and now < self._wake_at:
+            return False  # nothing changed, and no held job may start yet
+        started = self._start_what_can(now)
+        self._scheduled = self._version
+        self._wake_at = min(
+            (q.eligible_at for q in self.live.values() if q.eligible_at > now), default=math.inf
+        )
+        return started
+
+    def _start_what_can(self, now: float) -> bool:
         free = [n for n in self.nodes_by_name.values() if _free(n, self.feature)]
         if not free:
             return False
