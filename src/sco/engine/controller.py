@@ -270,7 +270,7 @@ class PartitionController(Sync, Planning, Act):
             floor_units=snapshot.demand.floor_units,
             target_units=snapshot.demand.target_units,
             ready_units=sum(i.units for i in live if i.state is State.READY),
-            instances=Counter((i.capacity_class.value, i.state.value) for i in live),
+            instances=_by_class_and_state(live),
             scored_at=self.signals.scored_at,
             cost_per_h=sum(
                 snapshot.pools[i.pool].price for i in live if i.is_live and i.pool in snapshot.pools
@@ -337,3 +337,10 @@ def _untold(inst: Instance, node: NodeView | None) -> bool:
 
 
 HANDBACK = "handback"
+
+
+def _by_class_and_state(live: Sequence[Instance]) -> dict[tuple[str, str], int]:
+    """Live instances by (class, state) names; counted by the enums themselves, which
+    thousands of instances each cycle make cheaper than by their names."""
+    counted = Counter((i.capacity_class, i.state) for i in live)
+    return {(c.value, st.value): n for (c, st), n in counted.items()}

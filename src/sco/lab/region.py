@@ -18,7 +18,7 @@ import itertools
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.domain.pools import CapacityClass, Pool, PoolId
@@ -130,8 +130,8 @@ class SimRegion(RegionSides):
         # What `list` and `nodes` answer, kept as servers change: a cycle's listing
         # costs a copy, not a view built per server.
         self._listed: dict[str, dict[str, ServerView]] = {}
-        self._list_version: dict[str, int] = {}  # partition -> changes to its listing
-        self._list_cache: dict[tuple[str, str], tuple[int, tuple[ServerView, ...]]] = {}
+        self._versions: dict[str, int] = {}
+        self._views_kept: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
         self._node_views: dict[str, dict[str, NodeView]] = {}
         self._capacity: dict[PoolId, int] = {}
         self._announced: dict[PoolId, list[tuple[float, int]]] = {}
@@ -356,7 +356,7 @@ class SimRegion(RegionSides):
         del self._by_pool[s.pool.id][s.server_id]
         del self._by_partition[s.partition][s.server_id]
         self._listed[s.partition].pop(s.server_id, None)
-        self._listing_changed(s.partition)
+        self._views_changed(s.partition)
         del self._node_views[s.partition][s.server_id]
         if self.observer:
             self.observer.held(self.now, s.pool.id, s.partition, -1)
@@ -443,26 +443,17 @@ class SimRegion(RegionSides):
     ) -> Sequence[ServerView]:
         """The partition's servers of `installation` (others may share the region)."""
         self._fault("list")
-        version = self._list_version.get(partition, 0)
-        kept = self._list_cache.get((partition, installation))
-        if kept is None or kept[0] != version:
-            # Listed many times per cycle, changed far less often: kept until it changes.
-            mine = self._mine(self._listed.get(partition, {}), installation)
-            kept = (version, tuple(mine.values()))
-            self._list_cache[(partition, installation)] = kept
-        return list(kept[1])  # the caller's own, as a listing from the cloud is
+        views = self._kept("list", partition, installation, self._listed.get(partition, {}))
+        return list(views.values())  # the caller's own, as a listing from the cloud is
 
     def installation_of(self, server_id: str) -> str | None:
         s = self._servers.get(server_id)
         return s.installation if s is not None else None
 
-    def _listing_changed(self, partition: str) -> None:
-        self._list_version[partition] = self._list_version.get(partition, 0) + 1
-
     def _relist(self, s: Server) -> None:
         """The server's listing changed: build its view again (once listed)."""
         if s.listed:
-            self._listing_changed(s.partition)
+            self._views_changed(s.partition)
             self._listed[s.partition][s.server_id] = ServerView(
                 server_id=s.server_id,
                 partition=s.partition,

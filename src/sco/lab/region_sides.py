@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sco.domain.installation import DEFAULT_INSTALLATION, is_mine
 from sco.domain.pools import Pool
@@ -67,6 +67,8 @@ class RegionSides:
     _tokens: dict[str, Secret]
     _listed: dict[str, dict[str, ServerView]]
     _node_views: dict[str, dict[str, NodeView]]
+    _versions: dict[str, int]  # partition -> changes to its servers' views
+    _views_kept: dict[tuple[str, str, str], tuple[int, dict[str, Any]]]
 
     def _push(self, t: float, kind: Kind, key: str) -> None:
         raise NotImplementedError
@@ -74,7 +76,24 @@ class RegionSides:
     def _relist(self, s: Server) -> None:
         raise NotImplementedError
 
+    def _views_changed(self, partition: str) -> None:
+        """A server of `partition` was listed, relisted, renoded or removed."""
+        self._versions[partition] = self._versions.get(partition, 0) + 1
+
+    def _kept(
+        self, kind: str, partition: str, installation: str, views: Mapping[str, _V]
+    ) -> dict[str, _V]:
+        """`_mine` of `views`, kept until a server of the partition changes: the
+        controllers read a partition's servers and nodes many times per cycle."""
+        version = self._versions.get(partition, 0)
+        kept = self._views_kept.get((kind, partition, installation))
+        if kept is None or kept[0] != version:
+            kept = (version, self._mine(views, installation))
+            self._views_kept[(kind, partition, installation)] = kept
+        return kept[1]
+
     def _renode(self, s: Server) -> None:
+        self._views_changed(s.partition)
         self._node_views[s.partition][s.server_id] = NodeView(
             joined=s.joined,
             drained=s.drained,
@@ -97,7 +116,8 @@ class RegionSides:
     def nodes(
         self, partition: str, installation: str = DEFAULT_INSTALLATION
     ) -> Mapping[str, NodeView]:
-        return self._mine(self._node_views.get(partition, {}), installation)
+        views = self._node_views.get(partition, {})
+        return dict(self._kept("nodes", partition, installation, views))
 
     def _mine(self, views: Mapping[str, _V], installation: str) -> dict[str, _V]:
         """Of `views` (by server id), those of `installation`'s servers."""

@@ -90,7 +90,7 @@ class SimSlurm(BatchCluster):
             self._cut(n)
             del self.nodes_by_name[name]
             self.told.pop(name, None)
-            self._changed()
+            self._changed(n)
 
     # ------------------------------------------------------------ for the invariants
 

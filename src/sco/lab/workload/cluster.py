@@ -49,6 +49,7 @@ class QueuedJob:
     requeues: int = 0
     lost_node_s: float = 0.0
     ended_at: float | None = None
+    view: tuple[tuple[object, ...], Job] | None = None  # as last read, and what it read from
 
     @property
     def left_s(self) -> float:
@@ -82,6 +83,7 @@ class ClusterNode:
     job: int | None = None
     view: SlurmNode | None = None  # as last read; None once anything changed
     gone_at: float | None = None  # when its server went
+    seq: int = 0  # registration order: free nodes are taken in it
 
 
 class BatchCluster:
@@ -119,6 +121,8 @@ class BatchCluster:
         self._nodes_read: tuple[int, list[SlurmNode]] = (-1, [])
         # (version, first end of a running job, held jobs' start times, in order)
         self._events: tuple[int, float, list[float]] = (-1, math.inf, [])
+        self._free_nodes: dict[str, ClusterNode] = {}  # idle, not drained, the partition's
+        self._registered = 0  # nodes that ever registered
         self._scheduled = -1  # the version the queue was last scheduled at
         self._wake_at = math.inf  # and when a job held then may start
 
@@ -137,6 +141,13 @@ class BatchCluster:
         reason = "None"
         if pending:
             reason = "BeginTime" if q.eligible_at > self.now() else "Resources"
+        key = (q.state, reason, q.started_at, q.done_s, q.nodes)
+        if q.view is None or q.view[0] != key:  # read as before: the same Job
+            q.view = (key, self._job_as_read(q, reason))
+        return q.view[1]
+
+    def _job_as_read(self, q: QueuedJob, reason: str) -> Job:
+        pending = q.state == "PENDING"
         return Job(
             job_id=q.job.job_id,
             state=q.state,
@@ -164,9 +175,14 @@ class BatchCluster:
         return n.view
 
     def _changed(self, *nodes: ClusterNode) -> None:
+        """Something changed (on `nodes`, if any: every change to a node names it)."""
         self._version += 1
         for n in nodes:
             n.view = None
+            if _free(n, self.feature) and self.nodes_by_name.get(n.name) is n:
+                self._free_nodes[n.name] = n
+            else:
+                self._free_nodes.pop(n.name, None)
 
     def _node_as_read(self, n: ClusterNode) -> SlurmNode:
         busy = n.state == "allocated"
@@ -222,7 +238,7 @@ class BatchCluster:
             raise SlurmRefused(f"{self.name}: scontrol: node {node} has jobs")
         self._up_node_s += (n.gone_at or self.now()) - n.registered_at
         del self.nodes_by_name[node]
-        self._changed()
+        self._changed(n)
 
     def _node(self, name: str) -> ClusterNode:
         n = self.nodes_by_name.get(name)
@@ -242,8 +258,10 @@ class BatchCluster:
         """A server booted and its slurmd registered itself (a dynamic node)."""
         if name not in self.nodes_by_name:
             now = self.now()
-            self.nodes_by_name[name] = ClusterNode(name, features, now, last_busy=now)
-            self._changed()
+            self._registered += 1
+            n = ClusterNode(name, features, now, last_busy=now, seq=self._registered)
+            self.nodes_by_name[name] = n
+            self._changed(n)
 
     def server_gone(self, name: str) -> None:
         """The node's server is gone, slurmd with it: its job's run is cut short."""
@@ -310,7 +328,7 @@ class BatchCluster:
         return started
 
     def _start_what_can(self, now: float) -> bool:
-        free = [n for n in self.nodes_by_name.values() if _free(n, self.feature)]
+        free = sorted(self._free_nodes.values(), key=_by_seq)  # in the order they came
         if not free:
             return False
         queue = sorted(
@@ -413,3 +431,7 @@ class BatchCluster:
 
 def _free(n: ClusterNode, feature: str) -> bool:
     return n.state == "idle" and not n.flags and feature in n.features
+
+
+def _by_seq(n: ClusterNode) -> int:
+    return n.seq
