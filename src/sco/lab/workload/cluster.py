@@ -277,11 +277,7 @@ class BatchCluster:
 
     def next_event_time(self) -> float | None:
         """When a running job ends or a held one may start."""
-        if self._events[0] != self._version:
-            ends = [q.ends_at() for q in self.live.values() if q.state == "RUNNING"]
-            held = sorted(q.eligible_at for q in self.live.values() if q.state == "PENDING")
-            self._events = (self._version, min(ends, default=math.inf), held)
-        _, end, held = self._events
+        _, end, held = self._next_events()
         now = self.now()
         wake = held[bisect.bisect_right(held, now)] if held and held[-1] > now else math.inf
         first = min(end, wake)
@@ -291,10 +287,21 @@ class BatchCluster:
         """Jobs whose work is done end; then the queue is scheduled. True when a job
         ended or started."""
         now = self.now()
-        done = [q for q in self.live.values() if q.state == "RUNNING" and q.ends_at() <= now]
+        done = []
+        if self._next_events()[1] <= now:  # else no run has ended: no need to look
+            done = [q for q in self.live.values() if q.state == "RUNNING" and q.ends_at() <= now]
         for q in done:
             self._finish(q)
         return self._schedule(now) or bool(done)
+
+    def _next_events(self) -> tuple[int, float, list[float]]:
+        """(version, the first end of a running job, held jobs' start times in order),
+        worked out once per change."""
+        if self._events[0] != self._version:
+            ends = [q.ends_at() for q in self.live.values() if q.state == "RUNNING"]
+            held = sorted(q.eligible_at for q in self.live.values() if q.state == "PENDING")
+            self._events = (self._version, min(ends, default=math.inf), held)
+        return self._events
 
     def utilisation(self, end: float) -> float | None:
         """Node-seconds running jobs over node-seconds of nodes up (registered until
