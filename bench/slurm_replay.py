@@ -344,6 +344,13 @@ def _drive(
     registered: dict[str, float] = {}  # node -> first seen in sinfo (wall)
     waited, stats, deleted, done = Counter[int](), Counter[str](), set[str](), set[int]()
     nxt, last_poll, last_check, last_log = 0, t0, t0, t0
+
+    def revive() -> None:  # Slurm 22.05's backfill thread segfaults now and then
+        if cluster._ctld is not None and cluster._ctld.poll() is not None:
+            log(f"slurmctld exited {cluster._ctld.returncode}: started again")
+            stats["slurmctld_restarts"] += 1
+            cluster.start_ctld()
+
     while time.time() - t0 < args.limit_s:
         now = time.time()
         while nxt < len(workload.jobs) and t0 + workload.jobs[nxt].submit_s / k <= now:
@@ -351,16 +358,12 @@ def _drive(
             at = time.time()
             cmd = [str(script), str(round(j.run_s / k * 1000))]
             jid = _retry(partial(_sbatch, cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
-                                 cmd), "sbatch")  # fmt: skip
+                                 cmd), "sbatch", revive)  # fmt: skip
             submitted[jid], pending_since[jid] = at, at
             nxt += 1
         if proc.poll() is not None:
             raise RuntimeError(f"sco run exited {proc.returncode}")
-        if cluster._ctld is not None and cluster._ctld.poll() is not None:
-            # Slurm 22.05's backfill thread segfaults now and then (dynamic nodes deleted)
-            log(f"slurmctld exited {cluster._ctld.returncode}: started again")
-            stats["slurmctld_restarts"] += 1
-            cluster.start_ctld()
+        revive()
         while events and wall(events[0][0]) <= time.time():
             t, kind, hall, drop = events.pop(0)
             held = _retry(partial(_spot_servers, stack, hall, deleted), "servers")
@@ -444,17 +447,16 @@ def _sbatch(cluster: SlurmCluster, jobs: Path, nodes: int, minutes: int, cmd: li
     return int(done.stdout.strip().split(";")[0])
 
 
-def _retry(fn: Callable[[], T], what: str, tries: int = 10) -> T:
+def _retry(fn: Callable[[], T], what: str, revive: Callable[[], None] = lambda: None) -> T:
     """`fn` again after a RuntimeError (a busy slurmctld, Nova or Placement)."""
-    for n in range(tries):
+    for _ in range(9):
         try:
             return fn()
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            if n == tries - 1:
-                raise
             log(f"{what} (again in 1 s): {e}")
+            revive()
             time.sleep(1.0)
-    raise AssertionError
+    return fn()
 
 
 def _spot_servers(stack: NovaStack, hall: str, deleted: set[str]) -> list[dict[str, Any]]:
@@ -488,9 +490,7 @@ def _lines(path: Path) -> list[str]:
 
 def _pct(ordered: list[float], q: float) -> float | None:
     """The nearest-rank percentile of sorted values, as the replay reports it."""
-    if not ordered:
-        return None
-    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 1)
+    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 1) if ordered else None
 
 
 if __name__ == "__main__":
