@@ -52,7 +52,6 @@ HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
 SLOTS = 4  # CUSTOM_SPOT_SLOT per compute
 DATA = ROOT / "src" / "sco" / "data"
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"}
-SLURM_HOLD_S = 120.0  # the lab's requeue hold (AuthInfo cred_expire)
 JOB = """#!/bin/bash
 # $1: the job's work in ms. A SIGTERM (sco's requeue) saves the work done; a rerun resumes.
 D={dir}; id=$SLURM_JOB_ID; t0=$(date +%s%N); saved=0
@@ -114,7 +113,7 @@ def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def _requeue_hold(cluster: SlurmCluster, k: float) -> None:
     """Slurm holds a requeued job cred_expire s (at least 5): the lab's 120 sim s, or near."""
-    hold = max(5, math.ceil(SLURM_HOLD_S / k))
+    hold = max(5, math.ceil(120.0 / k))  # the lab's REQUEUE_HOLD_S
     text = cluster.conf.read_text()
     line = next(x for x in text.splitlines() if x.startswith("AuthInfo="))
     cluster.conf.write_text(text.replace(line, f"{line},cred_expire={hold}"))
@@ -122,10 +121,10 @@ def _requeue_hold(cluster: SlurmCluster, k: float) -> None:
 
 
 def measure(
-    folder: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot, args: argparse.Namespace
+    folder: Path, stack: NovaStack, cluster: SlurmCluster, _boot: SlurmBoot,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
-    """Both sides on running services (the Slurm tier's smoke run brings its own)."""
-    del boot  # running: it turns sco's servers into Slurm nodes
+    """Both sides on running services (a smoke run's own); `_boot` makes the nodes."""
     k = float(args.speedup)
     folder.mkdir(parents=True, exist_ok=True)
     workload = read_swf(args.workload, args.max_nodes, args.hours / 24, args.procs_per_node)
@@ -151,7 +150,6 @@ def measure(
         requeue_lead=args.requeue_lead_s * k,
         cold_start_s=cold_s * k if cold_s is not None else COLD_START_S,
     )  # fmt: skip
-    log(f"the sim side: {spec}")
     _, runs, _ = replay(spec, ["sco"])
     sim = runs[0].outcomes
     result = {
@@ -292,7 +290,6 @@ class Placement:
                     raise RuntimeError(f"placement: {h} reserved={reserved}: {r.status_code}")
 
     def set(self, want: dict[str, int]) -> Placement:
-        """Each hall's spot capacity (a hall not named: all its slots)."""
         self.want = dict(want)
         for hall in self.stack.halls:
             self.apply(hall)
@@ -319,8 +316,9 @@ def _drive(
     (jobs_dir := folder / "jobs").mkdir(exist_ok=True)
     (script := jobs_dir / "job.sh").write_text(JOB.format(dir=jobs_dir))
     script.chmod(0o755)
-    halls = list(stack.halls)
-    traces = load_traces(trace_dir)
+    for name in ("done", "started"):
+        (jobs_dir / name).touch()
+    halls, traces = list(stack.halls), load_traces(trace_dir)
     start, size = traces.start_s, traces.region.pool_size
     traces, _ = repeated(traces, start + args.limit_s * k)
     series = dict(zip(halls, traces.series, strict=False))
@@ -354,8 +352,7 @@ def _drive(
     while time.time() - t0 < args.limit_s:
         now = time.time()
         while nxt < len(workload.jobs) and t0 + workload.jobs[nxt].submit_s / k <= now:
-            j = workload.jobs[nxt]
-            at = time.time()
+            j, at = workload.jobs[nxt], time.time()
             cmd = [str(script), str(round(j.run_s / k * 1000))]
             jid = _retry(partial(_sbatch, cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
                                  cmd), "sbatch", revive)  # fmt: skip
@@ -392,7 +389,7 @@ def _drive(
                 _delete(stack, sid, deleted)
         now = time.time()
         queue = cluster.squeue()
-        done = {int(x) for x in _lines(jobs_dir / "done")} & set(submitted)
+        done = {int(x) for x in (jobs_dir / "done").read_text().split()} & set(submitted)
         mid = (last_poll + now) / 2
         for jid in submitted:
             waiting = queue.get(jid) in WAITING
@@ -409,6 +406,7 @@ def _drive(
                 created.setdefault(s["id"], datetime.fromisoformat(s["created"]).timestamp())
             for h in halls:
                 _retry(partial(placement.apply, h), "placement")  # Nova may have reset it
+            stats["released"] += _release_held(cluster)
         if nxt == len(workload.jobs) and len(done) == len(submitted):
             break
         if now - last_log >= 30:
@@ -419,14 +417,13 @@ def _drive(
     end = time.time()
     for jid, since in pending_since.items():
         waited[jid] += end - since
-    starts = Counter(int(x) for x in _lines(jobs_dir / "started"))
+    starts = Counter(int(x) for x in (jobs_dir / "started").read_text().split())
     waits = sorted(waited[j] * k for j in submitted)
     colds = sorted(registered[node_name(i)] - c - 0.5 for i, c in created.items()
                    if node_name(i) in registered)  # created: whole s; to seen in sinfo  # fmt: skip
     return {
         "completed": len(done), "requeues": sum(max(0, starts[j] - 1) for j in submitted),
         "wait_p95_s": _pct(waits, 0.95), "wait_p50_s": _pct(waits, 0.50),
-        "never_started": sum(1 for j in submitted if starts[j] == 0),
         "cold_start_real_s": round(colds[len(colds) // 2], 2) if colds else None,
         "servers": len(created), "wall_s": round(end - t0, 1),
         "reclaims_real": stats["notices"] + stats["reclaims_unnoticed"],
@@ -459,6 +456,15 @@ def _retry(fn: Callable[[], T], what: str, revive: Callable[[], None] = lambda: 
     return fn()
 
 
+def _release_held(cluster: SlurmCluster) -> int:
+    """Jobs a slurmctld crash left held ("launch failed requeued held") go on."""
+    out = cluster._run("squeue", "-h", "-t", "PD", "-o", "%i %r", check=False).stdout
+    held = [x.split()[0] for x in out.splitlines() if "launch_failed" in x.replace(" ", "_")]
+    if held:
+        cluster._run("scontrol", "release", ",".join(held), check=False)
+    return len(held)
+
+
 def _spot_servers(stack: NovaStack, hall: str, deleted: set[str]) -> list[dict[str, Any]]:
     return [
         s for s in stack.servers(tags="sco")
@@ -477,19 +483,13 @@ def _notice(stack: NovaStack, sid: str, deadline: float) -> None:
 
 
 def _delete(stack: NovaStack, sid: str, deleted: set[str]) -> None:
-    """The cloud takes the server back."""
     deleted.add(sid)
     r = stack.conn.compute.delete(f"/servers/{sid}", microversion="2.90")
     if r.status_code not in (204, 404):
         log(f"reclaim of {sid}: HTTP {r.status_code}")
 
 
-def _lines(path: Path) -> list[str]:
-    return [x for x in path.read_text().split() if x.isdigit()] if path.exists() else []
-
-
 def _pct(ordered: list[float], q: float) -> float | None:
-    """The nearest-rank percentile of sorted values, as the replay reports it."""
     return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 1) if ordered else None
 
 
