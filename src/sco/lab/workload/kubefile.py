@@ -183,9 +183,10 @@ def _expand(entry: _Entry, node: dict[str, str], window: float | None, into: Kub
         return
     starts = [entry.start_s]
     if entry.every_s is not None:
-        last = window if window is not None else entry.stop_s
-        if last is None:
+        bounds = [b for b in (window, entry.stop_s) if b is not None]
+        if not bounds:
             raise WorkloadError(f"workload {entry.name}: every_s needs stop_s or --days")
+        last = min(bounds)  # repeats end at stop_s, or with the window if that is sooner
         starts = [entry.start_s + k * entry.every_s for k in range(_times(entry, last))]
     count = entry.service.replicas if entry.service else entry.job.pods  # type: ignore[union-attr]
     for n, at in enumerate(starts):
