@@ -38,6 +38,7 @@ import yaml
 
 from sco.adapters.openstack.resources import META_RECLAIM_AT
 from sco_harness import services
+from sco_harness.nova_slurm import nova_and_slurm
 from sco_harness.openstack_stack import ROOT, NovaStack
 from sco_harness.services import stop_on_signals
 from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
@@ -72,21 +73,8 @@ def main() -> None:
 
 
 def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    stack = NovaStack(folder / "nova", args.base_port, HALLS, 4)
-    cluster = SlurmCluster(
-        folder / "slurm", partitions=("batch",), sco_partition="hpc", accounting=True
-    )
-    started = time.monotonic()
-    stack.up()
-    cluster.start()
-    boot = SlurmBoot(cluster, lambda: stack.servers(tags="sco")).start()
-    log(f"Nova and Slurm up in {time.monotonic() - started:.0f} s")
-    try:
-        return measure(folder, stack, cluster, boot, args)
-    finally:
-        boot.stop()
-        cluster.stop()
-        stack.down()
+    with nova_and_slurm(folder, args.base_port, HALLS, 4, accounting=True, log=log) as up:
+        return measure(folder, *up, args)
 
 
 def measure(

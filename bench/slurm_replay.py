@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
@@ -43,6 +43,7 @@ from sco.lab.traces import TraceSet, load_traces, repeated
 from sco.lab.workload.replay import ReplaySpec, replay
 from sco.lab.workload.swf import Workload, read_swf
 from sco_harness import services
+from sco_harness.nova_slurm import nova_and_slurm
 from sco_harness.openstack_stack import ROOT, NovaStack
 from sco_harness.services import stop_on_signals
 from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
@@ -95,20 +96,9 @@ def main() -> None:
 
 
 def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    stack = NovaStack(folder / "nova", args.base_port, HALLS, SLOTS)
-    cluster = SlurmCluster(folder / "slurm", partitions=("batch",), sco_partition="hpc")
-    started = time.monotonic()
-    stack.up()
-    cluster.start()
-    _requeue_hold(cluster, args.speedup)
-    boot = SlurmBoot(cluster, lambda: stack.servers(tags="sco")).start()
-    log(f"Nova and Slurm up in {time.monotonic() - started:.0f} s")
-    try:
-        return measure(folder, stack, cluster, boot, args)
-    finally:
-        boot.stop()
-        cluster.stop()
-        stack.down()
+    hold = partial(_requeue_hold, k=args.speedup)
+    with nova_and_slurm(folder, args.base_port, HALLS, SLOTS, prepare=hold, log=log) as up:
+        return measure(folder, *up, args)
 
 
 def _requeue_hold(cluster: SlurmCluster, k: float) -> None:
@@ -340,12 +330,14 @@ def _drive(
     pending_since: dict[int, float] = {}  # slurm id -> waiting since (wall)
     created: dict[str, float] = {}  # server id -> created (wall)
     registered: dict[str, float] = {}  # node -> first seen in sinfo (wall)
-    waited, stats, deleted, done = Counter[int](), Counter[str](), set[str](), set[int]()
+    waited: defaultdict[int, float] = defaultdict(float)  # slurm id -> time pending (wall)
+    stats, deleted, done = Counter[str](), set[str](), set[int]()
     nxt, last_poll, last_check, last_log = 0, t0, t0, t0
 
     def revive() -> None:  # Slurm 22.05's backfill thread segfaults now and then
-        if cluster._ctld is not None and cluster._ctld.poll() is not None:
-            log(f"slurmctld exited {cluster._ctld.returncode}: started again")
+        code = cluster.ctld_exit()
+        if code is not None:
+            log(f"slurmctld exited {code}: started again")
             stats["slurmctld_restarts"] += 1
             cluster.start_ctld()
 
@@ -406,7 +398,7 @@ def _drive(
                 created.setdefault(s["id"], datetime.fromisoformat(s["created"]).timestamp())
             for h in halls:
                 _retry(partial(placement.apply, h), "placement")  # Nova may have reset it
-            stats["released"] += _release_held(cluster)
+            stats["released"] += cluster.release_launch_failed()
         if nxt == len(workload.jobs) and len(done) == len(submitted):
             break
         if now - last_log >= 30:
@@ -454,15 +446,6 @@ def _retry(fn: Callable[[], T], what: str, revive: Callable[[], None] = lambda: 
             revive()
             time.sleep(1.0)
     return fn()
-
-
-def _release_held(cluster: SlurmCluster) -> int:
-    """Jobs a slurmctld crash left held ("launch failed requeued held") go on."""
-    out = cluster._run("squeue", "-h", "-t", "PD", "-o", "%i %r", check=False).stdout
-    held = [x.split()[0] for x in out.splitlines() if "launch_failed" in x.replace(" ", "_")]
-    if held:
-        cluster._run("scontrol", "release", ",".join(held), check=False)
-    return len(held)
 
 
 def _spot_servers(stack: NovaStack, hall: str, deleted: set[str]) -> list[dict[str, Any]]:

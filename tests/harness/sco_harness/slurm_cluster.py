@@ -268,6 +268,10 @@ class SlurmCluster:
         if self._ctld is None or self._ctld.poll() is not None:
             self._start_ctld()
 
+    def ctld_exit(self) -> int | None:
+        """slurmctld's exit status if it has died (not stopped by us), else None."""
+        return None if self._ctld is None else self._ctld.poll()
+
     def stop(self) -> None:
         services.forget(self._registered)
         for name in list(self.nodes):
@@ -368,6 +372,14 @@ class SlurmCluster:
     def squeue(self) -> dict[int, str]:
         out = self._run("squeue", "-h", "-o", "%i %T", check=False).stdout
         return {int(i): s for i, s in (line.split() for line in out.splitlines() if line.strip())}
+
+    def release_launch_failed(self) -> int:
+        """Jobs a slurmctld crash left held ("launch failed requeued held") released."""
+        out = self._run("squeue", "-h", "-t", "PD", "-o", "%i %r", check=False).stdout
+        held = [x.split()[0] for x in out.splitlines() if "launch_failed" in x.replace(" ", "_")]
+        if held:
+            self._run("scontrol", "release", ",".join(held), check=False)
+        return len(held)
 
     def node_states(self) -> dict[str, tuple[str, str]]:
         """name -> (state, features) as sinfo says."""
