@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -384,3 +386,29 @@ def test_the_history_loader_scores_in_its_own_process(tmp_path: Path) -> None:
         store.close()
     assert proc.returncode == 0, err
     assert "score generation 1" in err
+
+
+def test_a_relative_chdb_url_is_a_folder_not_a_host(tmp_path: Path) -> None:
+    """`chdb://history` in a file read from a relative path, and `chdb://dir/history`
+    given as is, are folders (the file's, the working one's): read as URLs their first
+    part was a host, and chDB said "Database history does not exist" (issue 28)."""
+    (tmp_path / "fleet").mkdir()
+    (tmp_path / "fleet" / "sco.yaml").write_text("history: {url: chdb://history}\n")
+    code = (
+        "from pathlib import Path\n"
+        "from sco.assembly.settings import load\n"
+        "from sco.adapters.clickhouse.history import ClickHouseHistory\n"
+        "url = load(Path('fleet/sco.yaml')).history.url\n"
+        "print(url)\n"
+        "for dsn in (url, 'chdb://fleet/other'):\n"
+        "    h = ClickHouseHistory(dsn, database='rel')\n"
+        "    print(h.count())\n"
+        "    h.close()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [f"chdb://{tmp_path / 'fleet' / 'history'}", "0", "0"]
+    assert (tmp_path / "fleet" / "history").is_dir()
+    assert (tmp_path / "fleet" / "other").is_dir()

@@ -281,7 +281,9 @@ _PATHS = (
 
 
 def _resolve_paths(doc: dict[str, Any], base: Path) -> None:
-    """Relative paths (and chdb:// and sqlite:/// URLs) in a file are the file's folder's."""
+    """Relative paths (and chdb:// and sqlite:/// URLs) in a file are the file's folder's,
+    made absolute: a `chdb://` URL's first part would otherwise be read as a host."""
+    base = base.resolve()
     clusters = doc.get("slurm")
     paths = list(_PATHS)
     if isinstance(clusters, dict):

@@ -67,6 +67,9 @@ class ClickHouseHistory:
         process), handing the folder over when another process asks for it."""
         if not database.isidentifier():
             raise ValueError(f"database must be an identifier, got {database!r}")
+        if dsn.startswith("chdb://") and not dsn.startswith("chdb:///"):
+            # chdb://rel/path would name a host "rel": the folder is the working one's.
+            dsn = f"chdb://{Path(dsn[len('chdb://') :]).resolve()}"
         self.dsn = dsn
         self.table = f"{database}.{TABLE}"
         self._auth: dict[str, Any] = {
