@@ -24,8 +24,9 @@ import time
 from multiprocessing import Process, Queue
 from pathlib import Path
 
+from sco.adapters.sqlstate.engine import open_engine, sqlite_url
 from sco.adapters.sqlstate.eventlog import SqlEventLog
-from sco.adapters.sqlstate.store import SqlFleetStore, open_engine, sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.exclusion import ExclusionConfig
 from sco.domain.events import LifecycleEvent
 from sco.domain.pools import Pool

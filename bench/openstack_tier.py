@@ -31,7 +31,8 @@ from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.placement import PlacementHeadroom, Want, as_nova_schedules
 from sco.adapters.openstack.resources import flavor_request
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.adapters.standalone import ServersAsNodes
 from sco.decide.acquirer import ActConfig
 from sco.decide.policies import policy_named

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sco.adapters.sqlstate.store import sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco.apps.common import bundled
 from sco.lab.fleet import FLEET
 from sco.lab.fleet_eval import FleetCase

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sco.adapters.sqlstate.store import sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco_harness import services
 from sco_harness.openstack_stack import NovaStack, echo
 from sco_harness.postgres import PostgresServer

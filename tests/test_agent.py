@@ -16,7 +16,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.adapters.standalone import AgentNodes
 from sco.agent import Agent, AgentConfig, AgentState
 from sco.apps.distributor import DistributorConfig, create_app

@@ -176,7 +176,7 @@ def test_a_slow_create_does_not_hold_the_cycle(tmp_path: Path) -> None:
 def test_a_replica_keeps_cycling_while_a_create_hangs(tmp_path: Path) -> None:
     """`sco run`'s replica sends creates on its workers: a create the cloud never
     answers holds neither its partition's cycles nor the others'."""
-    from sco.adapters.sqlstate.store import sqlite_url
+    from sco.adapters.sqlstate.engine import sqlite_url
     from sco.engine.controller import CycleReport
     from test_replicas import Cluster
 

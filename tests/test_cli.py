@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sco.adapters.sqlstate.store import sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco.apps.common import bundled, parse_duration
 from sco.lab.traces import load_traces
 from sco_harness.builders import pool_score, write_json_trace, write_yaml

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.cli import cli
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy

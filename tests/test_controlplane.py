@@ -21,9 +21,10 @@ import pytest
 import yaml
 
 from sco.adapters.demandfile.intake import FileDemandSource
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.leases import SqlLeases
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.common import bundled
 from sco.assembly.settings import SettingsError, load
 from sco.decide.hedge import HedgeConfig
@@ -217,6 +218,39 @@ def test_config_migrate_brings_the_schema_up_and_names_an_unreachable_database(
     assert out.returncode == 2, out.stderr
     assert "state.url: cannot reach the database" in out.stderr
     assert "pw" not in out.stderr
+
+
+def test_processes_started_together_on_a_new_sqlite_file_migrate_it_once(
+    tmp_path: Path,
+) -> None:
+    """`sco run`, `sco watch` and `sco history load` started at once on a fresh file:
+    each migrated as if alone, and all but one failed with "table alembic_version
+    already exists" (issue 28). One takes SQLite's write lock, the others wait."""
+    n = 4
+    code = (
+        "import pathlib, sys, time\n"
+        "from sco.adapters.sqlstate.store import SqlFleetStore\n"
+        "here = pathlib.Path(sys.argv[1])\n"
+        "(here / f'ready-{sys.argv[2]}').touch()\n"
+        f"while len(list(here.glob('ready-*'))) < {n}:\n"
+        "    time.sleep(0.001)\n"  # all imported: they open the file at the same moment
+        "print(SqlFleetStore(f'sqlite:///{here}/state.sqlite').schema_revision())\n"
+    )
+    for trial in range(3):
+        here = tmp_path / str(trial)
+        here.mkdir()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(here), str(i)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(n)
+        ]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0] * n, [err[-400:] for _, err in outs]
+        assert len({out for out, _ in outs}) == 1  # the same revision, whoever migrated
 
 
 def test_config_errors_from_the_environment_name_the_variable(tmp_path: Path) -> None:

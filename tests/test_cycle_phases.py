@@ -9,7 +9,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.engine.clock import CountingIds, ManualClock

@@ -405,7 +405,8 @@ def seeded(tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     import time
     import urllib.request
 
-    from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+    from sco.adapters.sqlstate.engine import sqlite_url
+    from sco.adapters.sqlstate.store import SqlFleetStore
     from sco.domain.events import LifecycleEvent
     from sco.domain.signals import Exclusion, ExclusionState
     from sco_harness.openstack_stack import free_port

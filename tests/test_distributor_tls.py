@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.contracts import token_digest
 from sco.domain.instances import created
 from sco.domain.lifecycle import State

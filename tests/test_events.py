@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco.adapters.sqlstate.eventlog import SqlEventLog
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.exclusion import ExclusionConfig, on_crossing, state_for
 from sco.domain.events import LifecycleEvent, MalformedEvent, event_of, parse_event
 from sco.domain.instances import created, step

@@ -21,7 +21,8 @@ from sco.adapters.kafka.eventlog import (
     KafkaEventLog,
     region_topic,
 )
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.exclusion import ExclusionConfig
 from sco.domain.events import LifecycleEvent, parse_event
 from sco.domain.signals import ExclusionState

@@ -19,7 +19,8 @@ from kubernetes.client import V1Lease, V1LeaseList
 from kubernetes.client.exceptions import ApiException
 
 from sco.adapters.kubernetes.leases import KubernetesLeases, lease_name
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.instances import created
 from sco.domain.lifecycle import State
 from sco.ports import FencedOut, Lease

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.cli import cli
 from sco.apps.common import bundled
 from sco.apps.explain import explain

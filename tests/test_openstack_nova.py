@@ -34,7 +34,8 @@ from sco.adapters.openstack.resources import (
     QuotaRoom,
     partition_tag,
 )
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.adapters.standalone import ServersAsNodes
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy, policy_named

@@ -19,7 +19,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.lifecycle import State
 from sco.ports import NewRequest, Reservation, StateConflict
 from sco_harness.builders import instance, spot_pool

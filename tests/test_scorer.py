@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from sco.adapters.clickhouse.history import ClickHouseHistory
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco.adapters.sqlstate.eventlog import SqlEventLog
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.scorer import PoolStats, ScorerConfig, beta_prior, gamma_prior, score_pools
 from sco.domain.events import LifecycleEvent as E
 from sco.engine.signals_jobs import HistoryLoader, ScoringJob, sample_headroom, score_now

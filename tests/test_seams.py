@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.contracts import terms_of

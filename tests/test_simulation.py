@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.common import bundled
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy

@@ -110,7 +110,8 @@ def test_an_edge_off_the_table_is_a_violation(tmp_path: Path) -> None:
     from sqlalchemy import insert
 
     from sco.adapters.sqlstate import schema as t
-    from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+    from sco.adapters.sqlstate.engine import sqlite_url
+    from sco.adapters.sqlstate.store import SqlFleetStore
 
     store = SqlFleetStore(sqlite_url(tmp_path / "s.db"))
     row = {"partition": "p", "pool": "r/h/f", "at": 1.0, "reason": "", "code": ""}

@@ -218,7 +218,8 @@ def _dry_run(
 ) -> int:
     """One round on a scratch state through a provider that only writes down what it
     would create and delete; prints that, and the plans' reasons."""
-    from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+    from sco.adapters.sqlstate.engine import sqlite_url
+    from sco.adapters.sqlstate.store import SqlFleetStore
 
     acting = DryRunProvider(provider)
     with tempfile.TemporaryDirectory(prefix="sco-dry-run-") as scratch:

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from sco.adapters.sqlstate import schema as t
-from sco.adapters.sqlstate.store import migrate, open_engine
+from sco.adapters.sqlstate.engine import migrate, open_engine
 from sco.domain.events import LifecycleEvent
 from sco.ports import LogRecord
 

@@ -11,18 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import (
     Connection,
-    Engine,
     bindparam,
-    create_engine,
     delete,
-    event,
     func,
     insert,
     select,
@@ -35,6 +29,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sco.adapters.sqlstate import rows
 from sco.adapters.sqlstate import schema as t
 from sco.adapters.sqlstate.contracts import ContractStore, record_contracts
+from sco.adapters.sqlstate.engine import migrate, open_engine
 from sco.adapters.sqlstate.signals import SqlSignals
 from sco.domain.events import LifecycleEvent, event_of, parse_event
 from sco.domain.instances import Change, Instance, created
@@ -50,8 +45,6 @@ from sco.ports import (
     Reservation,
     StateConflict,
 )
-
-MIGRATIONS = Path(__file__).parent / "migrations"
 
 # Built once: the hot paths reuse SQLAlchemy's compiled form instead of
 # constructing a statement per row.
@@ -70,47 +63,6 @@ _SHRINK_RESERVATION = (
     .where(t.reservations.c.request_id == bindparam("rid"))
     .values(count=bindparam("n"))
 )
-
-
-def sqlite_url(path: Path | str) -> str:
-    return f"sqlite:///{Path(path)}"
-
-
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            # Replicas starting together would race to create the same tables:
-            # one migrates while the others wait, then find nothing to do.
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-
-
-_MIGRATION_LOCK = 0x5C0_0001  # an advisory-lock key of sco's own
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    # WAL lets readers run beside the writer; NORMAL keeps commits durable at checkpoints.
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=5000")
-    cur.execute("PRAGMA mmap_size=268435456")  # readers map the file: the log is read hot
-    cur.execute("PRAGMA cache_size=-65536")
-    cur.close()
-
-
-def open_engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        engine = create_engine(url)
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    # A server database can fail over (Patroni): test a pooled connection before
-    # use, so the first write after a failover goes to the new primary.
-    return create_engine(url, pool_pre_ping=True)
 
 
 class SqlFleetStore(SqlSignals):

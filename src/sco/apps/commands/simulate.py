@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sco.adapters.demandfile.intake import DemandFileError
-from sco.adapters.sqlstate.store import sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco.apps.common import BadInput, bundled, parse_duration
 from sco.apps.common import console as make_console
 from sco.decide.policies import POLICIES, UnknownPolicy

@@ -20,9 +20,10 @@ from typing import Any
 from sco.adapters.demandfile.intake import FileDemandSource, PartitionDemand, UnitSeries
 from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec
 from sco.adapters.slurm.nodes import SlurmNodes, SlurmPartition, SlurmView, node_name
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.leases import SqlLeases
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.binpack import Size
 from sco.decide.policies import ScoPolicy
 from sco.decide.scorer import ScorerConfig

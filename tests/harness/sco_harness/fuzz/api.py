@@ -23,7 +23,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.contracts import token_digest
 from sco.domain.instances import created
 from sco.domain.lifecycle import State

@@ -29,8 +29,9 @@ import orjson
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from sco.adapters.sqlstate.engine import sqlite_url
 from sco.adapters.sqlstate.eventlog import SqlEventLog
-from sco.adapters.sqlstate.store import SqlFleetStore, sqlite_url
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.events import SCHEMA_VERSION, LifecycleEvent, MalformedEvent, parse_event
 from sco.engine.signals_jobs import HistoryLoader
 from sco.engine.watcher import ExclusionWatcher
