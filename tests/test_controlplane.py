@@ -123,7 +123,7 @@ def test_environment_and_flags_override_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        ({"statex": {}}, "statex: Extra inputs are not permitted"),
+        ({"statex": {}}, "statex: unknown field 'statex'; did you mean 'state'?"),
         ({"policy": {"hedge": {"max_spare": "many"}}}, "policy.hedge.max_spare:"),
         ({"policy": {"hedge": {"spare_threshold": 0}}}, "spare_threshold must be > 0"),
         ({"events": {"kind": "kafka"}}, "events: kind kafka needs a kafka section"),

@@ -239,7 +239,7 @@ def test_invalid_yaml(tmp_path: Path) -> None:
     ("text", "field"),
     [
         ("partitions: []\n", "partitions"),
-        ("other: 1\n", "partitions"),
+        ("other: 1\n", "other"),  # an unknown key is told before a missing one
     ],
 )
 def test_no_partitions(tmp_path: Path, text: str, field: str) -> None:

@@ -580,7 +580,7 @@ def test_a_name_that_cannot_make_a_pool_id_is_a_region_file_error(
         f"flavor: {pool['flavor']}, aggregate: {pool['aggregate']}, class: spot, "
         "price_per_h: 1}]\n"
     )
-    where = field if field == "region" else f"pools.0.{field}"
+    where = field if field == "region" else rf"pools\[0\]\.{field}"
     with pytest.raises(RegionFileError, match=rf"{where}: .*must be a name"):
         load_region(region)
 

@@ -47,9 +47,9 @@ from sco.adapters.demandfile.intake import (
     PartitionSpec,
     Value,
     demand_of,
-    field_path,
 )
 from sco.adapters.files import UnreadableFile, read_yaml
+from sco.adapters.invalid import explain, first
 from sco.assembly.sections import (
     DistributorSettings,
     EventsSettings,
@@ -312,9 +312,8 @@ def _resolve_paths(doc: dict[str, Any], base: Path) -> None:
 
 
 def _explain(e: ValidationError, where: str) -> str:
-    err = e.errors()[0]
-    field = field_path(err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    err = first(e)
+    field, msg = explain(e, Settings)
     var = ENV_PREFIX + ENV_DELIMITER.join(str(x).upper() for x in err["loc"] if isinstance(x, str))
     source = f"{var} (environment)" if var in os.environ else where
     if field == "file":  # a check of the whole file: its message names the field

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sco.adapters.files import UnreadableFile, read_json, read_text, read_yaml
+from sco.adapters.invalid import explain
 
 PRICES_FILE = "spot_prices.json"
 REGION_FILE = "region.yaml"
@@ -314,9 +315,8 @@ def _read_region(path: Path) -> RegionSpec:
     try:
         return RegionSpec.model_validate(doc)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(x) for x in err["loc"]) or "region"
-        raise TraceError(path, field, err["msg"]) from None
+        field, msg = explain(e, RegionSpec)
+        raise TraceError(path, "region" if field == "file" else field, msg) from None
 
 
 def hall_names(count: int) -> Sequence[str]:

@@ -31,6 +31,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sco.adapters.files import UnreadableFile, parse_yaml, read_text
+from sco.adapters.invalid import explain
 from sco.domain.demand import Demand, Partition, SchedulerKind, name_key
 
 DAY_S = 86400.0
@@ -241,8 +242,7 @@ def read_demand_file(path: Path | str, region: str) -> list[PartitionDemand]:
     try:
         doc = _DemandFile.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        raise DemandFileError(path, field_path(err["loc"]), err["msg"]) from None
+        raise DemandFileError(path, *explain(e, _DemandFile)) from None
     return demand_of(doc.partitions, region, str(path))
 
 
@@ -281,16 +281,3 @@ def demand_of(specs: Sequence[PartitionSpec], region: str, where: str) -> list[P
         partition = Partition(p.name, region, p.kind, frozenset(p.flavors))
         out.append(PartitionDemand(partition, target, floor, p.max_units, budget))
     return out
-
-
-def field_path(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as a user writes it: `partitions[1].floor_units`."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in {"int", "_Daily", "_Steps", "constrained-int"} or part.startswith("function-"):
-            continue  # pydantic's union branch names say nothing to a user
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "file"

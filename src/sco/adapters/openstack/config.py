@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sco.adapters.files import UnreadableFile, read_text, read_yaml
+from sco.adapters.invalid import explain
 from sco.domain.pools import CapacityClass, Pool
 
 
@@ -139,9 +140,8 @@ def load_region(path: Path | str) -> RegionSpec:
     try:
         spec = RegionSpec.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise RegionFileError(f"{path}: {where}: {first['msg']}") from None
+        where, msg = explain(e, RegionSpec)
+        raise RegionFileError(f"{path}: {where}: {msg}") from None
     if spec.user_data_file is None:
         return spec
     data = spec.user_data_file

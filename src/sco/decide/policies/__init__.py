@@ -16,6 +16,7 @@ from sco.decide.policies.even_spread import EvenSpreadPolicy
 from sco.decide.policies.round_robin import RoundRobinPolicy
 from sco.decide.policies.sco import ScoPolicy
 from sco.decide.policies.spothedge import SpotHedgePolicy
+from sco.domain.words import unknown
 
 POLICIES: Mapping[str, Callable[[], Policy]] = {
     "sco": ScoPolicy,
@@ -33,7 +34,7 @@ class UnknownPolicy(KeyError):
         self.name = name
 
     def __str__(self) -> str:
-        return f"unknown policy {self.name!r}; known: {', '.join(sorted(POLICIES))}"
+        return unknown("policy", self.name, POLICIES)
 
 
 def policy_named(name: str) -> Policy:

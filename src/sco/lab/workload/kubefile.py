@@ -37,6 +37,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sco.adapters.invalid import explain
 from sco.lab.workload.swf import WorkloadError
 
 Positive = Annotated[float, Field(gt=0)]
@@ -160,9 +161,8 @@ def read_kube_workload(
     try:
         spec = _File.model_validate(doc)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the file"
-        raise WorkloadError(f"{path}: {where}: {first['msg']}") from e
+        where, msg = explain(e, _File)
+        raise WorkloadError(f"{path}: {'the file' if where == 'file' else where}: {msg}") from e
     window = None if days is None else days * 86400.0
     node = {"pods": KUBELET_MAX_PODS, **{k: str(v) for k, v in spec.node.items()}}
     workload = KubeWorkload([], node, 0, entries=len(spec.workloads))
