@@ -43,6 +43,7 @@ from pydantic import BaseModel, Field
 
 from sco.adapters.sqlstate import DatabaseError
 from sco.adapters.sqlstate.contracts import ContractRow, ContractStore, Listener
+from sco.apps.listen import name_process
 from sco.domain.contracts import AckStatus, Contract, NodeState, token_digest
 from sco.engine.admission import Admission
 
@@ -290,6 +291,7 @@ def create_app(
     PostgreSQL: `contracts.listener()`) it hears of changes as they commit; otherwise
     it polls every `config.poll_s`."""
     metrics = _Metrics(registry or CollectorRegistry())
+    name_process(metrics.registry, "distributor")
     admission = Admission(config.auth_failures_per_min, config.requests_per_s)
     state: dict[str, Any] = {}
 

@@ -10,14 +10,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import click
 from prometheus_client import CollectorRegistry
 
 from sco.apps import logs
+from sco.apps.common import BadInput
+from sco.apps.listen import name_process, refusal
 from sco.assembly.settings import Settings
 from sco.engine.service import Check, HttpEndpoints
 
 log = logging.getLogger(__name__)
+_PORT_KEYS = {"history-load": "history"}  # the http.*_port a component's port is
 
 
 @dataclass
@@ -40,13 +42,15 @@ def process(component: str, settings: Settings, port: int, verbose: int = 0) -> 
     level = "debug" if verbose >= 2 else ("info" if verbose == 1 else settings.log.level)
     logs.setup(component, level, settings.log.format)
     proc = Process(component, CollectorRegistry())
+    name_process(proc.registry, component)
     _stop_on_signals(proc)
     if port:
         proc.http = HttpEndpoints(proc.registry)
         try:
             proc.port = proc.http.serve(settings.http.bind, port)
         except OSError as e:
-            raise click.ClickException(f"http: cannot listen on :{port}: {e.strerror}") from None
+            key = f"http.{_PORT_KEYS.get(component, component)}_port"
+            raise BadInput(refusal(e, settings.http.bind, port, key, component)) from None
         log.info("%s: /metrics, /healthz and /readyz on :%d", component, proc.port)
     try:
         yield proc

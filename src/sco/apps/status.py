@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.templating import Jinja2Templates
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.apps.listen import name_process
 from sco.domain.lifecycle import State
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -141,6 +143,13 @@ def create_app(store: SqlFleetStore, clock: Callable[[], float]) -> FastAPI:
     @app.get("/healthz", response_class=PlainTextResponse)
     def healthz() -> str:
         return "ok"
+
+    registry = CollectorRegistry()
+    name_process(registry, "status")
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/readyz", response_class=PlainTextResponse)
     def readyz() -> Any:

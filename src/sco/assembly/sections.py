@@ -215,6 +215,12 @@ class HttpSettings(_Section):
         default=9103, ge=0, le=65535, description="`sco history load`; 0: none."
     )
     status_port: int = Field(default=9104, ge=1, le=65535, description="`sco status`'s page.")
+    status_bind: str = Field(
+        default="127.0.0.1",
+        description="Address `sco status`'s page listens on: loopback unless told (it shows "
+        "the whole fleet and asks no password; the Helm chart listens on the pod's address "
+        "behind a ClusterIP Service).",
+    )
 
 
 class DistributorSettings(_Section):

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from sco.apps.common import BadInput, parse_duration
+from sco.apps.listen import listening
 from sco.apps.options import config_option, settings_of, start_errors, state_override, verbose_level
 from sco.assembly.wiring import open_store
 
@@ -223,21 +224,23 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
         ),
         listen=store.contracts.listener(),
     )
+    sock = listening(d.bind, d.port, "distributor.port", "distributor")
     try:
-        uvicorn.run(
-            app,
-            host=d.bind,
-            port=d.port,
-            ssl_certfile=str(d.tls_cert) if d.tls_cert else None,
-            ssl_keyfile=str(d.tls_key) if d.tls_key else None,
-            log_config=None,
-            access_log=False,  # a line per long poll is noise; /metrics counts them
-            timeout_graceful_shutdown=5,
-            # Agents poll again within a long poll's wait: keep their connections.
-            timeout_keep_alive=75,
-            backlog=4096,
-        )
+        uvicorn.Server(
+            uvicorn.Config(
+                app,
+                ssl_certfile=str(d.tls_cert) if d.tls_cert else None,
+                ssl_keyfile=str(d.tls_key) if d.tls_key else None,
+                log_config=None,
+                access_log=False,  # a line per long poll is noise; /metrics counts them
+                timeout_graceful_shutdown=5,
+                # Agents poll again within a long poll's wait: keep their connections.
+                timeout_keep_alive=75,
+                backlog=4096,
+            )
+        ).run(sockets=[sock])
     finally:
+        sock.close()
         store.close()
 
 
@@ -251,7 +254,7 @@ def _join_of(p: Any) -> str:
 @click.command()
 @config_option
 @click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
-@click.option("--bind", default=None, help="Address to listen on (http.bind).")
+@click.option("--bind", default=None, help="Address to listen on (http.status_bind).")
 @click.option("--port", type=int, default=None, help="Port (http.status_port).")
 def status(config: Path | None, state: str | None, bind: str | None, port: int | None) -> None:
     """Serve the status page: partitions (floor, target, ready by class), pools (score,
@@ -267,19 +270,23 @@ def status(config: Path | None, state: str | None, bind: str | None, port: int |
     from sco.engine.clock import SystemClock
 
     settings = settings_of(
-        config, {"state.url": state_override(state), "http.bind": bind, "http.status_port": port}
+        config,
+        {"state.url": state_override(state), "http.status_bind": bind, "http.status_port": port},
     )
     logs.setup("status", settings.log.level, settings.log.format)
     with start_errors():
         store = open_store(settings, patient=True)
+    http = settings.http
+    sock = listening(http.status_bind, http.status_port, "http.status_port", "status")
     try:
-        uvicorn.run(
-            create_app(store, SystemClock().now),
-            host=settings.http.bind,
-            port=settings.http.status_port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
+        uvicorn.Server(
+            uvicorn.Config(
+                create_app(store, SystemClock().now),
+                log_config=None,
+                access_log=False,
+                timeout_graceful_shutdown=5,
+            )
+        ).run(sockets=[sock])
     finally:
+        sock.close()
         store.close()
