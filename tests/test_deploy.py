@@ -403,13 +403,13 @@ def seeded(tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     import json
     import sys
     import time
-    import urllib.request
 
     from sco.adapters.sqlstate.engine import sqlite_url
     from sco.adapters.sqlstate.store import SqlFleetStore
     from sco.domain.events import LifecycleEvent
     from sco.domain.signals import Exclusion, ExclusionState
     from sco_harness.openstack_stack import free_port
+    from sco_harness.services import answered
 
     state = tmp_path / "state.sqlite"
     traces = ROOT / "src" / "sco" / "data" / "traces" / "apache" / "v100-16node"
@@ -434,18 +434,7 @@ def seeded(tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/status.json", timeout=2) as r:
-                    data = json.loads(r.read())
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    proc.kill()
-                    pytest.fail(f"sco status did not answer: {proc.communicate()[1][-2000:]}")
-                time.sleep(0.2)
-        yield url, data
+        yield url, json.loads(answered(url + "/status.json", proc))
     finally:
         proc.terminate()
         proc.wait(timeout=20)

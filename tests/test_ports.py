@@ -8,8 +8,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from sco.adapters.sqlstate.engine import sqlite_url
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco_harness.openstack_stack import free_port
+from sco_harness.services import answered
 
 HOLD = "address already in use"
 
@@ -45,17 +44,8 @@ def watching(state: str) -> Iterator[int]:
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    assert 'sco_process_info{component="watch"} 1.0' in r.read().decode()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    proc.kill()
-                    pytest.fail(f"sco watch did not answer: {proc.communicate()[1][-2000:]}")
-                time.sleep(0.2)
+        metrics = answered(f"http://127.0.0.1:{port}/metrics", proc).decode()
+        assert 'sco_process_info{component="watch"} 1.0' in metrics
         yield port
     finally:
         proc.terminate()

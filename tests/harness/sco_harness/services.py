@@ -246,3 +246,22 @@ def run(
         proc.wait()
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def answered(url: str, proc: subprocess.Popen[str], within_s: float = 60.0) -> bytes:
+    """The body `url` answers once `proc` serves it; fails the test with the
+    process's stderr if it dies or stays silent past `within_s`."""
+    import urllib.request
+
+    import pytest
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return bytes(r.read())
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail(f"{url} did not answer: {(proc.communicate()[1] or '')[-2000:]}")
+            time.sleep(0.2)
