@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -173,16 +174,24 @@ def watcher(store: SqlFleetStore, log: SqlEventLog, **cfg: float) -> ExclusionWa
     return ExclusionWatcher(log, store, POOLS, config)
 
 
-def test_reclaims_exclude_a_pool_and_say_so(store: SqlFleetStore) -> None:
+def test_reclaims_exclude_a_pool_and_say_so(
+    store: SqlFleetStore, caplog: pytest.LogCaptureFixture
+) -> None:
     log = SqlEventLog(store.engine)
     w = watcher(store, log)
     log.append([ev(n, POOLS[0], "server_vanished", 100.0 + n) for n in range(2)])
     assert w.poll().changed == ()
     log.append([ev(2, POOLS[0], "reclaim_notice", 103.0)])
-    changed = w.poll().changed
+    with caplog.at_level(logging.INFO, logger="sco.engine.watcher"):
+        changed = w.poll().changed
     assert [(c.pool, c.state, c.until) for c in changed] == [
         (POOLS[0].id, ExclusionState.EXCLUDED, 403.0)
     ]
+    # Said once, with the time as people read it (issue 28: `sco watch` printed
+    # "degraded until 1796202128", twice).
+    said = [r.getMessage() for r in caplog.records if "until" in r.getMessage()]
+    assert said == [f"pool {POOLS[0].id} excluded until 1970-01-01T00:06:43Z: "
+                    "3 reclaims in 600s"]  # fmt: skip
     assert store.exclusions()[POOLS[0].id].state is ExclusionState.EXCLUDED
     kinds = [e.kind for _, e in store.outbox_batch(10)]
     assert kinds == ["excluded"]

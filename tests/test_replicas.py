@@ -9,6 +9,8 @@ later with what it believed before.
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -231,7 +233,7 @@ def test_placement_metrics_follow_the_partitions(tmp_path: Path, fleet_url: str)
     assert c.clock.now() - 60 <= ended <= c.clock.now() + 1
     r.tend_leases()
     assert value("sco_partition_leader", partition="p0", replica="solo") == 1
-    r._drop("p0", "released")
+    r._drop("p0", "released", "a test hands it back")
     assert value("sco_placement_state", partition="p0", state="placed") is None
     assert value("sco_partition_ready_units", partition="p0") is None
     assert value("sco_partition_last_cycle_timestamp_seconds", partition="p0") is None
@@ -405,3 +407,24 @@ def test_a_dead_replicas_leases_are_rescued_beyond_the_share_while_its_successor
     assert taken_at <= expiry + 1.0, (taken_at, expiry)
     c.step(40, ["r1", "r2", "r4"])  # the successor is up: the extras are handed to it
     assert sorted(c.holders().values()) == [2, 2, 2]
+
+
+def test_every_lease_hand_over_says_why(
+    tmp_path: Path, fleet_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 28: a replica that handed a lease to another logged no reason."""
+    c = Cluster(tmp_path, fleet_url)
+    with caplog.at_level(logging.INFO, logger="sco.engine.replicas"):
+        for name in ("r1", "r2", "r3"):
+            c.start(name)
+        c.step(60, ["r1", "r2", "r3"])
+        c.step(60, ["r1", "r2"])  # r3 dies without a word
+        c.replicas["r1"].shutdown()
+    lines = [r.getMessage() for r in caplog.records if " lease of " in r.getMessage()]
+    assert lines
+    assert all(re.search(r"\(token \d+\): \S", line) for line in lines), lines
+    said = "\n".join(lines)
+    assert "never held before" in said
+    assert "r3 let it expire" in said  # the orphans r1 or r2 rescued
+    assert "above this replica's fair share" in said  # and handed back a TTL later
+    assert "this replica is stopping" in said

@@ -20,6 +20,7 @@ from sco.adapters.sqlstate import DatabaseError
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.plans import Plan
 from sco.domain.signals import Exclusion
+from sco.domain.times import utc
 
 
 class NothingToExplain(ValueError):
@@ -127,7 +128,7 @@ def render(console: Console, e: Explanation) -> None:
         "holds: " + (", ".join(f"{n} {s}" for s, n in sorted(e.held.items())) or "nothing")
     )
     for pool, ex in sorted(e.exclusions.items()):
-        console.print(f"exclusion: {pool} {ex.state} until {ex.until:.0f} ({ex.reason})")
+        console.print(f"exclusion: {pool} {ex.state} until {utc(ex.until)} ({ex.reason})")
 
 
 def _num(v: float) -> str:

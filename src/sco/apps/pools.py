@@ -7,7 +7,6 @@ written on (wall time in production, trace time after a simulation).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from rich.table import Table
 from sco.adapters.sqlstate import DatabaseError
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.signals import Exclusion, PoolScore
+from sco.domain.times import utc
 
 
 class StateUnreadable(ValueError):
@@ -36,7 +36,7 @@ class PoolRow:
         ex = self.exclusion
         if ex is None or self.as_of is None or not ex.active(self.as_of):
             return "placeable"
-        return f"{ex.state} until {_when(ex.until)}"
+        return f"{ex.state} until {utc(ex.until)}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -80,7 +80,7 @@ def render(console: Console, rows: list[PoolRow]) -> None:
         console.print("no pool scores or exclusions yet: the scorer has not run on this state")
         return
     as_of = rows[0].as_of
-    table = Table(title=f"pools as of {_when(as_of) if as_of is not None else '—'}")
+    table = Table(title=f"pools as of {utc(as_of) if as_of is not None else '—'}")
     cols = ("#", "pool", "score", "hazard/h", "survival", "success", "ready p50", "headroom")
     for col in (*cols, "status"):
         table.add_column(col, justify="left" if col in ("pool", "status") else "right")
@@ -116,7 +116,3 @@ def _exclusion_why(ex: Exclusion | None) -> str:
     if ex is None:
         return ""
     return f"last {ex.state}: {ex.reason} (cooldown {ex.cooldown_s:.0f} s)"
-
-
-def _when(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

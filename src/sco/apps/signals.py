@@ -118,9 +118,7 @@ def watch(settings: Settings, verbose: int = 0) -> None:
                 parked.inc(result.parked)
                 now = clock.now()
                 active.set(sum(1 for ex in watcher.exclusions.values() if ex.active(now)))
-                for ex in result.changed:
-                    click.echo(f"pool {ex.pool}: {ex.state} until {ex.until:.0f} ({ex.reason})")
-                return result.read
+                return result.read  # each change is logged once, by the watcher
 
             click.echo(f"sco watch: reading the {events.kind} event log", err=True)
             _consume(proc, step, progress)

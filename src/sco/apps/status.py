@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.listen import name_process
 from sco.domain.lifecycle import State
+from sco.domain.times import utc
 
 TEMPLATES = Path(__file__).parent / "templates"
 EVENTS = 50  # recent transitions shown
@@ -163,11 +164,7 @@ def create_app(store: SqlFleetStore, clock: Callable[[], float]) -> FastAPI:
 
 
 def _when(t: float | None) -> str:
-    from datetime import UTC, datetime
-
-    if t is None:
-        return "—"
-    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return "—" if t is None else utc(t)
 
 
 def _num(v: float | None, digits: int = 3) -> str:

@@ -15,6 +15,7 @@ from sco.domain.lifecycle import State, Trigger
 from sco.domain.plans import Plan
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PartitionSnapshot
+from sco.domain.times import utc
 from sco.engine.partition_state import PartitionState
 from sco.ports import (
     CreateResult,
@@ -56,7 +57,7 @@ class Act(PartitionState):
             acted[("drain", d.reason)] += 1
             if d.again:
                 continue  # draining already: only its scheduler is told
-            why = d.detail or f"{d.reason}: leave by {d.drain_by:.0f}"
+            why = d.detail or f"{d.reason}: leave by {utc(d.drain_by)}"
             changes.append(
                 step(inst, Trigger.DRAIN_REQUESTED, now, why, code=d.reason, drain_by=d.drain_by)
             )

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sco.domain.pools import Pool, PoolId
+from sco.domain.times import utc
 from sco.ports import CreateResult, NodeView, Provider, SchedulerCluster, ServerView
 
 
@@ -69,5 +70,5 @@ class DryRunNodes:
         """Left to the controllers that lead the partition."""
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
-        detail = f"partition {partition}, node of server {server_id}, by {drain_by:.0f}"
+        detail = f"partition {partition}, node of server {server_id}, by {utc(drain_by)}"
         self.intents.append(Intent("drain", reason or "-", 1, detail))

@@ -20,6 +20,7 @@ from typing import Protocol
 from sco.decide.reclaim import Budget, Candidate, Choice, Standing, choose
 from sco.domain.lifecycle import State
 from sco.domain.pools import Pool
+from sco.domain.times import utc
 from sco.ports import Clock, InstanceStore, PlanStore, ProviderError, ServerView
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,11 @@ class Reclaimer:
                     failed.append(v.server_id)  # noticed meanwhile: its deadline stands
                     continue
                 log.info(
-                    "reclaim: %s (%s) goes at %.0f: %s", v.server_id, v.partition, deadline, v.why
+                    "reclaim: %s (%s) goes at %s: %s",
+                    v.server_id,
+                    v.partition,
+                    utc(deadline),
+                    v.why,
                 )
             except ProviderError as e:
                 failed.append(v.server_id)

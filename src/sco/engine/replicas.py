@@ -105,6 +105,20 @@ def fair_share(partitions: int, replicas: int) -> int:
     return math.ceil(partitions / max(replicas, 1))
 
 
+def _why_taken(was: Lease | None, orphan: bool, share: int, now: float) -> str:
+    """Why a lease was free to take, for the log line that says it was."""
+    if was is None:
+        return "never held before"
+    if orphan:
+        return (
+            f"{was.holder} let it expire {now - was.expires_at:.0f} s ago unreleased "
+            "(stopped or cut off): taken beyond the fair share"
+        )
+    if was.holder == "":
+        return f"handed back by its holder; within this replica's fair share of {share}"
+    return f"{was.holder}'s lease expired {now - was.expires_at:.0f} s ago"
+
+
 def _spread(name: str, partition: str) -> str:
     """A per-replica order of partitions, so replicas reach for different ones first."""
     return hashlib.sha256(f"{name}/{partition}".encode()).hexdigest()
@@ -195,8 +209,11 @@ class ReplicaRunner:
 
     # ------------------------------------------------------------ leases
 
-    def _note(self, partition: str, event: str, token: int) -> None:
-        log.info("replica %s: lease of %s %s (token %d)", self.config.name, partition, event, token)
+    def _note(self, partition: str, event: str, token: int, why: str) -> None:
+        log.info(
+            "replica %s: lease of %s %s (token %d): %s",
+            self.config.name, partition, event, token, why,
+        )  # fmt: skip
         if self.on_lease is not None:
             self.on_lease(LeaseChange(self.clock.now(), partition, event, token))
 
@@ -209,7 +226,7 @@ class ReplicaRunner:
             live = self.leases.live_replicas(now)
             self._renew(now)
             share = fair_share(len(self.partitions), len(live))
-            self._shed(share, now)
+            self._shed(share, len(live), now)
             self._take(share, now)
         except Exception as e:  # the database is unreachable: nothing can be proven
             first = self._unreachable_since is None
@@ -235,12 +252,12 @@ class ReplicaRunner:
         for name, lease in list(self.held.items()):
             renewed = self.leases.renew(lease, self.config.lease_ttl_s, now)
             if renewed is None:
-                self._drop(name, "lost")
+                self._drop(name, "lost", "renewal refused: it expired or another replica holds it")
             else:
                 with self._lock:
                     self.held[name] = renewed
 
-    def _shed(self, share: int, now: float) -> None:
+    def _shed(self, share: int, replicas: int, now: float) -> None:
         """Hand back what is above the fair share, but not a lease taken less than a TTL
         ago (an orphan this replica rescued waits for a replica with room to be up)."""
         settled = [
@@ -249,16 +266,20 @@ class ReplicaRunner:
             if now - self._taken_at.get(p, -math.inf) >= self.config.lease_ttl_s
         ]
         extra = len(self.held) - share
+        why = (
+            f"above this replica's fair share of {share} ({len(self.partitions)} partitions, "
+            f"{replicas} live replicas): another takes it"
+        )
         for name in sorted(settled, key=lambda p: _spread(self.config.name, p))[: max(extra, 0)]:
             lease = self.held[name]
-            self._drop(name, "released")
+            self._drop(name, "released", why)
             self.leases.release(lease)
 
     def _take(self, share: int, now: float) -> None:
         """Up to the fair share of free leases: every lease first, then a controller for
         each (building one takes a while: a second lease must not wait for it)."""
         free = [p for p in self.partitions if p not in self.held]
-        taken: list[tuple[str, Lease]] = []
+        taken: list[tuple[str, str]] = []  # (partition, why)
         held_elsewhere = False
         # One read of every lease: a partition another replica holds is not raced for
         # (an acquire that must fail costs several writes, every tend, per partition).
@@ -304,15 +325,15 @@ class ReplicaRunner:
                 self.held[name] = lease
                 self._fences[name] = fence
             self._taken_at[name] = now
-            taken.append((name, lease))
+            taken.append((name, _why_taken(known.get(name), orphan, share, now)))
         # Room left, and leases held elsewhere: look again when the first of them
         # expires (a dead replica's), not a tend interval later.
         self._next_expiry = min(others.values(), default=None) if held_elsewhere else None
-        for name, _ in taken:
+        for name, why in taken:
             controller = self._kit.controller(self.partitions[name])
             with self._lock:
                 self.controllers[name] = controller
-            self._note(name, "acquired", self.token(name))
+            self._note(name, "acquired", self.token(name), why)
             if self._threads:
                 self.loops.start(name, controller)
 
@@ -324,7 +345,7 @@ class ReplicaRunner:
             return every
         return min(every, max(0.0, self._next_expiry - self.clock.now()) + 0.01)
 
-    def _drop(self, name: str, why: str) -> None:
+    def _drop(self, name: str, event: str, why: str) -> None:
         with self._lock:
             lease = self.held.pop(name, None)
             fence = self._fences.pop(name, 0)
@@ -334,7 +355,7 @@ class ReplicaRunner:
             self.metrics.forget(name)
             self.metrics.leading(self.config.name, [name], ())  # not at the next tend: now
         if lease is not None:
-            self._note(name, why, fence)
+            self._note(name, event, fence, why)
 
     def _fenced(self, name: str, e: FencedOut) -> None:
         """The database refused a write of `name`'s: another writer holds a newer token.
@@ -347,13 +368,13 @@ class ReplicaRunner:
         self._fenced_run[name] = self._fenced_run.get(name, 0) + 1
         if self.metrics is not None:
             self.metrics.fenced.labels(name).inc()
-        self._drop(name, "fenced")
+        self._drop(name, "fenced", "the database refused a write: a newer token exists")
 
     def _drop_all(self, why: str, say: bool = False) -> None:
         if self.held or say:
             log.warning("replica %s: %s; stopping all partitions", self.config.name, why)
         for name in list(self.held):
-            self._drop(name, "unprovable")
+            self._drop(name, "unprovable", "it cannot be renewed, so nor proven held")
 
     # ------------------------------------------------------------ cycles
 
@@ -447,7 +468,7 @@ class ReplicaRunner:
     def shutdown(self) -> None:
         """Hand every lease back, so others take over at once rather than after the TTL."""
         for name, lease in list(self.held.items()):
-            self._drop(name, "released")
+            self._drop(name, "released", "this replica is stopping")
             try:
                 self.leases.release(lease)
             except Exception as e:

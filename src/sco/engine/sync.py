@@ -13,6 +13,7 @@ from sco.domain.instances import Change, Instance, created, step
 from sco.domain.lifecycle import HAS_SERVER, LIVE, State, Trigger
 from sco.domain.pools import CapacityClass, PoolId
 from sco.domain.snapshot import PartitionSnapshot
+from sco.domain.times import utc
 from sco.engine.partition_state import GONE, PartitionState
 from sco.ports import (
     NodeView,
@@ -223,11 +224,12 @@ class Sync(PartitionState):
         if view.status is ServerStatus.ERROR and inst.state in _CAN_ERROR:
             go(Trigger.SERVER_ERROR, view.fault or "server in ERROR")
             return out
-        if _notice_is_news(inst, view.notice_deadline):
+        deadline = view.notice_deadline
+        if deadline is not None and _notice_is_news(inst, deadline):
             go(
                 Trigger.RECLAIM_NOTICE,
-                f"reclaim notice: leave by {view.notice_deadline:.0f}",
-                notice_deadline=view.notice_deadline,
+                f"reclaim notice: leave by {utc(deadline)}",
+                notice_deadline=deadline,
             )
             return out
         if view.status is ServerStatus.ACTIVE and inst.state is State.CREATING:
@@ -269,10 +271,10 @@ class Sync(PartitionState):
         return step(inst, Trigger.SERVER_VANISHED, now, why)
 
 
-def _notice_is_news(inst: Instance, deadline: float | None) -> bool:
+def _notice_is_news(inst: Instance, deadline: float) -> bool:
     """A reclaim notice the record does not hold yet: the first one (whatever state the
     instance is in, draining included), or one with a sooner deadline: the sooner wins."""
-    if deadline is None or inst.state not in _CAN_NOTICE:
+    if inst.state not in _CAN_NOTICE:
         return False
     return inst.notice_deadline is None or deadline < inst.notice_deadline
 

@@ -31,6 +31,7 @@ from sco.domain.events import (
 )
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion
+from sco.domain.times import utc
 from sco.ports import EventLog, SignalStore, StateConflict
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,7 @@ class ExclusionWatcher:
             return None
         self.exclusions[pool] = saved
         if saved.since == now:
-            log.info("pool %s %s until %.0f: %s", pool, saved.state, saved.until, reason)
+            log.info("pool %s %s until %s: %s", pool, saved.state, utc(saved.until), reason)
         if self.on_change is not None:
             self.on_change(saved)
         return saved

@@ -64,6 +64,7 @@ from sco.adapters.kubernetes.pods import (
     server_of,
 )
 from sco.domain.pools import CapacityClass, Pool
+from sco.domain.times import utc
 from sco.ports import Clock, NodeView, SchedulerUnavailable, ServerView
 
 log = logging.getLogger(__name__)
@@ -266,7 +267,7 @@ class KubernetesNodes:
                 name, {"metadata": {"annotations": notes}, "spec": {"unschedulable": True}}
             )
         self._drains[server_id] = self._new_drain(name, drain_by, reason)
-        log.info("node %s cordoned: %s, leave by %.0f", name, reason or "leaving", drain_by)
+        log.info("node %s cordoned: %s, leave by %s", name, reason or "leaving", utc(drain_by))
 
     def _new_drain(self, node: str, drain_by: float, reason: str) -> _Drain:
         # Deletes start a grace before the deadline, but never before half of the
@@ -288,7 +289,7 @@ class KubernetesNodes:
                 continue  # not ours to read: the acquirer's deadline still holds
             name = node["metadata"]["name"]
             self._drains[sid] = self._new_drain(name, drain_by, notes.get(DRAIN_REASON, ""))
-            log.info("node %s: drain resumed, leave by %.0f", name, drain_by)
+            log.info("node %s: drain resumed, leave by %s", name, utc(drain_by))
 
     # ------------------------------------------------------------ draining
 

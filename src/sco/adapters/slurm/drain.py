@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sco.adapters.slurm.nodes import cut_short, iso
+from sco.adapters.slurm.nodes import cut_short
 from sco.adapters.slurm.tools import SlurmError, SlurmTools
+from sco.domain.times import utc
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class SlurmDrain:
     def __call__(self, contract: dict[str, Any]) -> tuple[str, str]:
         drain_by = float(contract["drain_by"])
         reclaim = bool(contract.get("reclaim"))
-        reason = f"sco: {'reclaim' if reclaim else 'leaving'} by {iso(drain_by)}"
+        reason = f"sco: {'reclaim' if reclaim else 'leaving'} by {utc(drain_by)}"
         requeued: list[int] = []
         cannot: set[int] = set()
         try:

@@ -43,6 +43,7 @@ from functools import lru_cache
 from sco.adapters.slurm.model import Job, SlurmNode
 from sco.adapters.slurm.tools import SlurmError, SlurmRefused, SlurmTools
 from sco.decide.binpack import Size
+from sco.domain.times import utc
 from sco.ports import Clock, NodeView, SchedulerUnavailable, ServerView
 
 log = logging.getLogger(__name__)
@@ -111,10 +112,6 @@ def slurm_conf_lines(
         f"PartitionName={p} Nodes={nodeset} State=UP MaxTime=INFINITE" for p in slurm_partitions
     ]
     return lines
-
-
-def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @lru_cache(maxsize=65536)  # every node's reason, every read: parse each once
@@ -283,7 +280,7 @@ class SlurmNodes:
         name = node_name(server_id)
         why = "reclaim" if reason == RECLAIM else (reason or "leaving")
         try:
-            self.tools.drain(name, f"sco: {why} by {iso(drain_by)}")
+            self.tools.drain(name, f"sco: {why} by {utc(drain_by)}")
         except SlurmRefused as e:
             log.info("partition %s: %s not drained (%s)", partition, name, e)
         except SlurmError as e:
@@ -346,7 +343,7 @@ class SlurmNodes:
         termination event."""
         note = (
             f"job {job.job_id} cannot be requeued (--no-requeue): it ends when the node "
-            f"goes at {iso(deadline)}"
+            f"goes at {utc(deadline)}"
         )
         log.warning("partition %s: %s (on %s)", cfg.name, note, ",".join(job.nodes))
         for name in job.nodes:
