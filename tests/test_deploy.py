@@ -484,6 +484,8 @@ def test_the_status_page_shows_the_fleet_in_a_browser(seeded: tuple[str, dict[st
         for field in ("floor_units", "target_units", "plan_spot", "plan_guaranteed",
                       "ready_spot", "ready_guaranteed"):  # fmt: skip
             assert cells.cells[(p["name"], field)] == str(p[field]), (p["name"], field)
+        assert cells.cells[(p["name"], "last_hour")] == p["last_hour_text"]
+        assert p["last_hour_text"].startswith("0 reclaims with notice")  # its history is long past
     excluded = [p for p in data["pools"] if p["exclusion"]]
     assert len(excluded) == 1
     assert cells.cells[(excluded[0]["pool"], "exclusion")].startswith("excluded until")

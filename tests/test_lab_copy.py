@@ -45,7 +45,7 @@ def test_a_copied_run_reads_back_as_the_run_on_sqlite(tmp_path: Path) -> None:
     assert a.outcome() == b.outcome()
     partitions = [p.name for p in Simulation.build(_spec(1.5)).demand.partitions()]
     for name in partitions:
-        assert explain(copied, name).as_dict() == explain(on_sql, name).as_dict()
+        assert explain(copied, name, 0.0).as_dict() == explain(on_sql, name, 0.0).as_dict()
     assert [_unversioned(r.as_dict()) for r in load_rows(copied)] == [
         _unversioned(r.as_dict()) for r in load_rows(on_sql)
     ]

@@ -4,7 +4,8 @@ What the planner weighed for each pool (hazard terms, price, crowding,
 stickiness, per instance-hour: the pool's cost is their sum), what it holds
 and may still take, what kept it out (excluded, degraded, no room), and the
 partition's own figures (spare, floor need, cold start, notice). Then what
-the partition holds, by state, and the exclusions in force.
+the partition holds, by state, the exclusions in force, and what happened in the
+last hour (reclaims, replacements, drains).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from sco.adapters.sqlstate import DatabaseError
 from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.apps.happened import WINDOW_S, Happened, happened
 from sco.domain.plans import Plan
 from sco.domain.signals import Exclusion
 from sco.domain.times import utc
@@ -33,6 +35,7 @@ class Explanation:
     held: dict[str, int]  # instances by state
     exclusions: dict[str, Exclusion]
     intent: str | None
+    lately: Happened  # the last hour's reclaims, replacements, drains
 
     def as_dict(self) -> dict[str, Any]:
         p = self.plan
@@ -47,6 +50,7 @@ class Explanation:
             "pools": {pool: why.to_json() for pool, why in sorted(p.pools.items())},
             "held": self.held,
             "intent": self.intent,
+            "last_hour": self.lately.as_dict(),
             "exclusions": {
                 pool: {"state": str(ex.state), "until": ex.until, "reason": ex.reason}
                 for pool, ex in sorted(self.exclusions.items())
@@ -54,7 +58,7 @@ class Explanation:
         }
 
 
-def explain(url: str, partition: str) -> Explanation:
+def explain(url: str, partition: str, now: float) -> Explanation:
     store = SqlFleetStore(url, run_migrations=False)
     try:
         plan = store.latest_plan(partition)
@@ -65,11 +69,13 @@ def explain(url: str, partition: str) -> Explanation:
             pool: ex for pool, ex in store.exclusions().items() if ex.active(plan.created_at)
         }
         intent = store.intents().get(partition)
+        since = now - WINDOW_S
+        lately = happened(store.history_since(since), since).get(partition, Happened(since))
     except DatabaseError as e:
         raise NothingToExplain(f"cannot read fleet state: {type(e).__name__}") from None
     finally:
         store.close()
-    return Explanation(plan, dict(held), exclusions, intent)
+    return Explanation(plan, dict(held), exclusions, intent, lately)
 
 
 def _where(url: str) -> str:
@@ -129,6 +135,8 @@ def render(console: Console, e: Explanation) -> None:
     )
     for pool, ex in sorted(e.exclusions.items()):
         console.print(f"exclusion: {pool} {ex.state} until {utc(ex.until)} ({ex.reason})")
+    lately = e.lately.sentence()
+    console.print(f"last hour: [red]{lately}[/]" if e.lately.reclaims else f"last hour: {lately}")
 
 
 def _num(v: float) -> str:

@@ -29,6 +29,7 @@ from fastapi.templating import Jinja2Templates
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.apps.happened import WINDOW_S, Happened, happened
 from sco.apps.listen import name_process
 from sco.domain.lifecycle import State
 from sco.domain.times import utc
@@ -44,6 +45,8 @@ def status_of(store: SqlFleetStore, now: float, events: int = EVENTS) -> dict[st
     scores = store.latest_scores()
     names = sorted({*store.partitions(), *store.intents()})
     intents = store.intents()
+    since = now - WINDOW_S
+    lately = happened(store.history_since(since), since)
     partitions = []
     plans = []
     for name in names:
@@ -62,6 +65,9 @@ def status_of(store: SqlFleetStore, now: float, events: int = EVENTS) -> dict[st
                 "ready_guaranteed": ready.get("guaranteed", 0),
                 "held": dict(sorted(Counter(str(i.state) for i in live).items())),
                 "intent": intents.get(name),
+                "last_hour": (h := lately.get(name, Happened(since))).as_dict(),
+                "last_hour_text": h.sentence(),
+                "reclaims_last_hour": h.reclaims,
             }
         )
         if plan is not None:

@@ -61,6 +61,7 @@ class HistoryRow:
     to_state: str
     trigger: str | None
     reason: str
+    code: str | None = None  # an action's reason code (replace_reclaimed, node_drained...)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ def history_row(r: Any) -> HistoryRow:
         to_state=r.to_state,
         trigger=r.trigger,
         reason=r.reason,
+        code=r.code,
     )
 
 

@@ -299,6 +299,12 @@ class SqlFleetStore(SqlSignals):
         with self.engine.connect() as conn:
             return [rows.history_row(r) for r in conn.execute(q)]
 
+    def history_since(self, since: float) -> list[HistoryRow]:
+        """Every transition at or after `since`, oldest first."""
+        q = select(t.instance_history).where(t.instance_history.c.at >= since)
+        with self.engine.connect() as conn:
+            return [rows.history_row(r) for r in conn.execute(q.order_by(t.instance_history.c.id))]
+
     def partitions(self) -> list[str]:
         """Every partition with instances or a plan."""
         q = select(t.instances.c.partition).union(select(t.plans.c.partition))

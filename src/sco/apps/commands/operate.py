@@ -30,7 +30,7 @@ def explain(config: Path | None, state: str | None, as_json: bool, partition: st
 
     url = state_url(state) if state else settings_of(config, {}).state.url
     try:
-        found = load_explanation(url, partition)
+        found = load_explanation(url, partition, time.time())
     except NothingToExplain as e:
         raise BadInput(str(e)) from None
     if as_json:
