@@ -408,15 +408,11 @@ def seeded(tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     from sco.adapters.sqlstate.store import SqlFleetStore
     from sco.domain.events import LifecycleEvent
     from sco.domain.signals import Exclusion, ExclusionState
+    from sco_harness.builders import simulated_state
     from sco_harness.openstack_stack import free_port
     from sco_harness.services import answered
 
-    state = tmp_path / "state.sqlite"
-    traces = ROOT / "src" / "sco" / "data" / "traces" / "apache" / "v100-16node"
-    sim = subprocess.run([sys.executable, "-m", "sco.apps.cli", "simulate", "--traces",
-                          str(traces), "--duration", "12h", "--state", str(state), "--json"],
-                         capture_output=True, text=True, check=False)  # fmt: skip
-    assert sim.returncode == 0, sim.stderr[-2000:]
+    state = simulated_state(tmp_path / "state.sqlite")
     store = SqlFleetStore(sqlite_url(state))
     pool = next(p.id for p in store.pools() if p.is_spot and p.id not in store.exclusions())
     now = time.time()

@@ -13,6 +13,7 @@ from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.explain import explain
 from sco.apps.happened import happened
 from sco.ports import HistoryRow
+from sco_harness.builders import simulated_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,12 +67,7 @@ def test_a_noticed_server_that_then_vanishes_is_one_reclaim() -> None:
 def test_explain_says_what_happened_in_the_last_hour(tmp_path: Path) -> None:
     """After a simulated half day, `explain` an hour after its last reclaim counts
     that hour's transitions as the history holds them."""
-    state = tmp_path / "state.sqlite"
-    traces = ROOT / "src" / "sco" / "data" / "traces" / "apache" / "v100-16node"
-    sim = subprocess.run([sys.executable, "-m", "sco.apps.cli", "simulate", "--traces",
-                          str(traces), "--duration", "12h", "--state", str(state), "--json"],
-                         capture_output=True, text=True, check=False)  # fmt: skip
-    assert sim.returncode == 0, sim.stderr[-2000:]
+    state = simulated_state(tmp_path / "state.sqlite")
     store = SqlFleetStore(sqlite_url(state))
     rows = store.history()
     last = max((r for r in rows if r.trigger == "server_vanished"), key=lambda r: r.at)

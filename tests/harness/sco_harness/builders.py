@@ -149,3 +149,17 @@ def write_yaml(path: Path, doc: Mapping[str, object]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(dict(doc), sort_keys=False))
     return path
+
+
+def simulated_state(state: Path, duration: str = "12h") -> Path:
+    """Fleet state a `sco simulate` run wrote on the bundled 16-node trace."""
+    import subprocess
+    import sys
+
+    traces = Path(__file__).resolve().parents[3] / "src/sco/data/traces/apache/v100-16node"
+    sim = subprocess.run([sys.executable, "-m", "sco.apps.cli", "simulate", "--traces",
+                          str(traces), "--duration", duration, "--state", str(state), "--json"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    if sim.returncode != 0:
+        raise AssertionError(f"sco simulate failed: {sim.stderr[-2000:]}")
+    return state
