@@ -15,7 +15,6 @@ from sco.apps.happened import happened
 from sco.ports import HistoryRow
 from sco_harness.builders import simulated_state
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def row(i: str, at: float, frm: str | None, to: str, trigger: str | None, code: str) -> HistoryRow:
