@@ -16,7 +16,6 @@ from sco.ports import HistoryRow
 from sco_harness.builders import simulated_state
 
 
-
 def row(i: str, at: float, frm: str | None, to: str, trigger: str | None, code: str) -> HistoryRow:
     return HistoryRow(i, "web", "r/h/spot", at, frm, to, trigger, code, code)
 
