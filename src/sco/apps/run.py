@@ -134,7 +134,7 @@ def run_controllers(
     try:
         with process("run", settings, settings.http.run_port, verbose) as proc:
             from sco.engine.metrics import CredentialMetrics
-            from sco.engine.replicas import LeaseChange, ReplicaConfig, ReplicaRunner
+            from sco.engine.replicas import ReplicaConfig, ReplicaRunner
 
             if warning := scope_warning(provider):
                 log.warning("%s", warning)
@@ -144,14 +144,6 @@ def run_controllers(
                 provider.foreign_servers,
                 lambda: provider.refused_total,
             )
-
-            def on_lease(change: LeaseChange) -> None:
-                if change.event != "renewed":
-                    click.echo(
-                        f"replica {name}: {change.partition} lease {change.event} "
-                        f"(token {change.token})",
-                        err=True,
-                    )
 
             def on_report(report: CycleReport) -> None:
                 done.append(report)
@@ -176,7 +168,6 @@ def run_controllers(
                 clock=clock,
                 interval_s=settings.policy.interval_s,
                 controller=settings.policy.controller,
-                on_lease=on_lease,
                 metrics=PlacementMetrics(proc.registry),
                 on_report=on_report,
                 pump=lambda wake: SignalPump(
