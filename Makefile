@@ -72,8 +72,10 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache
 
-# A local OpenStack (Nova with fake computes, Placement, Glance, Neutron's API) to try
-# sco on: writes .lab/sco.yaml, region.yaml and clouds.yaml. `make lab-down` stops it.
+# A local OpenStack (Nova with fake computes, Placement, Glance, Neutron's API) and
+# sco's control plane on it under a supervisor (two replicas, watcher, history loader,
+# distributor, status page; one log, .lab/lab.log): writes .lab/sco.yaml, region.yaml
+# and clouds.yaml and prints every endpoint. `make lab-down` stops all of it.
 lab: $(STAMP) openstack
 	$(BIN)/python -m sco_harness.lab up .lab
 

@@ -11,9 +11,12 @@
 `up` starts Nova (fake virt driver, four computes), Placement, Glance and
 Neutron's API on loopback (`scripts/openstack/nova.sh`), creates a spot and a
 guaranteed flavor and two halls (host aggregates that are availability
-zones), and writes what sco needs to run on it: `clouds.yaml`, `region.yaml`
+zones), writes what sco needs to run on it: `clouds.yaml`, `region.yaml`
 and `sco.yaml` (embedded defaults: SQLite state and event log, chDB history),
-with two partitions.
+with two partitions; then starts sco's control plane on it under a supervisor
+(`sco_harness.lab_plane`: two `sco run` replicas, `sco watch`, `sco history load`
+scoring, `sco distributor`, `sco status`; one log, `lab.log`) and prints where
+everything answers. `--no-plane` starts the cloud alone.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from sco_harness import lab_plane
 from sco_harness.openstack_stack import NovaStack
 from sco_harness.services import stop_on_signals
 
@@ -36,7 +40,7 @@ CLOUD = "sco-test"
 META_RECLAIM_AT = "sco:reclaim-at"
 
 
-def sco_yaml() -> dict[str, Any]:
+def sco_yaml(http_base: int = lab_plane.BASE) -> dict[str, Any]:
     return {
         "state": {"url": "sqlite:///state.sqlite"},
         "events": {"kind": "embedded"},
@@ -59,32 +63,46 @@ def sco_yaml() -> dict[str, Any]:
             {"name": "batch", "kind": "slurm", "target_units": 4, "floor_units": 0, "max_units": 8},
         ],
         "policy": {"name": "sco", "interval_s": 5},
-        "http": {"run_port": 9100, "watch_port": 9101, "score_port": 9102, "history_port": 9103},
+        "http": lab_plane.http_section(http_base),
+        "distributor": {"port": lab_plane.ports(http_base)["distributor"]},
         "log": {"level": "info", "format": "text"},
     }
 
 
-def up(folder: Path, base_port: int) -> None:
+def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
+    if lab_plane.running(folder):
+        raise SystemExit(f"lab: already up in {folder} (make lab-down first)")
     folder.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     # Interrupted (Ctrl-C, SIGTERM) before it is written out, the stack is stopped;
     # once it is, it is the user's until `lab down`.
     stack = NovaStack(folder / "stack", base_port, HALLS, SLOTS).up()
-    region = stack.region()
-    (folder / "region.yaml").write_text(yaml.safe_dump(region, sort_keys=False))
-    (folder / "clouds.yaml").write_text(stack.clouds_yaml.read_text())
-    (folder / "sco.yaml").write_text(
-        "# sco on the local test stack (make lab): embedded state, log and history.\n"
-        + yaml.safe_dump(sco_yaml(), sort_keys=False)
-    )
-    stack.keep()
     print(
         f"lab: Nova, Placement, Glance and Neutron up in {time.monotonic() - started:.0f} s; "
         f"{sum(len(h) for h in HALLS.values())} computes in {len(HALLS)} halls, "
         f"{SLOTS} spot slots each",
         file=sys.stderr,
     )
+    region = stack.region()
+    (folder / "region.yaml").write_text(yaml.safe_dump(region, sort_keys=False))
+    (folder / "clouds.yaml").write_text(stack.clouds_yaml.read_text())
+    (folder / "sco.yaml").write_text(
+        "# sco on the local test stack (make lab): embedded state, log and history.\n"
+        + yaml.safe_dump(sco_yaml(http_base), sort_keys=False)
+    )
+    if plane:
+        lab_plane.start(folder, http_base)
+        try:
+            lab_plane.wait_ready(folder, http_base)
+        except BaseException:
+            lab_plane.stop(folder)
+            raise
+    stack.keep()
     print(f"lab: wrote {folder / 'sco.yaml'}, region.yaml, clouds.yaml", file=sys.stderr)
+    if plane:
+        print(f"lab: control plane up in {time.monotonic() - started:.0f} s from the start")
+        for line in lab_plane.endpoints(folder, http_base):
+            print(f"lab: {line}")
 
 
 def _stack(folder: Path, base_port: int) -> NovaStack:
@@ -124,6 +142,8 @@ def reclaim(folder: Path, base_port: int, server: str, notice_s: float) -> None:
 
 
 def down(folder: Path, base_port: int) -> None:
+    if lab_plane.stop(folder):
+        print("lab: control plane stopped", file=sys.stderr)
     NovaStack(folder / "stack", base_port, HALLS, SLOTS).down()
     print("lab: stopped", file=sys.stderr)
 
@@ -141,6 +161,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--base-port", type=int, default=int(os.environ.get("SCO_OS_BASE_PORT", "18700"))
     )
+    parser.add_argument(
+        "--http-base", type=int, default=lab_plane.BASE, help="sco's ports from here (up)"
+    )
+    parser.add_argument("--no-plane", action="store_true", help="the cloud alone (up)")
     args = parser.parse_args(argv)
     with stop_on_signals():
         _act(args, parser)
@@ -149,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
 def _act(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     folder = args.folder.resolve()
     if args.action == "up":
-        up(folder, args.base_port)
+        up(folder, args.base_port, args.http_base, not args.no_plane)
     elif args.action == "down":
         down(folder, args.base_port)
     elif args.action == "servers":

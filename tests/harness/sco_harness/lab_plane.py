@@ -1,0 +1,159 @@
+"""The control plane of `make lab`, under a process supervisor (honcho, from PyPI):
+two `sco run` replicas, `sco watch`, `sco history load` scoring as it loads,
+`sco distributor` and `sco status`, all on the lab's `sco.yaml`, their output in one
+log (`lab.log`, each line marked with its process).
+
+Ports: the `http` base (default 9100) and up: run 9100 and 9110 (two replicas),
+watch +1, score +2 (unused: the loader scores), history +3, status +4, distributor +5.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+BASE = 9100  # the first of sco's ports
+RUN_B = 10  # the second replica's port, from the base
+
+
+def ports(base: int) -> dict[str, int]:
+    return {
+        "run-a": base,
+        "run-b": base + RUN_B,
+        "watch": base + 1,
+        "history": base + 3,
+        "status": base + 4,
+        "distributor": base + 5,
+    }
+
+
+def http_section(base: int) -> dict[str, int]:
+    """sco.yaml's `http` for the lab's ports."""
+    p = ports(base)
+    return {
+        "run_port": p["run-a"],
+        "watch_port": p["watch"],
+        "score_port": base + 2,
+        "history_port": p["history"],
+        "status_port": p["status"],
+    }
+
+
+def procfile(base: int) -> str:
+    sco = f"{Path(sys.executable).parent / 'sco'} "
+    conf = "--config sco.yaml"
+    p = ports(base)
+    lines = {
+        "run-a": f"run {conf} --replica lab-a --metrics-port {p['run-a']}",
+        "run-b": f"run {conf} --replica lab-b --metrics-port {p['run-b']}",
+        "watch": f"watch {conf}",
+        "history": f"history load {conf} --score-every 1m",
+        "distributor": f"distributor {conf}",
+        "status": f"status {conf}",
+    }
+    return "".join(f"{name}: {sco}{cmd}\n" for name, cmd in lines.items())
+
+
+def start(folder: Path, base: int) -> int:
+    """The supervisor started in the background (its own session, so that `stop` can
+    end it and every process under it); returns its pid. Refuses while one runs."""
+    if running(folder):
+        raise RuntimeError(f"a lab control plane already runs in {folder}: lab down first")
+    (folder / "Procfile").write_text(procfile(base))
+    log = open(folder / "lab.log", "ab")  # noqa: SIM115 (the supervisor's from here on)
+    honcho = Path(sys.executable).parent / "honcho"
+    proc = subprocess.Popen(
+        [str(honcho), "--no-colour", "start", "-f", "Procfile", "-d", str(folder)],
+        cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    log.close()
+    (folder / "supervisor.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def running(folder: Path) -> bool:
+    pid_file = folder / "supervisor.pid"
+    return pid_file.exists() and _group_alive(int(pid_file.read_text()))
+
+
+def wait_ready(folder: Path, base: int, within_s: float = 90.0) -> None:
+    """Until every process answers its /healthz; raises naming those that do not, with
+    the end of the log."""
+    deadline = time.monotonic() + within_s
+    waiting = dict(ports(base))
+    while waiting:
+        for name, port in list(waiting.items()):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                    del waiting[name]
+            except OSError:
+                pass
+        if waiting and time.monotonic() > deadline:
+            tail = (folder / "lab.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"not answering: {', '.join(waiting)}\n{tail}")
+        time.sleep(0.5)
+
+
+def endpoints(folder: Path, base: int) -> list[str]:
+    """What to open, what scrapes where, and what to type next."""
+    p = ports(base)
+    metrics = ", ".join(f"{n} :{p[n]}" for n in ("run-a", "run-b", "watch", "history"))
+    config = os.path.relpath(folder / "sco.yaml")
+    return [
+        f"status page   http://127.0.0.1:{p['status']}/",
+        f"distributor   http://127.0.0.1:{p['distributor']}/ (contracts; /metrics)",
+        f"metrics       {metrics} (/metrics, /healthz, /readyz)",
+        f"log           {folder / 'lab.log'} (every process, one file)",
+        f"next          .venv/bin/sco explain --config {config} web",
+    ]
+
+
+def stop(folder: Path, within_s: float = 30.0) -> bool:
+    """The supervisor and every process under it stopped (SIGTERM, then SIGKILL);
+    False if none was running."""
+    pid_file = folder / "supervisor.pid"
+    if not pid_file.exists():
+        return False
+    pid = int(pid_file.read_text())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pid_file.unlink()
+        return False
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and _group_alive(pid):
+        time.sleep(0.2)
+    if _group_alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+    pid_file.unlink()
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie leader (its parent, `lab up`, has gone) is reaped by init: ask /proc.
+    members = [d for d in Path("/proc").iterdir() if d.name.isdigit() and _pgid_of(d) == pgid]
+    return any(_state_of(d) != "Z" for d in members)
+
+
+def _pgid_of(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _state_of(proc: Path) -> str:
+    try:
+        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
