@@ -482,6 +482,12 @@ def test_the_status_page_shows_the_fleet_in_a_browser(seeded: tuple[str, dict[st
             assert cells.cells[(p["name"], field)] == str(p[field]), (p["name"], field)
         assert cells.cells[(p["name"], "last_hour")] == p["last_hour_text"]
         assert p["last_hour_text"].startswith("0 reclaims with notice")  # its history is long past
+    for pool in data["pools"]:
+        score = "—" if pool["score"] is None else f"{pool['score']:.3g}"
+        assert cells.cells[(pool["pool"], "score")] == score
+    with_server = [e for e in data["events"] if e["server"]]
+    assert with_server, data["events"][:3]  # server ids beside instance ids
+    assert with_server[0]["server"] in dom.stdout
     excluded = [p for p in data["pools"] if p["exclusion"]]
     assert len(excluded) == 1
     assert cells.cells[(excluded[0]["pool"], "exclusion")].startswith("excluded until")

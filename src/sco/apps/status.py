@@ -101,28 +101,34 @@ def status_of(store: SqlFleetStore, now: float, events: int = EVENTS) -> dict[st
                 "hazard_per_h": sc.hazard_per_h if sc else None,
                 "survival": sc.survival if sc else None,
                 "success_ratio": sc.success_ratio if sc else None,
+                "score": sc.value if sc else None,
+                "scored_at": sc.computed_at if sc else None,
                 "exclusion": str(ex.state) if ex is not None and ex.active(now) else None,
                 "exclusion_until": ex.until if ex is not None and ex.active(now) else None,
                 "exclusion_reason": ex.reason if ex is not None and ex.active(now) else "",
             }
         )
+    history = store.recent_history(events)
+    servers = store.server_ids(r.instance_id for r in history)
     recent = [
         {
             "at": r.at,
             "partition": r.partition,
             "instance": r.instance_id,
+            "server": servers.get(r.instance_id),
             "pool": r.pool,
             "from": r.from_state,
             "to": r.to_state,
             "trigger": r.trigger,
             "reason": r.reason,
         }
-        for r in store.recent_history(events)
+        for r in history
     ]
     return {
         "at": now,
         "partitions": partitions,
         "pools": pool_rows,
+        "scored_at": max((s.computed_at for s in scores.values()), default=None),
         "plans": plans,
         "events": recent,
     }

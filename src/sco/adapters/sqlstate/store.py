@@ -9,7 +9,7 @@ headroom.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -138,6 +138,15 @@ class SqlFleetStore(SqlSignals):
         )
         with self.engine.connect() as conn:
             return {str(sid): str(cls) for sid, cls in conn.execute(q)}
+
+    def server_ids(self, instance_ids: Iterable[str]) -> dict[str, str]:
+        """The server of each instance that had one (gone ones included)."""
+        wanted = sorted(set(instance_ids))
+        q = select(t.instances.c.id, t.instances.c.server_id).where(
+            t.instances.c.id.in_(wanted), t.instances.c.server_id.is_not(None)
+        )
+        with self.engine.connect() as conn:
+            return {str(i): str(s) for i, s in conn.execute(q)} if wanted else {}
 
     def instance(self, instance_id: str) -> Instance | None:
         with self.engine.connect() as conn:
