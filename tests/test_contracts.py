@@ -174,3 +174,36 @@ def test_servers_get_tokens_that_rotate(tmp_path: Path) -> None:
         assert old is not None
         assert store.contracts.by_token(token_digest(old.reveal()), now=200.0) is None
     store.close()
+
+
+def test_the_status_page_shows_each_contract_and_its_agents_answer(
+    store: SqlFleetStore,
+) -> None:
+    """Issue 28: the contracts and the agents' acknowledgements were nowhere to see."""
+    from sco.apps.status import status_of
+
+    serving = instance(POOL, State.REQUESTED, created_at=100.0)
+    store.record([created(serving, "new")])
+    serving = _walk(store, serving, (Trigger.CREATE_ACCEPTED, {"server_id": "srv-1"}),
+                    (Trigger.SERVER_ACTIVE, {}), (Trigger.NODE_JOINED, {}))  # fmt: skip
+    leaving = dataclasses.replace(instance(POOL, State.REQUESTED, created_at=100.0), id="i-2")
+    store.record([created(leaving, "new")])
+    leaving = _walk(store, leaving, (Trigger.CREATE_ACCEPTED, {"server_id": "srv-2"}),
+                    (Trigger.SERVER_ACTIVE, {}), (Trigger.NODE_JOINED, {}),
+                    (Trigger.RECLAIM_NOTICE, {"notice_deadline": 900.0}))  # fmt: skip
+    version = store.contracts.get(leaving.id).version  # type: ignore[union-attr]
+    assert store.contracts.ack(leaving.id, version, AckStatus.DRAINED, "", 200.0)
+    shown = status_of(store, 300.0)["contracts"]
+    assert [(c["instance"], c["server"], c["state"], c["reclaim"], c["ack"]) for c in shown] == [
+        ("i-2", "srv-2", "leaving", True, "drained"),  # who must leave comes first
+        (serving.id, "srv-1", "serving", False, None),
+    ]
+    assert shown[0]["drain_by"] == 900.0
+    assert shown[0]["ack_at"] == 200.0
+    from fastapi.testclient import TestClient
+
+    from sco.apps.status import create_app
+
+    page = TestClient(create_app(store, lambda: 300.0)).get("/").text
+    assert 'data-field="state">leaving (reclaim)<' in page
+    assert 'data-field="ack">drained at 1970-01-01T00:03:20Z<' in page

@@ -108,6 +108,7 @@ def status_of(store: SqlFleetStore, now: float, events: int = EVENTS) -> dict[st
                 "exclusion_reason": ex.reason if ex is not None and ex.active(now) else "",
             }
         )
+    contracts = [c for name in names for c in _contracts(store, name)]
     history = store.recent_history(events)
     servers = store.server_ids(r.instance_id for r in history)
     recent = [
@@ -130,8 +131,30 @@ def status_of(store: SqlFleetStore, now: float, events: int = EVENTS) -> dict[st
         "pools": pool_rows,
         "scored_at": max((s.computed_at for s in scores.values()), default=None),
         "plans": plans,
+        "contracts": contracts,
         "events": recent,
     }
+
+
+def _contracts(store: SqlFleetStore, partition: str) -> list[dict[str, Any]]:
+    """What each node of the partition is told (not yet gone), and its agent's answer
+    to that version; nodes that must leave first."""
+    out = [
+        {
+            "partition": partition,
+            "instance": c.instance_id,
+            "server": c.server_id,
+            "state": str(c.terms.state),
+            "drain_by": c.terms.drain_by,
+            "reclaim": c.terms.reclaim,
+            "version": c.version,
+            "ack": c.acked,
+            "ack_at": c.ack_at if c.acked else None,
+        }
+        for c in store.contracts.of_partition(partition)
+        if c.terms.state != "gone"
+    ]
+    return sorted(out, key=lambda c: (c["state"] != "leaving", c["instance"]))
 
 
 def _int(v: float | None) -> int | None:
