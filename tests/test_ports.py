@@ -52,23 +52,28 @@ def watching(state: str) -> Iterator[int]:
         proc.wait(timeout=30)
 
 
+def refused(*args: str) -> tuple[str, str]:
+    """A command that must stop at start with exit 2: (its last line, all it said)."""
+    out = sco(*args)
+    assert out.returncode == 2, out.stderr
+    return out.stderr.strip().splitlines()[-1], out.stderr
+
+
 def test_the_same_command_twice_is_named(state: str, watching: int) -> None:
-    again = sco("watch", "--state", state, "--port", str(watching))
-    assert again.returncode == 2, again.stderr
-    assert again.stderr.strip().splitlines()[-1] == (
+    said, _ = refused("watch", "--state", state, "--port", str(watching))
+    assert said == (
         f"sco: error: http.watch_port: cannot listen on 0.0.0.0:{watching}: {HOLD}: "
         "another sco watch is already running on this port"
     )
 
 
 def test_another_sco_command_on_the_port_is_named(state: str, watching: int) -> None:
-    status = sco("status", "--state", state, "--port", str(watching))
-    assert status.returncode == 2, status.stderr
-    assert status.stderr.strip().splitlines()[-1] == (
+    said, everything = refused("status", "--state", state, "--port", str(watching))
+    assert said == (
         f"sco: error: http.status_port: cannot listen on 127.0.0.1:{watching}: {HOLD}: "
         "sco watch listens there; give each sco process its own port"
     )
-    assert "startup complete" not in status.stderr
+    assert "startup complete" not in everything
 
 
 def test_a_port_held_by_another_program(state: str) -> None:
@@ -80,9 +85,7 @@ def test_a_port_held_by_another_program(state: str) -> None:
             (("watch", "--port", str(port)), "http.watch_port"),
             (("status", "--port", str(port)), "http.status_port"),
         ):
-            out = sco(*args, "--state", state)
-            assert out.returncode == 2, out.stderr
-            said = out.stderr.strip().splitlines()[-1]
+            said, _ = refused(*args, "--state", state)
             assert said.startswith(f"sco: error: {key}: cannot listen on "), said
             assert said.endswith(f":{port}: {HOLD} (by a program other than sco, or one that "
                                  "does not answer)"), said  # fmt: skip

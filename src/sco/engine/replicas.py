@@ -90,14 +90,6 @@ class ReplicaConfig:
             raise ValueError("calls_in_flight must be >= 1")
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseChange:
-    at: float
-    partition: str
-    event: str  # "acquired", "renewed", "lost", "released", "unprovable"
-    token: int
-
-
 FENCED_STALL = 3  # a partition refused this many times in a row makes the replica unready
 
 
@@ -138,7 +130,6 @@ class ReplicaRunner:
         clock: Clock,
         interval_s: float,
         controller: ControllerConfig | None = None,
-        on_lease: Callable[[LeaseChange], None] | None = None,
         metrics: PlacementMetrics | None = None,
         on_report: Callable[[CycleReport], None] | None = None,
         pump: Callable[[Callable[[], None]], SignalPump] | None = None,
@@ -155,7 +146,6 @@ class ReplicaRunner:
         self.store = store
         self.clock = clock
         self.interval_s = interval_s
-        self.on_lease = on_lease
         self._on_report = on_report
         self.partitions: dict[str, Partition] = {p.name: p for p in demand.partitions()}
         self.held: dict[str, Lease] = {}
@@ -214,8 +204,6 @@ class ReplicaRunner:
             "replica %s: lease of %s %s (token %d): %s",
             self.config.name, partition, event, token, why,
         )  # fmt: skip
-        if self.on_lease is not None:
-            self.on_lease(LeaseChange(self.clock.now(), partition, event, token))
 
     def tend_leases(self) -> None:
         """Heartbeat, renew, hand back above the fair share, take up free leases."""

@@ -142,11 +142,13 @@ class SqlFleetStore(SqlSignals):
     def server_ids(self, instance_ids: Iterable[str]) -> dict[str, str]:
         """The server of each instance that had one (gone ones included)."""
         wanted = sorted(set(instance_ids))
+        if not wanted:
+            return {}
         q = select(t.instances.c.id, t.instances.c.server_id).where(
             t.instances.c.id.in_(wanted), t.instances.c.server_id.is_not(None)
         )
         with self.engine.connect() as conn:
-            return {str(i): str(s) for i, s in conn.execute(q)} if wanted else {}
+            return {str(i): str(s) for i, s in conn.execute(q)}
 
     def instance(self, instance_id: str) -> Instance | None:
         with self.engine.connect() as conn:
