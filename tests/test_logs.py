@@ -53,3 +53,21 @@ def test_it_forgets_old_lines_so_its_memory_stays_bounded() -> None:
         now[0] = i * 0.001
         f.filter(_record(f"line {chr(0x4E00 + i)}"))  # no digits: each its own
     assert len(f._seen) <= 10_001
+
+
+def test_client_libraries_say_only_warnings_at_info() -> None:
+    """An agent long-polls every 30 s: httpx logged each request at INFO (the lab's log
+    was mostly "HTTP Request: GET ... 304 Not Modified")."""
+    from sco.apps.logs import setup
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        setup("agent", "info")
+        for name in ("httpx", "httpcore", "urllib3", "kubernetes", "openstack"):
+            assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
+            assert logging.getLogger(name).isEnabledFor(logging.WARNING), name
+        assert logging.getLogger("sco.agent").isEnabledFor(logging.INFO)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
