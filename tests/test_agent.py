@@ -312,3 +312,40 @@ def test_a_drain_that_keeps_failing_backs_off_and_gives_up_before_the_deadline(
     assert max(pauses) <= 40.0, "bounded"
     assert drain.calls[-1] < deadline
     assert len(drain.calls) == len(pauses) + 1 < 20
+
+
+def test_an_acknowledgement_the_contract_outran_says_it_was_not_recorded(
+    tmp_path: Path, store: SqlFleetStore, client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In the lab, sco's own Slurm drain finished first and moved the contract on: the
+    agent's ack got 409 and it logged "acknowledged", which sco never recorded."""
+    inst = _node(store, tmp_path / "token")
+    noticed = _notice(store, inst, 4_000_000_000.0)
+    r = _served_notice(tmp_path, client)
+    assert "drain by 2096-10-02T07:06:40Z" in _contract_line(tmp_path, client, caplog)
+    AgentState(
+        etag=r.headers["ETag"], contract=r.json(), drained_version=int(r.json()["version"]),
+        result=("drained", "0 jobs left"),
+    ).save(tmp_path / "agent.json")  # fmt: skip
+    draining = step(noticed, Trigger.DRAIN_REQUESTED, 20.0, "sco drains it itself")
+    store.record([draining, step(draining.after, Trigger.DELETE_SENT, 30.0, "node drained")])
+    a = _agent(tmp_path, client, tmp_path / "drains")
+    with caplog.at_level("INFO", logger="sco.agent"):
+        a._ack()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "not recorded: the contract has moved on" in said, said
+    assert "acknowledged" not in said
+    assert a.state.acked_version == a.state.drained_version  # not sent again
+
+
+def _contract_line(tmp: Path, client: TestClient, caplog: pytest.LogCaptureFixture) -> str:
+    """What an agent logs on reading its contract."""
+    caplog.clear()
+    fresh = tmp / "fresh"
+    fresh.mkdir()
+    (fresh / "token").write_text((tmp / "token").read_text())
+    with caplog.at_level("INFO", logger="sco.agent"):
+        _agent(fresh, client, tmp / "drains")._poll()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    caplog.clear()
+    return said

@@ -254,11 +254,13 @@ class Agent:
                 # Asked to stay after all: a later notice's drain starts afresh.
                 self.state.drain_failures, self.state.retry_at = 0, None
             self.state.save(self.config.state_file)
+            c = self.state.contract
+            by = c.get("drain_by")
             log.info(
-                "agent: contract version %s: %s, drain_by %s",
-                self.state.contract.get("version"),
-                self.state.contract.get("state"),
-                self.state.contract.get("drain_by"),
+                "agent: contract version %s: %s%s",
+                c.get("version"),
+                c.get("state"),
+                "" if by is None else f", drain by {_iso(float(by))}",
             )
             return 0.0
         if _token_refused(r):
@@ -315,14 +317,14 @@ class Agent:
 
     def _drain(self, c: dict[str, Any]) -> tuple[str, str]:
         if self.drainer is not None:
-            log.info("agent: leaving by %s", c.get("drain_by"))
+            log.info("agent: leaving by %s", _iso(float(c["drain_by"])))
             return self.drainer(c)
         drain_by = float(c["drain_by"])
         left = min(max(1.0, drain_by - self.clock()), 86_400.0)
         env = dict(
             os.environ,
             SCO_DRAIN_BY=str(int(drain_by)),
-            SCO_DRAIN_BY_ISO=datetime.fromtimestamp(drain_by, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            SCO_DRAIN_BY_ISO=_iso(drain_by),
             SCO_INSTANCE_ID=str(c.get("instance_id", "")),
             SCO_PARTITION=str(c.get("partition", "")),
             SCO_CONTRACT_VERSION=str(c.get("version", "")),
@@ -372,15 +374,26 @@ class Agent:
             log.warning("agent: acknowledgement not delivered (%s); again later", type(e).__name__)
             return self.backoff.next_s()
         if r.status_code in (200, 409):
-            # 409: the contract moved on; the next poll brings the new version.
             s.acked_version = s.drained_version
             s.save(self.config.state_file)
-            log.info("agent: acknowledged version %d: %s", s.drained_version, status)
+            if r.status_code == 200:
+                log.info("agent: acknowledged version %d: %s", s.drained_version, status)
+            else:  # the next poll brings the new version
+                log.info(
+                    "agent: version %d %s, not recorded: the contract has moved on since "
+                    "(sco saw the node leave by itself, or changed what it asks)",
+                    s.drained_version, status,
+                )  # fmt: skip
             return 0.0
         if _token_refused(r):
             self._token = None
         log.warning("agent: acknowledgement answered %d", r.status_code)
         return self.backoff.next_s()
+
+
+def _iso(t: float) -> str:
+    """A moment for people (the agent imports nothing of sco: `sco.domain.times.utc`)."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _token_refused(r: httpx.Response) -> bool:
