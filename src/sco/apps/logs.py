@@ -98,6 +98,12 @@ def setup(component: str, level: str = "info", fmt: str = "text") -> None:
     root.setLevel(LEVELS.get(level, logging.INFO))
     # Client libraries are chatty at INFO; their warnings still show.
     for noisy in (
-        "openstack", "keystoneauth", "urllib3", "stevedore", "kubernetes", "httpx", "httpcore"
+        "openstack",
+        "keystoneauth",
+        "urllib3",
+        "stevedore",
+        "kubernetes",
+        "httpx",
+        "httpcore",
     ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -41,6 +41,7 @@ class SlurmDrain:
                     done = f"{self.node} drained"
                     if requeued:
                         done += f"; requeued jobs {', '.join(map(str, requeued))}"
+                        done += self._start_now(requeued)
                     if cannot:
                         done += f"; not requeueable: {', '.join(map(str, sorted(cannot)))}"
                     return "drained", done
@@ -59,3 +60,14 @@ class SlurmDrain:
                 self.sleep(min(self.poll_s, max(0.1, drain_by - now)))
         except SlurmError as e:
             return "failed", f"slurm: {e}"
+
+    def _start_now(self, requeued: list[int]) -> str:
+        """Requeued jobs eligible at once, as sco's own requeue makes them: Slurm would
+        hold them back for the credential lifetime (120 s), which sco's demand reads as
+        no demand, and it would let the replacement go meanwhile."""
+        try:
+            self.tools.start_now(requeued)
+        except SlurmError as e:
+            log.info("agent: requeued jobs %s wait for Slurm: %s", requeued, e)
+            return f" (held back by Slurm: {e})"
+        return " (eligible at once)"
