@@ -50,9 +50,11 @@ def job(
     end: int = 0,
     on: Sequence[str] = (),
     gres: str = "",
+    restarts: int = 0,
 ) -> dict[str, Any]:
     return {
         "job_id": job_id,
+        "restart_cnt": restarts,
         "job_state": state,
         "state_reason": reason,
         "partition": "batch",
@@ -154,6 +156,28 @@ def test_tools_map_failures_to_what_happens_next() -> None:
 
 def _need(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]], now: float = 1000.0) -> Any:
     return need(PART, parse_jobs({"jobs": jobs}, "t"), parse_nodes({"nodes": nodes}, "t"), now)
+
+
+def test_work_a_reclaim_will_requeue_keeps_its_place_in_the_target() -> None:
+    """Found by the lab's tour: a node draining for a reclaim left the target, so the
+    replacement sco had just created was let go as over target; then the requeued job
+    waited with BeginTime (not counted either) until another node was created."""
+    leaving = node("sco-a", state="mixed", flags=("DRAIN",), alloc_cpus=2,
+                   reason="sco: reclaim by 1970-01-01T00:20:00Z")  # fmt: skip
+    busy = node("sco-b", state="allocated", alloc_cpus=2)
+    runs_past = [job(1, "RUNNING", cpus=2, end=5000, on=["sco-a"]),
+                 job(2, "RUNNING", cpus=2, end=5000, on=["sco-b"])]  # fmt: skip
+    assert _need(runs_past, [leaving, busy]).target == 2  # sco-b, and a home for job 1
+    ends_in_time = [job(1, "RUNNING", cpus=2, end=1100, on=["sco-a"]), runs_past[1]]
+    assert _need(ends_in_time, [leaving, busy]).target == 1
+    moved_by_sco = node("sco-a", state="mixed", flags=("DRAIN",), alloc_cpus=2,
+                        reason="sco: leaving by 1970-01-01T00:20:00Z")  # fmt: skip
+    assert _need(runs_past, [moved_by_sco, busy]).target == 1  # its jobs end there
+    # Requeued, then held back a moment by Slurm: still demand. A begin time a user
+    # asked for is not.
+    requeued = job(1, reason="BeginTime", cpus=2, restarts=1)
+    assert _need([requeued, runs_past[1]], [busy]).target == 2
+    assert _need([job(1, reason="BeginTime", cpus=2), runs_past[1]], [busy]).target == 1
 
 
 def test_pending_jobs_become_nodes() -> None:

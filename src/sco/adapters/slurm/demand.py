@@ -6,7 +6,9 @@ its pending jobs need, packed first-fit decreasing into the free room of its
 nodes and then into new nodes of its shape (`sco.decide.binpack`). A job's
 need per node is its CPUs, memory and GRES divided over its node count.
 Pending jobs that wait for something other than capacity (a dependency, a
-hold, a begin time, a limit) are not counted; jobs no node of the shape can
+hold, a begin time, a limit) are not counted, except a requeued job Slurm holds
+back for a moment; jobs a reclaim will requeue (running on a node draining for
+one, past its deadline) count as pending already; jobs no node of the shape can
 ever run are reported, never counted. Jobs whose `--constraint` names
 `guaranteed` count toward the units that must run on guaranteed capacity.
 The target is capped by the partition's `max_units`, the floor and budget
@@ -20,7 +22,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sco.adapters.slurm.model import Job, SlurmNode
-from sco.adapters.slurm.nodes import SlurmPartition, SlurmView, node_name
+from sco.adapters.slurm.nodes import (
+    SlurmPartition,
+    SlurmView,
+    cut_short,
+    node_name,
+    reclaim_deadline,
+)
 from sco.decide.binpack import Size, pack
 from sco.domain.demand import Demand, Partition
 from sco.ports import ServerView
@@ -88,13 +96,13 @@ def need(
         and (servers is None or n.name in servers)
     ]
     kept = {n.name for n in mine if n.busy or now - n.last_busy < spec.idle_keep_s}
+    moving = _moving(spec, jobs, nodes)
     guaranteed_nodes = [n for n in mine if GUARANTEED in n.features]
     pending = [
         j
         for j in jobs
-        if j.pending
-        and j.partition in spec.slurm_partitions
-        and not j.reason.startswith(_NOT_CAPACITY)
+        if j.partition in spec.slurm_partitions
+        and (_waits_for_capacity(j) if j.pending else j.job_id in moving)
     ]
     wants_g = [j for j in pending if j.wants(GUARANTEED)]
     others = [j for j in pending if not j.wants(GUARANTEED)]
@@ -123,6 +131,27 @@ def need(
     g_kept = kept | g_used  # once: built per node, it made a read quadratic in the nodes
     g_wanted = sum(1 for n in guaranteed_nodes if n.name in g_kept)
     return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)))
+
+
+def _waits_for_capacity(job: Job) -> bool:
+    """Pending for want of nodes. A requeued job Slurm holds back with a begin time
+    (its credential's lifetime, 120 s) counts: it runs as soon as it may, and sco's
+    requeue (or the agent's) makes it eligible at once."""
+    if job.reason == "BeginTime" and job.restarts > 0:
+        return True
+    return not job.reason.startswith(_NOT_CAPACITY)
+
+
+def _moving(spec: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode]) -> set[int]:
+    """Running jobs that a reclaim will requeue (their node must go before they end):
+    they need a node elsewhere already, or the replacement sco created for them would
+    be over the target while they still run on the node that is leaving."""
+    due = {
+        n.name: by
+        for n in nodes
+        if n.draining and spec.feature in n.features and (by := reclaim_deadline(n.reason))
+    }
+    return set(cut_short([j for j in jobs if not j.pending], due)[0]) if due else set()
 
 
 class SlurmDemandSource:

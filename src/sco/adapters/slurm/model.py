@@ -30,6 +30,7 @@ class Job:
     requeue: bool
     end_time: float | None  # when its time limit ends (running), None when unlimited
     nodes: tuple[str, ...]  # where it runs
+    restarts: int = 0  # times it was requeued
 
     @property
     def pending(self) -> bool:
@@ -218,9 +219,15 @@ def parse_jobs(doc: Any, where: str) -> list[Job]:
                 requeue=bool(j.get("requeue", True)),
                 end_time=end if running and isinstance(limit, int) and end else None,
                 nodes=nodes,
+                restarts=_count(j.get("restart_cnt")),
             )
         )
     return jobs
+
+
+def _count(value: object) -> int:
+    """An optional count Slurm may leave out (older releases) or send as a number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def parse_nodes(doc: Any, where: str) -> list[SlurmNode]:

@@ -128,6 +128,12 @@ def _deadline(reason: str) -> tuple[str, float] | None:
         return None
 
 
+def reclaim_deadline(reason: str) -> float | None:
+    """When a node sco (or its agent) drains for a reclaim must be gone, else None."""
+    order = _deadline(reason)
+    return order[1] if order is not None and order[0] == "reclaim" else None
+
+
 def cut_short(
     jobs: Sequence[Job], due: Mapping[str, float]
 ) -> tuple[list[int], list[tuple[Job, float]]]:
@@ -165,7 +171,7 @@ def _view_of(n: SlurmNode, note: str) -> NodeView:
         note=note,
         # sco's order is its DRAIN reason; a node taken DOWN at its deadline keeps it.
         leaving=order is not None and (n.draining or not n.up),
-        reclaim_by=order[1] if order is not None and order[0] == "reclaim" else None,
+        reclaim_by=reclaim_deadline(n.reason),
     )
 
 
