@@ -2,27 +2,32 @@
 
     python -m sco_harness.lab up DIR [--base-port N]   start it, write DIR/sco.yaml
     python -m sco_harness.lab servers DIR              what sco holds there
-    python -m sco_harness.lab reclaim DIR SERVER [--notice S]
-                                                       take a spot server back, as a
-                                                       cloud operator would (with a notice
-                                                       of S seconds, or at once)
+    python -m sco_harness.lab reclaim DIR SERVER|--partition P [--notice S]
+                                                       take a spot server back (or one of
+                                                       P's), as a cloud operator would
+                                                       (with a notice of S seconds, or at
+                                                       once)
     python -m sco_harness.lab down DIR
 
 `up` starts Nova (fake virt driver, four computes), Placement, Glance and
 Neutron's API on loopback (`scripts/openstack/nova.sh`), creates a spot and a
 guaranteed flavor and two halls (host aggregates that are availability
-zones), writes what sco needs to run on it: `clouds.yaml`, `region.yaml`
+zones), and writes what sco needs to run on it: `clouds.yaml`, `region.yaml`
 and `sco.yaml` (embedded defaults: SQLite state and event log, chDB history),
-with two partitions; then starts sco's control plane on it under a supervisor
-(`sco_harness.lab_plane`: two `sco run` replicas, `sco watch`, `sco history load`
-scoring, `sco distributor`, `sco status`; one log, `lab.log`) and prints where
-everything answers. `--no-plane` starts the cloud alone.
+with a Kubernetes partition (`web`) and a Slurm one (`batch`, with agents).
+Then, under a supervisor (`sco_harness.lab_plane`; one log, `lab.log`): the
+world (`sco_harness.lab_world`: slurmctld, the Kubernetes stand-in, the
+servers' slurmd, Nodes and agents), two `sco run` replicas, `sco watch`,
+`sco history load` scoring, `sco distributor` and `sco status`; and prints
+where everything answers. `--no-plane` starts the cloud alone. docs/tour.md
+is the walk through it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -30,7 +35,8 @@ from typing import Any
 
 import yaml
 
-from sco_harness import lab_plane
+from sco.domain.times import utc
+from sco_harness import lab_plane, lab_world
 from sco_harness.openstack_stack import NovaStack
 from sco_harness.services import stop_on_signals
 
@@ -52,17 +58,40 @@ def sco_yaml(http_base: int = lab_plane.BASE) -> dict[str, Any]:
             "region_file": "region.yaml",
             "clouds_file": "clouds.yaml",
         },
+        "slurm": {"lab": {"conf": "slurm/slurm.conf", "cache_s": 1, "timeout_s": 5}},
+        "kubernetes": {"lab": {"kubeconfig": "kubeconfig", "timeout_s": 3}},
         "partitions": [
             {
                 "name": "web",
                 "kind": "kubernetes",
-                "target_units": 3,
-                "floor_units": 2,
+                "demand": "kubernetes",
+                "floor_units": 1,
                 "max_units": 6,
+                "kubernetes": {
+                    "cluster": "lab",
+                    "allocatable": lab_world.ALLOCATABLE,
+                    "spot_taint": True,
+                },
             },
-            {"name": "batch", "kind": "slurm", "target_units": 4, "floor_units": 0, "max_units": 8},
+            {
+                "name": "batch",
+                "kind": "slurm",
+                "demand": "slurm",
+                "floor_units": 0,
+                "max_units": 8,
+                "agents": True,
+                "slurm": {
+                    "cluster": "lab",
+                    "partitions": ["batch"],
+                    "cpus": 2,
+                    "memory_mb": 1000,
+                    "requeue_lead_s": 10,
+                    "idle_keep_s": 60,
+                },
+            },
         ],
-        "policy": {"name": "sco", "interval_s": 5},
+        # Two halls make two spot pools: excluding one must not need a third.
+        "policy": {"name": "sco", "interval_s": 5, "exclusion": {"min_candidates": 1}},
         "http": lab_plane.http_section(http_base),
         "distributor": {"port": lab_plane.ports(http_base)["distributor"]},
         "log": {"level": "info", "format": "text"},
@@ -73,6 +102,7 @@ def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
     if lab_plane.running(folder):
         raise SystemExit(f"lab: already up in {folder} (make lab-down first)")
     folder.mkdir(parents=True, exist_ok=True)
+    _forget_last(folder)
     started = time.monotonic()
     # Interrupted (Ctrl-C, SIGTERM) before it is written out, the stack is stopped;
     # once it is, it is the user's until `lab down`.
@@ -91,7 +121,7 @@ def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
         + yaml.safe_dump(sco_yaml(http_base), sort_keys=False)
     )
     if plane:
-        lab_plane.start(folder, http_base)
+        lab_plane.start(folder, http_base, base_port)
         try:
             lab_plane.wait_ready(folder, http_base)
         except BaseException:
@@ -103,6 +133,16 @@ def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
         print(f"lab: control plane up in {time.monotonic() - started:.0f} s from the start")
         for line in lab_plane.endpoints(folder, http_base):
             print(f"lab: {line}")
+
+
+def _forget_last(folder: Path) -> None:
+    """A new cloud: what the last lab's sco, Slurm and agents knew is of no use."""
+    for what in lab_world.sweep(folder):
+        print(f"lab: swept {what} (left by the last lab)", file=sys.stderr)
+    for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "lab.log"):
+        (folder / name).unlink(missing_ok=True)
+    for name in ("history", "slurm", "agents"):
+        shutil.rmtree(folder / name, ignore_errors=True)
 
 
 def _stack(folder: Path, base_port: int) -> NovaStack:
@@ -121,6 +161,21 @@ def servers(folder: Path, base_port: int) -> None:
         )
 
 
+def _one_of(folder: Path, base_port: int, partition: str) -> str:
+    """A spot server of `partition` with no notice yet (the oldest: it has served)."""
+    found = [
+        s
+        for s in _stack(folder, base_port).servers(tags="sco")
+        if s["status"] == "ACTIVE"
+        and (s.get("metadata") or {}).get("sco:partition") == partition
+        and (s.get("metadata") or {}).get("sco:class") == "spot"
+        and META_RECLAIM_AT not in (s.get("metadata") or {})
+    ]
+    if not found:
+        raise SystemExit(f"lab: no spot server of {partition} to reclaim")
+    return str(min(found, key=lambda s: (s.get("created", ""), s["id"]))["id"])
+
+
 def reclaim(folder: Path, base_port: int, server: str, notice_s: float) -> None:
     """Take a server back: announce it `notice_s` ahead (sco drains and deletes it
     itself), or delete it at once as a reclaim without notice."""
@@ -132,7 +187,7 @@ def reclaim(folder: Path, base_port: int, server: str, notice_s: float) -> None:
             json={"meta": {META_RECLAIM_AT: f"{deadline:.0f}"}},
             microversion="2.90",
         )
-        what = f"noticed: leave by {deadline:.0f} ({notice_s:.0f} s)"
+        what = f"noticed: leave by {utc(deadline)} ({notice_s:.0f} s)"
     else:
         r = conn.compute.delete(f"/servers/{server}", microversion="2.90")
         what = "reclaimed without notice (deleted)"
@@ -144,6 +199,8 @@ def reclaim(folder: Path, base_port: int, server: str, notice_s: float) -> None:
 def down(folder: Path, base_port: int) -> None:
     if lab_plane.stop(folder):
         print("lab: control plane stopped", file=sys.stderr)
+    for what in lab_world.sweep(folder):
+        print(f"lab: swept {what} (left by a world that was killed)", file=sys.stderr)
     NovaStack(folder / "stack", base_port, HALLS, SLOTS).down()
     print("lab: stopped", file=sys.stderr)
 
@@ -159,10 +216,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("server", nargs="?")
     parser.add_argument("--notice", type=float, default=0.0, help="seconds of notice (reclaim)")
     parser.add_argument(
+        "--partition", help="reclaim: one server of this partition (instead of SERVER)"
+    )
+    parser.add_argument(
         "--base-port", type=int, default=int(os.environ.get("SCO_OS_BASE_PORT", "18700"))
     )
     parser.add_argument(
-        "--http-base", type=int, default=lab_plane.BASE, help="sco's ports from here (up)"
+        "--http-base",
+        type=int,
+        default=int(os.environ.get("SCO_LAB_HTTP_BASE", str(lab_plane.BASE))),
+        help="sco's ports from here (up)",
     )
     parser.add_argument("--no-plane", action="store_true", help="the cloud alone (up)")
     args = parser.parse_args(argv)
@@ -179,9 +242,10 @@ def _act(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     elif args.action == "servers":
         servers(folder, args.base_port)
     else:
-        if not args.server:
-            parser.error("reclaim needs a server id (see `servers`)")
-        reclaim(folder, args.base_port, args.server, args.notice)
+        if bool(args.server) == bool(args.partition):
+            parser.error("reclaim needs a server id (see `servers`) or --partition")
+        server = args.server or _one_of(folder, args.base_port, args.partition)
+        reclaim(folder, args.base_port, server, args.notice)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""The control plane of `make lab`, under a process supervisor (honcho, from PyPI):
-two `sco run` replicas, `sco watch`, `sco history load` scoring as it loads,
-`sco distributor` and `sco status`, all on the lab's `sco.yaml`, their output in one
-log (`lab.log`, each line marked with its process).
+"""The processes of `make lab`, under a process supervisor (honcho, from PyPI): the
+world (`sco_harness.lab_world`: Slurm, the Kubernetes stand-in, the servers' side),
+two `sco run` replicas (started once the world is up: they check their schedulers
+at start), `sco watch`, `sco history load` scoring as it loads, `sco distributor`
+and `sco status`, all on the lab's `sco.yaml`, their output in one log (`lab.log`,
+each line marked with its process).
 
 Ports: the `http` base (default 9100) and up: run 9100 and 9110 (two replicas),
 watch +1, score +2 (unused: the loader scores), history +3, status +4, distributor +5.
@@ -17,7 +19,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 BASE = 9100  # the first of sco's ports
+READY = "world.ready"  # written by the world once Slurm and Kubernetes answer
 RUN_B = 10  # the second replica's port, from the base
 
 
@@ -44,27 +49,32 @@ def http_section(base: int) -> dict[str, int]:
     }
 
 
-def procfile(base: int) -> str:
+def procfile(base: int, nova_base: int) -> str:
+    """The world first; the replicas wait for it (they check their schedulers at start)."""
     sco = f"{Path(sys.executable).parent / 'sco'} "
     conf = "--config sco.yaml"
+    wait = f"until [ -e {READY} ]; do sleep 0.2; done; exec {sco}"
     p = ports(base)
     lines = {
-        "run-a": f"run {conf} --replica lab-a --metrics-port {p['run-a']}",
-        "run-b": f"run {conf} --replica lab-b --metrics-port {p['run-b']}",
-        "watch": f"watch {conf}",
-        "history": f"history load {conf} --score-every 1m",
-        "distributor": f"distributor {conf}",
-        "status": f"status {conf}",
+        "world": f"exec {sys.executable} -m sco_harness.lab_world serve . "
+        f"--base-port {nova_base} --http-base {base}",
+        "run-a": f"{wait}run {conf} --replica lab-a --metrics-port {p['run-a']}",
+        "run-b": f"{wait}run {conf} --replica lab-b --metrics-port {p['run-b']}",
+        "watch": f"{sco}watch {conf}",
+        "history": f"{sco}history load {conf} --score-every 1m",
+        "distributor": f"{sco}distributor {conf}",
+        "status": f"{sco}status {conf}",
     }
-    return "".join(f"{name}: {sco}{cmd}\n" for name, cmd in lines.items())
+    return "".join(f"{name}: {cmd}\n" for name, cmd in lines.items())
 
 
-def start(folder: Path, base: int) -> int:
+def start(folder: Path, base: int, nova_base: int) -> int:
     """The supervisor started in the background (its own session, so that `stop` can
     end it and every process under it); returns its pid. Refuses while one runs."""
     if running(folder):
         raise RuntimeError(f"a lab control plane already runs in {folder}: lab down first")
-    (folder / "Procfile").write_text(procfile(base))
+    (folder / READY).unlink(missing_ok=True)  # a killed world's
+    (folder / "Procfile").write_text(procfile(base, nova_base))
     log = open(folder / "lab.log", "ab")  # noqa: SIM115 (the supervisor's from here on)
     honcho = Path(sys.executable).parent / "honcho"
     proc = subprocess.Popen(
@@ -87,16 +97,17 @@ def wait_ready(folder: Path, base: int, within_s: float = 90.0) -> None:
     the end of the log."""
     deadline = time.monotonic() + within_s
     waiting = dict(ports(base))
-    while waiting:
+    while waiting or not (folder / READY).exists():
         for name, port in list(waiting.items()):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
                     del waiting[name]
             except OSError:
                 pass
-        if waiting and time.monotonic() > deadline:
+        if time.monotonic() > deadline or not running(folder):
+            late = [*waiting, *([] if (folder / READY).exists() else ["world"])]
             tail = (folder / "lab.log").read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"not answering: {', '.join(waiting)}\n{tail}")
+            raise RuntimeError(f"not answering: {', '.join(late)}\n{tail}")
         time.sleep(0.5)
 
 
@@ -104,13 +115,16 @@ def endpoints(folder: Path, base: int) -> list[str]:
     """What to open, what scrapes where, and what to type next."""
     p = ports(base)
     metrics = ", ".join(f"{n} :{p[n]}" for n in ("run-a", "run-b", "watch", "history"))
-    config = os.path.relpath(folder / "sco.yaml")
+    env = os.path.relpath(folder / "env")
+    kube = yaml.safe_load((folder / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
     return [
         f"status page   http://127.0.0.1:{p['status']}/",
         f"distributor   http://127.0.0.1:{p['distributor']}/ (contracts; /metrics)",
         f"metrics       {metrics} (/metrics, /healthz, /readyz)",
+        f"slurm         sinfo, squeue, sbatch with SLURM_CONF={folder / 'slurm' / 'slurm.conf'}",
+        f"kubernetes    {kube} (KUBECONFIG={folder / 'kubeconfig'})",
         f"log           {folder / 'lab.log'} (every process, one file)",
-        f"next          .venv/bin/sco explain --config {config} web",
+        f"next          . {env}; sinfo; .venv/bin/sco explain web   (docs/tour.md)",
     ]
 
 
