@@ -207,13 +207,18 @@ def _replaced(lab: Lab, out: str) -> str | None:
     return None
 
 
-def _counted(_lab: Lab, out: str) -> str | None:
+def _counted(lab: Lab, out: str) -> str | None:
     if not re.search(r"[1-9]\d* reclaims with notice", out):
         return "explain counts no reclaim with notice"
     if not re.search(r"\([1-9]\d* replacing reclaimed\)", out):
         return "explain counts no replacement"
     if not re.search(r'^sco_reclaims_total\{[^}]*partition="batch"[^}]*\} [1-9]', out, re.M):
         return "no replica counts the reclaim"
+    page = lab.get(f"{lab.env['LAB_STATUS']}/")
+    if not re.search(
+        r'class="l bad" data-field="last_hour">[^<]*[1-9]\d* reclaims? with notice', page
+    ):
+        return "the status page does not show the last hour's reclaim in red"
     return None
 
 

@@ -71,7 +71,11 @@ class Agents:
     def step(self, servers: dict[str, dict[str, Any]], booted: dict[str, str]) -> None:
         for sid, node in booted.items():
             token = (servers.get(sid, {}).get("metadata") or {}).get(META_NODE_TOKEN)
-            if sid not in self.running and token:
+            was = self.running.get(sid)
+            if was is not None and was.poll() not in (None, 0):  # as systemd's on-failure
+                _say(f"agent {node}: exited with {was.returncode}; started again")
+                was = None
+            if was is None and token:
                 self.running[sid] = self._start(sid, node, token)
         for sid in set(self.running) - set(booted):
             self._stop(self.running.pop(sid))
@@ -115,6 +119,8 @@ def _relay(stream: IO[bytes], mark: str) -> None:
 
 
 class World:
+    """Slurm, the Kubernetes stand-in, and the servers' side of both."""
+
     def __init__(self, folder: Path, stack: NovaStack, http_base: int) -> None:
         from sco_harness import lab_plane
 
@@ -130,9 +136,7 @@ class World:
         self.agents = Agents(folder, self.cluster, distributor)
 
     def _of(self, partition: str) -> list[dict[str, Any]]:
-        return [
-            s for s in self.listed if (s.get("metadata") or {}).get("sco:partition") == partition
-        ]
+        return [s for s in self.listed if (s.get("metadata") or {}).get(PARTITION) == partition]
 
     def start(self) -> None:
         self.cluster.start()
@@ -167,7 +171,6 @@ def _record(folder: Path, cluster: SlurmCluster) -> None:
     (folder / "world.json").write_text(
         json.dumps(
             {
-                "slurm_conf": str(cluster.conf),
                 "bridge": cluster.bridge,
                 "netns_prefix": f"sco{cluster.id}n",
                 "munge": str(cluster.munge),
