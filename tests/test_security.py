@@ -43,9 +43,9 @@ from sco.adapters.openstack.resources import (
     server_metadata,
     server_tags,
 )
+from sco_harness.bao_server import BaoServer
 from sco_harness.controlplane import ControlPlaneRun, committed_events, sample, wait_for
 from sco_harness.kafka_broker import TansuBroker
-from sco_harness.openbao import FakeBao
 from sco_harness.openstack_stack import ROOT, NovaStack, echo, free_port
 from sco_harness.postgres import PostgresServer
 
@@ -409,7 +409,9 @@ def test_no_secret_reaches_logs_state_events_metrics_or_contracts(
     }
     # The cloud credential lives in OpenBao only: the clouds.yaml entry's own token
     # is refused, so sco works only with what OpenBao gave it.
-    bao = FakeBao(canaries["OpenBao token"], {"token": f"admin#{provider_canary}:sco"}).start()
+    bao = BaoServer(tmp_path / "openbao").start()
+    bao.keep_credential({"token": f"admin#{provider_canary}:sco"})
+    bao.token("1h", token_id=canaries["OpenBao token"])
     clouds = _clouds(stack, tmp_path, {"sco": "invalid-unless-from-openbao"})
     region = stack.region(guaranteed=False, halls=["hall-a"])
     region["credential"] = {"openbao": {"url": bao.url, "path": "sco/openstack"}}
@@ -559,7 +561,7 @@ def test_no_secret_reaches_logs_state_events_metrics_or_contracts(
     clean = {n: c in ((0, -15) if n in ("dist", "status") else (0,)) for n, c in codes.items()}
     assert len(clean) == 6, codes
     assert all(clean.values()), {n: cp.tail(n) for n in cp.procs}
-    assert any("/v1/secret/data/sco/openstack" in c for c in bao.calls), "read from OpenBao"
+    assert any(r["path"] == "secret/data/sco/openstack" for r in bao.audit()), "read from OpenBao"
     assert len(tokens) >= 4
     scan.canaries |= {f"node token of {sid}": t for sid, t in tokens.items()}
 

@@ -18,10 +18,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import hvac
+import hvac.exceptions
 import requests
 
 from sco_harness import services
@@ -158,10 +160,19 @@ class BaoServer:
         self, fields: dict[str, str], *, path: str = "sco/openstack", mount: str = "secret"
     ) -> int:
         """A new version of the secret (a rotation); its version number."""
-        answer = self.root().secrets.kv.v2.create_or_update_secret(
-            path=path, secret=fields, mount_point=mount
-        )
-        return int(answer["data"]["version"])
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                answer = self.root().secrets.kv.v2.create_or_update_secret(
+                    path=path, secret=fields, mount_point=mount
+                )
+                return int(answer["data"]["version"])
+            except hvac.exceptions.InvalidRequest as e:
+                # A KV v2 mount just enabled answers "Upgrading from non-versioned to
+                # versioned data ..." for a moment.
+                if "Upgrading" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def token(self, ttl: str, *, policy_of: str = "sco/openstack", token_id: str = "") -> str:
         """A renewable token under the policy of `policy_of`'s credential (an id of
@@ -170,6 +181,18 @@ class BaoServer:
             id=token_id or None, policies=[_name(policy_of)], ttl=ttl, renewable=True
         )
         return str(answer["auth"]["client_token"])
+
+    def audit_times(self) -> list[tuple[float, str]]:
+        """(when, path) of each request the server answered."""
+        path = self.folder / "audit.log"
+        if not path.exists():
+            return []
+        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        return [
+            (datetime.fromisoformat(x["time"]).timestamp(), x["request"]["path"])
+            for x in lines
+            if x.get("type") == "request"
+        ]
 
     def audit(self) -> list[dict[str, Any]]:
         """The requests the server answered (its audit log's request lines)."""

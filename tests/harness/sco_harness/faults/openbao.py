@@ -1,22 +1,23 @@
 """OpenBao unreachable at the cloud credential's refresh, under `sco run`.
 
 `sco run` (a real process) on the Nova test stack reads its cloud credential
-from OpenBao (the region file's `credential.openbao`, the token in BAO_TOKEN):
-a stand-in OpenBao (`sco_harness.openbao.FakeBao`, hvac is real) that hands
-out `{token: admin}` with a 20 s lease. The credential matters: the
+from a real OpenBao (the region file's `credential.openbao`; `sco_harness.bao_server`)
+through AppRole (BAO_ROLE_ID and BAO_SECRET_ID), whose tokens last 20 s: the
+credential `{token: admin}` is given out with that lease. The credential matters: the
 clouds.yaml's own token is one the stack refuses (`invalid-…`: 401), so every
 call to Nova and Placement works only with what OpenBao gave. Two static
 partitions hold two servers each.
 
-OpenBao goes down just before sco refreshes the credential (2/3 into its
-lease) and stays down past its expiry (30 s after the refresh; 15 s in the
-short tier), then comes back. Measured:
+OpenBao stops just before sco refreshes the credential (2/3 into its lease)
+and stays down past its expiry (30 s after the refresh; 15 s in the short
+tier), so the token sco held has expired too; then it is started and unsealed
+again, and sco must log in afresh. Measured:
 - stalled_partitions: partitions that, while the credential read before was
   still valid, had a degraded cycle or went more than 3 intervals without a
   cycle (cycles must go on with the cached credential);
 - after expiry with OpenBao still away: every partition degraded, no server
   deleted (Nova's listing and sco's delete counters), the log naming OpenBao,
-  no traceback, and how often OpenBao was asked;
+  no traceback, and how often sco asked OpenBao (its log's failed reads);
 - lost_transitions, duplicate_creates, leaked_servers: sco_harness.chaos.audit
   of fleet state against Nova; lost_events: committed events missing from the
   embedded event log;
@@ -34,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from sco_harness.bao_server import BaoServer
 from sco_harness.controlplane import ControlPlaneRun, wait_for
 from sco_harness.faults import FaultResult
 from sco_harness.faults.watch import (
@@ -46,12 +48,11 @@ from sco_harness.faults.watch import (
     ready_by_partition,
     settled_audit,
 )
-from sco_harness.openbao import FakeBao
 from sco_harness.openstack_stack import NovaStack, free_port
 
 BASE_PORT = 19740
-BAO_TOKEN = "s.faults-bao-token-7d1f"
 LEASE_S = 20
+PATH = "sco/openstack"
 REFRESH_FRACTION = 2 / 3  # OpenBaoConfig's default
 INTERVAL_S = 2.0
 PARTITIONS = {"web": 2, "batch": 2}
@@ -68,12 +69,14 @@ def run(folder: Path, *, short: bool = False, stack: NovaStack | None = None) ->
     own = stack is None
     if stack is None:
         stack = NovaStack(folder / "nova", BASE_PORT, HALLS, SLOTS).up()
-    bao = FakeBao(BAO_TOKEN, {"token": "admin"}, ttl_s=LEASE_S).start()
+    bao = BaoServer(folder / "openbao").start()
     cp: ControlPlaneRun | None = None
     try:
-        cp = ControlPlaneRun(
-            folder / "cp", _config(folder, stack, bao), dict(os.environ, BAO_TOKEN=BAO_TOKEN)
+        role_id, secret_id = bao.keep_credential(
+            {"token": "admin"}, path=PATH, token_ttl=f"{LEASE_S}s", token_max_ttl="1h"
         )
+        env = dict(os.environ, BAO_ROLE_ID=role_id, BAO_SECRET_ID=secret_id)
+        cp = ControlPlaneRun(folder / "cp", _config(folder, stack, bao), env)
         port = free_port()
         cp.start("run", "run", "--metrics-port", str(port), port=port)
         result = _fault(cp, stack, bao, hold_s=15.0 if short else 30.0)
@@ -90,7 +93,7 @@ def run(folder: Path, *, short: bool = False, stack: NovaStack | None = None) ->
                 stack.down()
 
 
-def _config(folder: Path, stack: NovaStack, bao: FakeBao) -> dict[str, Any]:
+def _config(folder: Path, stack: NovaStack, bao: BaoServer) -> dict[str, Any]:
     clouds = yaml.safe_load(stack.clouds_yaml.read_text())
     # The stack refuses this token (401): only OpenBao's credential gets sco in.
     clouds["clouds"]["sco-test"]["auth"]["token"] = "invalid-without-openbao"
@@ -98,7 +101,7 @@ def _config(folder: Path, stack: NovaStack, bao: FakeBao) -> dict[str, Any]:
     clouds_file.write_text(yaml.safe_dump(clouds))
     region = stack.region()
     region["credential"] = {
-        "openbao": {"url": bao.url, "path": bao.path, "mount_point": bao.mount, "lease_s": LEASE_S}
+        "openbao": {"url": bao.url, "path": PATH, "mount_point": "secret", "lease_s": LEASE_S}
     }
     region_file = folder / "region.yaml"
     region_file.write_text(yaml.safe_dump(region))
@@ -124,7 +127,12 @@ def _config(folder: Path, stack: NovaStack, bao: FakeBao) -> dict[str, Any]:
     }
 
 
-def _fault(cp: ControlPlaneRun, stack: NovaStack, bao: FakeBao, hold_s: float) -> FaultResult:
+def _reads(bao: BaoServer) -> list[float]:
+    """When the credential was read (the server's audit log)."""
+    return [at for at, path in bao.audit_times() if path == f"secret/data/{PATH}"]
+
+
+def _fault(cp: ControlPlaneRun, stack: NovaStack, bao: BaoServer, hold_s: float) -> FaultResult:
     url = cp.config["state"]["url"]
     names = list(PARTITIONS)
     watch = CycleWatch(lambda: cp.metrics("run")).start()
@@ -139,9 +147,9 @@ def _fault(cp: ControlPlaneRun, stack: NovaStack, bao: FakeBao, hold_s: float) -
         wait_for(at_target, 300, "every partition at target", every_s=1.0)
         wait_for(lambda: watch.healthy_since(names, time.time() - 5), 60, "healthy cycles")
         # The refresh is due 2/3 into the lease of the last read: go down just before.
-        reads = len(bao.reads_at)
-        wait_for(lambda: len(bao.reads_at) > reads, LEASE_S + 10, "a credential read")
-        read_at = bao.reads_at[-1]
+        reads = len(_reads(bao))
+        wait_for(lambda: len(_reads(bao)) > reads, LEASE_S + 10, "a credential read")
+        read_at = _reads(bao)[-1]
         refresh_at = read_at + LEASE_S * REFRESH_FRACTION
         expires_at = read_at + LEASE_S
         time.sleep(max(0.0, refresh_at - 1.5 - time.time()))
@@ -149,7 +157,7 @@ def _fault(cp: ControlPlaneRun, stack: NovaStack, bao: FakeBao, hold_s: float) -
         deleted_before = counter_sum(cp.metrics("run"), "sco_actions_total", action="deleted")
         log_mark = cp.procs["run"].log.stat().st_size
         down_at = time.time()
-        bao.down()
+        bao.stop()
         log(f"OpenBao down {refresh_at - down_at:.1f} s before the refresh is due")
         time.sleep(max(0.0, refresh_at + hold_s - time.time()))
         servers_during = {s["id"] for s in stack.servers(tags="sco")}
@@ -157,10 +165,10 @@ def _fault(cp: ControlPlaneRun, stack: NovaStack, bao: FakeBao, hold_s: float) -
             counter_sum(cp.metrics("run"), "sco_actions_total", action="deleted") - deleted_before
         )
         up_at = time.time()
-        bao.up()
+        bao.start()
         log(f"OpenBao back after {up_at - down_at:.0f} s ({up_at - expires_at:.0f} s past expiry)")
         reread = wait_for(
-            lambda: next((t for t in bao.reads_at if t >= up_at), None), 60, "a new read"
+            lambda: next((t for t in _reads(bao) if t >= up_at), None), 60, "a new read"
         )
         recovered_at = float(
             wait_for(lambda: watch.healthy_since(names, reread), 60, "undegraded cycles")
@@ -179,7 +187,7 @@ def _fault(cp: ControlPlaneRun, stack: NovaStack, bao: FakeBao, hold_s: float) -
         for p in names
     }
     fault_log = cp.procs["run"].log.read_bytes()[log_mark:].decode(errors="replace")
-    refused = [t for t in bao.refused_at if down_at <= t < up_at]
+    refused = [line for line in fault_log.splitlines() if "OpenBao read failed" in line]
     missing = missing_events(url, 30)
     found = settled_audit(url, lambda: stack.servers(tags="sco"))
     return FaultResult(
