@@ -190,11 +190,13 @@ class OpenBaoSecrets:
             try:
                 renewed = client.auth.token.renew_self()
                 lease = float(renewed.get("auth", {}).get("lease_duration") or 0)
-                if lease >= self._login_lease_s / 2:
+                if lease >= self._login_lease_s * self._config.refresh_fraction:
                     self.renewals += 1
                     return lease
                 why = f"renewal capped at {lease:.0f} s (the token's max TTL is near)"
-            except (hvac.exceptions.Forbidden, hvac.exceptions.InvalidRequest) as e:
+            except hvac.exceptions.VaultDown:
+                raise  # sealed: a login would fail the same way
+            except hvac.exceptions.VaultError as e:  # expired, revoked, or at its max TTL
                 why = f"renewal refused ({type(e).__name__})"
             log.info("OpenBao: %s; logging in again with AppRole", why)
         auth = client.auth.approle.login(role_id=role_id, secret_id=secret_id.reveal())
