@@ -4,7 +4,7 @@ one shell's environment, each step's promise checked. Ends with one JSON line:
     {"steps": 13, "passed": 13, "lab_up_s": 31.2, "processes": 13}
 
 `lab_up_s` is how long `make lab` took; `processes` how many of the lab's processes
-answered at once (sco's six, slurmctld, the Kubernetes stand-in, the agents).
+answered at once (sco's six, OpenBao, slurmctld, the Kubernetes stand-in, the agents).
 
     python bench/tour.py             in a scratch copy of the repository (links to it
                                      with a `.lab` of its own), on free ports
@@ -132,7 +132,7 @@ def _joined(lab: Lab, out: str) -> str | None:
 
 def _processes(lab: Lab) -> list[str]:
     """The lab's processes that answer now: sco's (by what each /metrics says it is),
-    slurmctld, the Kubernetes stand-in, the agents."""
+    OpenBao (unsealed), slurmctld, the Kubernetes stand-in, the agents."""
     found = []
     for name in ("RUN_A", "RUN_B", "WATCH", "HISTORY", "DISTRIBUTOR", "STATUS"):
         m = re.search(
@@ -140,6 +140,11 @@ def _processes(lab: Lab) -> list[str]:
         )
         if m:
             found.append(m[1])
+    try:
+        health = urllib.request.urlopen(f"{lab.env['BAO_ADDR']}/v1/sys/health", timeout=5)
+        found += ["openbao"] if health.status == 200 else []
+    except OSError:
+        pass
     pid = (lab.folder / "slurm" / "run" / "slurmctld.pid").read_text().strip()
     if Path(f"/proc/{pid}").exists():
         found.append("slurmctld")

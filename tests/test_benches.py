@@ -45,7 +45,7 @@ SERVICE_BENCHES = {
     "slurm_replay.py": "tests/test_slurm.py",
     "soak.py": "tests/test_benches_services.py",
     "tour.py": "tests/test_tour.py",  # the whole tour: it is the test
-    "platform.py": "tests/test_openstack_secrets.py",
+    "seed_platform.py": "tests/test_openstack_secrets.py",
 }
 
 

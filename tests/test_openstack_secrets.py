@@ -235,10 +235,10 @@ def test_empty_secret_is_a_permanent_error(bao: BaoServer, path: str) -> None:
 
 
 def test_the_platform_bench_at_smoke_size() -> None:
-    """bench/platform.py on shorter leases: renewals, fresh logins, rotations picked up
+    """bench/seed_platform.py on shorter leases: renewals, fresh logins, rotations picked up
     without a restart, a seal survived."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "platform.py"),
+        [sys.executable, str(ROOT / "bench" / "seed_platform.py"),
          "--ttl", "2", "--max-ttl", "6", "--seconds", "12"],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip

@@ -14,24 +14,22 @@ Ends with one JSON line: {"openbao_version": "2.7.2", "openbao_sealed_survived":
 "credential_renewals": r, "credential_logins": l, "credential_rotations": k}.
 Keystone and Ironic (issue 29) are not part of it yet.
 
-    python bench/platform.py [--ttl 4] [--max-ttl 12] [--seconds 30]
+    python bench/seed_platform.py [--ttl 4] [--max-ttl 12] [--seconds 30]
+
+(Issue 29 calls it bench/platform.py: in bench/, which comes first on sys.path when a
+bench runs, a `platform.py` would shadow the standard library's module for every
+bench; bench/tour.py crashed with it.)
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# Run as a script, this folder comes first on sys.path, and this file would shadow the
-# standard library's `platform` for every library imported below (the issue names it).
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
-
 import argparse
 import json
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from sco.adapters.openstack.secrets import OpenBaoConfig, OpenBaoSecrets
 from sco.engine.clock import SystemClock
