@@ -73,9 +73,10 @@ clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache
 
 # A region in a box: a local OpenStack (Nova with fake computes, Placement, Glance,
-# Neutron's API), a Slurm controller whose nodes are sco's servers, a Kubernetes
-# stand-in, node agents, and sco's control plane (two replicas, watcher, history
-# loader, distributor, status page) under one supervisor, one log (.lab/lab.log).
+# Neutron's API), OpenBao with sco's credential, a Slurm controller whose nodes are
+# sco's servers, a Kubernetes stand-in, node agents, and sco's control plane (two
+# replicas, watcher, history loader, distributor, status page) under one supervisor,
+# one log (.lab/lab.log).
 # Prints every endpoint; docs/tour.md is what to do next. `make lab-down` stops it.
 lab: $(STAMP) openstack
 	$(BIN)/python -m sco_harness.lab up .lab

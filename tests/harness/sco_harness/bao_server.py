@@ -50,14 +50,15 @@ audit "file" "requests" {{
 
 
 class BaoServer:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, port: int = 0, cluster_port: int = 0) -> None:
+        """`port` (and raft's `cluster_port`): free ones when 0."""
         self.folder = folder.resolve()
         (self.folder / "data").mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (self.folder / "bao.hcl").write_text(
             HCL.format(
-                data=self.folder / "data", port=self.port, cluster=free_port(),
+                data=self.folder / "data", port=self.port, cluster=cluster_port or free_port(),
                 audit=self.folder / "audit.log",
             )
         )  # fmt: skip

@@ -16,10 +16,10 @@ zones), and writes what sco needs to run on it: `clouds.yaml`, `region.yaml`
 and `sco.yaml` (embedded defaults: SQLite state and event log, chDB history),
 with a Kubernetes partition (`web`) and a Slurm one (`batch`, with agents).
 Then, under a supervisor (`sco_harness.lab_plane`; one log, `lab.log`): the
-world (`sco_harness.lab_world`: slurmctld, the Kubernetes stand-in, the
-servers' slurmd, Nodes and agents), two `sco run` replicas, `sco watch`,
-`sco history load` scoring, `sco distributor` and `sco status`; and prints
-where everything answers. `--no-plane` starts the cloud alone. docs/tour.md
+world (`sco_harness.lab_world`: OpenBao with the cloud credential, slurmctld,
+the Kubernetes stand-in, the servers' slurmd, Nodes and agents), two `sco run`
+replicas, `sco watch`, `sco history load` scoring, `sco distributor` and `sco
+status`; and prints where everything answers. `--no-plane` starts the cloud alone. docs/tour.md
 is the walk through it.
 """
 
@@ -43,6 +43,7 @@ from sco_harness.services import stop_on_signals
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
 SLOTS = 4
 CLOUD = "sco-test"
+CREDENTIAL_PATH = "sco/openstack"  # in the lab's OpenBao
 META_RECLAIM_AT = "sco:reclaim-at"
 
 
@@ -114,8 +115,16 @@ def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
         file=sys.stderr,
     )
     region = stack.region()
+    if plane:  # the world's OpenBao holds the credential; clouds.yaml's own is refused
+        port = lab_plane.openbao_ports(http_base)[0]
+        region["credential"] = {
+            "openbao": {"url": f"http://127.0.0.1:{port}", "path": CREDENTIAL_PATH}
+        }
     (folder / "region.yaml").write_text(yaml.safe_dump(region, sort_keys=False))
-    (folder / "clouds.yaml").write_text(stack.clouds_yaml.read_text())
+    clouds = yaml.safe_load(stack.clouds_yaml.read_text())
+    if plane:
+        clouds["clouds"][CLOUD]["auth"]["token"] = "refused-unless-from-openbao"
+    (folder / "clouds.yaml").write_text(yaml.safe_dump(clouds, sort_keys=False))
     (folder / "sco.yaml").write_text(
         "# sco on the local test stack (make lab): embedded state, log and history.\n"
         + yaml.safe_dump(sco_yaml(http_base), sort_keys=False)
@@ -141,7 +150,7 @@ def _forget_last(folder: Path) -> None:
         print(f"lab: swept {what} (left by the last lab)", file=sys.stderr)
     for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "lab.log"):
         (folder / name).unlink(missing_ok=True)
-    for name in ("history", "slurm", "agents"):
+    for name in ("history", "slurm", "agents", "openbao"):
         shutil.rmtree(folder / name, ignore_errors=True)
 
 

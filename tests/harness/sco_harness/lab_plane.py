@@ -6,7 +6,8 @@ and `sco status`, all on the lab's `sco.yaml`, their output in one log (`lab.log
 each line marked with its process).
 
 Ports: the `http` base (default 9100) and up: run 9100 and 9110 (two replicas),
-watch +1, score +2 (unused: the loader scores), history +3, status +4, distributor +5.
+watch +1, score +2 (unused: the loader scores), history +3, status +4, distributor +5,
+OpenBao +6 (and raft's +7).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def ports(base: int) -> dict[str, int]:
     }
 
 
+def openbao_ports(base: int) -> tuple[int, int]:
+    """The lab's OpenBao: its API, and raft's cluster port."""
+    return base + 6, base + 7
+
+
 def http_section(base: int) -> dict[str, int]:
     """sco.yaml's `http` for the lab's ports."""
     p = ports(base)
@@ -50,10 +56,11 @@ def http_section(base: int) -> dict[str, int]:
 
 
 def procfile(base: int, nova_base: int) -> str:
-    """The world first; the replicas wait for it (they check their schedulers at start)."""
+    """The world first; the replicas wait for it (they check their schedulers at start,
+    and log in to its OpenBao with the AppRole `env` holds)."""
     sco = f"{Path(sys.executable).parent / 'sco'} "
     conf = "--config sco.yaml"
-    wait = f"until [ -e {READY} ]; do sleep 0.2; done; exec {sco}"
+    wait = f"until [ -e {READY} ]; do sleep 0.2; done; . ./env; exec {sco}"
     p = ports(base)
     lines = {
         "world": f"exec {sys.executable} -m sco_harness.lab_world serve . "
@@ -121,6 +128,8 @@ def endpoints(folder: Path, base: int) -> list[str]:
         f"status page   http://127.0.0.1:{p['status']}/",
         f"distributor   http://127.0.0.1:{p['distributor']}/ (contracts; /metrics)",
         f"metrics       {metrics} (/metrics, /healthz, /readyz)",
+        f"openbao       http://127.0.0.1:{openbao_ports(base)[0]} (the cloud credential, read "
+        "with the AppRole in env)",
         f"slurm         sinfo, squeue, sbatch with SLURM_CONF={folder / 'slurm' / 'slurm.conf'}",
         f"kubernetes    {kube} (KUBECONFIG={folder / 'kubeconfig'})",
         f"log           {folder / 'lab.log'} (every process, one file)",

@@ -5,7 +5,9 @@ Nodes are its `web` servers, and a `sco agent` on every `batch` server.
     python -m sco_harness.lab_world serve DIR   run until SIGTERM (the lab's `world`)
     python -m sco_harness.lab_world sweep DIR   stop whatever a killed world left
 
-`serve` starts munge, slurmctld (`sco_harness.slurm_cluster`) and the Kubernetes
+`serve` starts OpenBao (`sco_harness.bao_server`: sco's cloud credential behind
+a policy that reads only its path, and the AppRole sco logs in with), munge,
+slurmctld (`sco_harness.slurm_cluster`) and the Kubernetes
 API (`sco_harness.kube_api`, with a few pods of a `web` app waiting), writes
 `DIR/kubeconfig`, `DIR/env` (SLURM_CONF, KUBECONFIG and the lab's URLs, for a
 shell to source) and `DIR/world.json` (what it started, for `sweep`), then plays
@@ -30,7 +32,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+
 from sco.adapters.openstack.resources import META_NODE_TOKEN
+from sco_harness.bao_server import BaoServer
 from sco_harness.kube_api import KubeApi
 from sco_harness.kube_cluster import UNSCHEDULABLE, KubeletSim
 from sco_harness.openstack_stack import NovaStack
@@ -134,21 +139,38 @@ class World:
         self.boot = SlurmBoot(self.cluster, lambda: self._of("batch"))
         self.kubelets = KubeletSim(self.kube, lambda: self._of("web"), ALLOCATABLE, True)
         self.agents = Agents(folder, self.cluster, distributor)
+        self.bao = BaoServer(folder / "openbao", *lab_plane.openbao_ports(http_base))
 
     def _of(self, partition: str) -> list[dict[str, Any]]:
         return [s for s in self.listed if (s.get("metadata") or {}).get(PARTITION) == partition]
 
     def start(self) -> None:
+        from sco_harness import lab
+
+        _record(self.folder, self.cluster)  # before anything starts: what `sweep` needs
+        self.bao.start()
+        # The credential sco's replicas read, as the seed keeps it: in OpenBao, behind
+        # a policy that reads only its path, given out to sco's AppRole.
+        token = yaml.safe_load(self.stack.clouds_yaml.read_text())["clouds"]
+        role_id, secret_id = self.bao.keep_credential(
+            {"token": token[lab.CLOUD]["auth"]["token"]}, path=lab.CREDENTIAL_PATH
+        )
+        self.approle = {
+            "BAO_ADDR": self.bao.url,
+            "BAO_ROLE_ID": role_id,
+            "BAO_SECRET_ID": secret_id,
+        }
         self.cluster.start()
-        _record(self.folder, self.cluster)
+        _record(self.folder, self.cluster)  # munge's folder is known now
         self.kube.start()
         for i in range(WEB_PODS):
             self.kube.put("pods", web_pod(i))
         kubeconfig = self.kube.kubeconfig(self.folder / "kubeconfig")
-        _write_env(self.folder, self.ports, self.cluster, kubeconfig)
+        _write_env(self.folder, self.ports, self.cluster, kubeconfig, self.approle)
         _say(
-            f"Slurm controller up (SLURM_CONF={self.cluster.conf}); Kubernetes API at "
-            f"{self.kube.url} with {WEB_PODS} web pods waiting"
+            f"OpenBao up at {self.bao.url} with sco's credential; Slurm controller up "
+            f"(SLURM_CONF={self.cluster.conf}); Kubernetes API at {self.kube.url} with "
+            f"{WEB_PODS} web pods waiting"
         )
 
     def step(self) -> None:
@@ -164,6 +186,7 @@ class World:
         self.agents.stop()
         self.kube.stop()
         self.cluster.stop()
+        self.bao.stop()
 
 
 def _record(folder: Path, cluster: SlurmCluster) -> None:
@@ -179,13 +202,20 @@ def _record(folder: Path, cluster: SlurmCluster) -> None:
     )
 
 
-def _write_env(folder: Path, p: dict[str, int], cluster: SlurmCluster, kubeconfig: Path) -> None:
+def _write_env(
+    folder: Path,
+    p: dict[str, int],
+    cluster: SlurmCluster,
+    kubeconfig: Path,
+    approle: dict[str, str],
+) -> None:
     lines = {
         "SLURM_CONF": str(cluster.conf),
         "KUBECONFIG": str(kubeconfig),
         "SCO_CONFIG": str(folder / "sco.yaml"),
         **{f"LAB_{name.upper().replace('-', '_')}": f"http://127.0.0.1:{port}"
            for name, port in p.items()},
+        **approle,  # what `sco run` and `sco reclaim` log in to OpenBao with
     }  # fmt: skip
     text = "# The lab's tools and URLs: `. .lab/env` in a shell.\n"
     text += "".join(f"export {k}={v}\n" for k, v in lines.items())
@@ -211,7 +241,7 @@ def serve(folder: Path, base_port: int, http_base: int, every_s: float = 0.5) ->
                 world.step()
         finally:
             (folder / "world.ready").unlink(missing_ok=True)
-            _say("stopping: agents, slurmd, slurmctld, munge, the Kubernetes API")
+            _say("stopping: agents, slurmd, slurmctld, munge, the Kubernetes API, OpenBao")
             world.stop()
 
 
