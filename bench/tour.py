@@ -348,7 +348,12 @@ def _step(lab: Lab, step: Step) -> str | None:
 
 
 def _scratch_root() -> Path:
-    """A folder that looks like the repository (links to its files) with no `.lab`."""
+    """A folder that looks like the repository (links to its files) with no `.lab`.
+
+    It shares the repository's `.venv`: brought up to date here first, or `make lab`
+    in the copy would reinstall it from the copy, whose scripts then point into a
+    folder that is deleted after the tour."""
+    subprocess.run(["make", "-s", ".venv/.installed"], cwd=ROOT, check=True)
     root = Path(tempfile.mkdtemp(prefix="sco-tour-"))
     for entry in ROOT.iterdir():
         if entry.name not in (".lab", ".git"):
