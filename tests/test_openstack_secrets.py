@@ -105,6 +105,8 @@ def test_reads_credential_and_refreshes_before_the_lease_ends(
     clock.advance(500)  # past 2/3 of the lease, before its end
     second = source.credential()
     assert second.revealed()["password"] == PASSWORD_V2
+    assert (first.version, second.version) == (1, 2)  # KV v2's versions: what a rotation
+    # is judged by (sco_credential_version)
     assert "POST AUTH/TOKEN/RENEW-SELF" in asked.asked
     for secret in (token, PASSWORD_V1, PASSWORD_V2):
         assert secret not in caplog.text

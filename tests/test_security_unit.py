@@ -40,7 +40,7 @@ from sco.assembly.settings import SettingsError, load
 from sco.engine.clock import ManualClock
 from sco.engine.metrics import CredentialMetrics
 from sco.engine.reclaimer import Reclaimer
-from sco.ports import Secret
+from sco.ports import Credential, Secret
 
 OURS = "p-sco"
 THEIRS = "p-mallory"
@@ -441,6 +441,20 @@ def test_credential_metrics_show_excess_and_foreign_servers() -> None:
     text = generate_latest(registry).decode()
     assert f'sco_foreign_servers{{project="{THEIRS}"}} 0.0' in text
     assert "sco_foreign_refusals_total 3.0" in text
+
+
+def test_credential_metrics_show_the_version_in_use() -> None:
+    """A rotation is done when every replica's sco_credential_version shows the new
+    version: until then the old credential must not be revoked."""
+    registry = CollectorRegistry()
+    held: list[Credential | None] = [None]
+    metrics = CredentialMetrics(registry, [], dict, lambda: 0, lambda: held[0])
+    metrics.refresh()
+    assert "sco_credential_version{" not in generate_latest(registry).decode()
+    held[0] = Credential(source="openbao:secret/sco/openstack", version=3)
+    metrics.refresh()
+    text = generate_latest(registry).decode()
+    assert 'sco_credential_version{source="openbao:secret/sco/openstack"} 3.0' in text
 
 
 # ---------------------------------------------------------------- regressions

@@ -143,6 +143,7 @@ def run_controllers(
                 provider.excess,
                 provider.foreign_servers,
                 lambda: provider.refused_total,
+                provider.held_credential,
             )
 
             def on_report(report: CycleReport) -> None:

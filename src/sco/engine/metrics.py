@@ -43,6 +43,8 @@ Least privilege (`CredentialMetrics`, docs/security.md):
   found at start; 0 when it is as narrow as sco needs;
 - `sco_foreign_servers{project}`: servers of projects not sco's in its latest
   listings, left alone;
+- `sco_credential_version{source}`: the version of the credential in use where it
+  is kept (OpenBao KV v2): a rotation is done when every replica shows the new one;
 - `sco_foreign_refusals_total`: actions by server id (delete, notice, node token)
   refused because the server was not in sco's projects.
 """
@@ -55,6 +57,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sco.engine.controller import CycleReport
+from sco.ports import Credential
 
 DELAY_BUCKETS = (5, 10, 20, 30, 60, 120, 180, 300, 600, 900, 1800, 3600)
 CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -263,6 +266,7 @@ class CredentialMetrics:
         excess: Sequence[str],
         foreign: Callable[[], Mapping[str, int]],
         refused: Callable[[], int],
+        held: Callable[[], Credential | None] = lambda: None,
     ) -> None:
         self.excess = Gauge(
             "sco_credential_excess",
@@ -281,12 +285,23 @@ class CredentialMetrics:
             "Actions by server id refused: the server is not in sco's projects.",
             registry=registry,
         )
+        self.version = Gauge(
+            "sco_credential_version",
+            "Version of the cloud credential in use where it is kept (OpenBao KV v2): "
+            "after a rotation, the old credential may go once every replica shows the new.",
+            ["source"],
+            registry=registry,
+        )
         self._read_foreign = foreign
         self._read_refused = refused
+        self._read_held = held
         self._projects: set[str] = set()
         self._refused_seen = 0
 
     def refresh(self) -> None:
+        held = self._read_held()
+        if held is not None and held.version is not None:
+            self.version.labels(held.source).set(held.version)
         counts = self._read_foreign()
         for project in self._projects | set(counts):
             self.foreign.labels(project).set(counts.get(project, 0))

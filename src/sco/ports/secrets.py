@@ -45,6 +45,7 @@ class Credential:
     fields: Mapping[str, Secret] = field(default_factory=dict)
     expires_at: float | None = None
     source: str = ""
+    version: int | None = None  # the secret's version where it is kept (OpenBao KV v2)
 
     def revealed(self) -> dict[str, str]:
         return {k: v.reveal() for k, v in self.fields.items()}

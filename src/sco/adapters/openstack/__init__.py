@@ -62,5 +62,6 @@ def open_provider(
         RetryConfig(),
     )
     return OpenStackProvider(
-        region, client, clock, read_scope=sessions.scope, installation=installation
-    )
+        region, client, clock, read_scope=sessions.scope, installation=installation,
+        held_credential=sessions.held,
+    )  # fmt: skip

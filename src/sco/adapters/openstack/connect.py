@@ -50,6 +50,10 @@ class CloudSessions:
         proxy: Session = getattr(conn, service)
         return proxy
 
+    def held(self) -> Credential | None:
+        """The credential the sessions use now (none asked for yet: None)."""
+        return self._credential
+
     def scope(self) -> CredentialScope:
         """What the credential's token is scoped to and which roles it carries: from
         Keystone's answer, or, for a token given as is (`admin_token`, as behind

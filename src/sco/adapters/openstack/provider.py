@@ -79,6 +79,7 @@ from sco.domain.pools import Pool, PoolId
 from sco.ports import (
     Clock,
     CreateResult,
+    Credential,
     PermanentProviderError,
     ProviderError,
     QuotaExceeded,
@@ -127,6 +128,7 @@ class OpenStackProvider(ProjectGuard):
         clock: Clock,
         read_scope: Callable[[], CredentialScope] | None = None,
         installation: str = DEFAULT_INSTALLATION,
+        held_credential: Callable[[], Credential | None] = lambda: None,
     ) -> None:
         """`installation` names this sco among those that may share the cloud's projects:
         its servers are tagged with it, and it lists, adopts and deletes only those."""
@@ -135,6 +137,7 @@ class OpenStackProvider(ProjectGuard):
         self.clock = clock
         self.installation = installation
         self._read_scope = read_scope
+        self.held_credential = held_credential  # the one in use (its version, source)
         # sco's projects, once `claim`ed; None: not established (tests that build a
         # provider by hand), and then every listed server counts as sco's.
         self.owned: Ownership | None = None

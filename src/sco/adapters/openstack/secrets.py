@@ -80,7 +80,7 @@ class OpenBaoSecrets:
         if self._failure is not None and now < self._retry_at:
             return self._fallback(now, self._failure)
         try:
-            fields, lease = self._read()
+            fields, lease, version = self._read()
         except (PermanentProviderError, RetryableProviderError) as e:
             return self._failed(now, e)
         except Exception as e:
@@ -95,9 +95,13 @@ class OpenBaoSecrets:
             fields={k: Secret(str(v)) for k, v in fields.items()},
             expires_at=now + lease,
             source=f"openbao:{self._config.mount_point}/{self._config.path}",
+            version=version,
         )
         self._refresh_at = now + lease * self._config.refresh_fraction
-        log.info("credential read from %s, lease %.0f s", self._cached.source, lease)
+        log.info(
+            "credential read from %s (version %s), lease %.0f s",
+            self._cached.source, version, lease,
+        )  # fmt: skip
         return self._cached
 
     def _failed(
@@ -142,7 +146,7 @@ class OpenBaoSecrets:
             raise type(error)(f"{why} and no new one came: {error}") from None
         raise type(error)(str(error)) from None
 
-    def _read(self) -> tuple[Mapping[str, Any], float]:
+    def _read(self) -> tuple[Mapping[str, Any], float, int | None]:
         client = self._connect()
         lease = self._login(client)
         answer = client.secrets.kv.v2.read_secret_version(
@@ -155,7 +159,8 @@ class OpenBaoSecrets:
             raise PermanentProviderError(
                 f"OpenBao secret {self._config.mount_point}/{self._config.path} holds no fields"
             )
-        return data, lease
+        version = (answer.get("data", {}).get("metadata") or {}).get("version")
+        return data, lease, version if isinstance(version, int) else None
 
     def _connect(self) -> Any:
         if self._client is None:
