@@ -4,11 +4,13 @@ any log line or row."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -307,3 +309,46 @@ def test_with_fleet_state_away_reads_go_on_and_acks_wait(
         )
         assert ack.status_code == 503
         assert ack.headers["Retry-After"] == "5"
+
+
+class _QuietContracts:
+    """Fleet state with nothing in it, answering at once."""
+
+    def last_change(self) -> int:
+        return 0
+
+    def current(self, _gone_since: float) -> list[Any]:
+        return []
+
+    def changed_since(self, last: int) -> tuple[int, set[str]]:
+        return last, set()
+
+    def get_many(self, _ids: list[str]) -> dict[str, Any]:
+        return {}
+
+    def prune_changes(self, _before: float) -> int:
+        return 0
+
+
+def test_the_change_feed_stops_when_cancelled_as_a_poke_arrives() -> None:
+    """Found by a CI run that hung 600 s in the app's shutdown: on Python 3.11,
+    asyncio.wait_for returns the inner result, swallowing the cancellation, when both
+    come in the same loop tick, and the feed went on forever."""
+
+    async def scenario() -> list[int]:
+        stuck = []
+        for k in range(50):
+            feed = ChangeFeed(_QuietContracts(), poll_s=30.0)  # type: ignore[arg-type]
+            task = asyncio.create_task(feed.run())
+            while not feed.loaded:
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.005)  # parked, waiting for a poke
+            feed.poke()
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=2.0)
+            if task not in done:
+                stuck.append(k)
+                task.cancel()
+        return stuck
+
+    assert asyncio.run(scenario()) == []

@@ -165,8 +165,11 @@ class ChangeFeed:
                 self.loaded = False
                 await asyncio.sleep(min(5.0, self.poll_s * 4))
                 continue
+            # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that
+            # arrives as the poke does, and the app's shutdown then waited forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), self.poll_s)
+                async with asyncio.timeout(self.poll_s):
+                    await self._poke.wait()
             self._poke.clear()
 
     async def _follow(self) -> None:
