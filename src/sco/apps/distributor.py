@@ -406,8 +406,9 @@ def create_app(
                 if left <= 0:
                     return fresh
                 ev.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ev.wait(), left)
+                with contextlib.suppress(TimeoutError):  # not wait_for: see ChangeFeed.run
+                    async with asyncio.timeout(left):
+                        await ev.wait()
         finally:
             metrics.waiting.dec()
             feed.unregister(row.instance_id, ev)
