@@ -324,6 +324,20 @@ def test_a_reclaim_drains_then_requeues_what_cannot_finish_just_before_the_deadl
     assert len([c for c in tools.calls if c[0] == "requeue"]) == 2
 
 
+def test_a_job_another_hand_requeued_is_made_eligible_too() -> None:
+    """Found by the lab's tour under load: the node's agent requeued the job first and
+    its server went before the agent made it eligible; Slurm held the job 120 s with
+    BeginTime, and sco, which only restarted jobs it had requeued itself, waited."""
+    clock = ManualClock(1_000_000_000.0)
+    tools = FakeTools(
+        [job(1, reason="BeginTime", restarts=1), job(2, reason="BeginTime")],
+        [node("sco-s2")],
+    )
+    plane = _plane(tools, ["s2"], clock)
+    look(plane)
+    assert [c for c in tools.calls if c[0] == "start_now"] == [("start_now", "1")]
+
+
 def test_a_requeued_job_that_restarts_before_a_cycle_sees_it_is_requeued_again() -> None:
     """Found by the swarm (issue 25): a job requeued off one reclaimed node and started
     on another before any cycle saw it pending stayed in the plane's 'requeued' set,

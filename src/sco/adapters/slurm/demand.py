@@ -137,9 +137,7 @@ def _waits_for_capacity(job: Job) -> bool:
     """Pending for want of nodes. A requeued job Slurm holds back with a begin time
     (its credential's lifetime, 120 s) counts: it runs as soon as it may, and sco's
     requeue (or the agent's) makes it eligible at once."""
-    if job.reason == "BeginTime" and job.restarts > 0:
-        return True
-    return not job.reason.startswith(_NOT_CAPACITY)
+    return job.held_after_requeue or not job.reason.startswith(_NOT_CAPACITY)
 
 
 def _moving(spec: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode]) -> set[int]:

@@ -36,6 +36,12 @@ class Job:
     def pending(self) -> bool:
         return self.state == "PENDING"
 
+    @property
+    def held_after_requeue(self) -> bool:
+        """Requeued (by sco, its agent, an admin) and held back by Slurm for the
+        credential's lifetime (120 s): work that runs as soon as it may."""
+        return self.pending and self.restarts > 0 and self.reason == "BeginTime"
+
     def wants(self, feature: str) -> bool:
         """Whether its constraint names `feature` (as a whole word)."""
         return feature in re.split(r"[^A-Za-z0-9_.-]+", self.features)

@@ -364,15 +364,20 @@ class SlurmNodes:
         cred_expire, 120 s by default) so that it cannot start again on a node that
         still has its old credential; its old node is draining and about to go, so
         the wait only delays the work. A job that runs again can be requeued again
-        by a later reclaim."""
+        by a later reclaim. Jobs requeued by another hand (the node's agent, which may
+        be gone with its node before it could say so, or an admin) are held the same
+        way: they are made eligible too."""
         seen = {j.job_id: j for j in jobs}
-        again = sorted(i for i in self._requeued if i in seen and seen[i].pending)
+        held = {
+            j.job_id for j in jobs if j.held_after_requeue and j.partition in cfg.slurm_partitions
+        }
+        again = sorted({i for i in self._requeued if i in seen and seen[i].pending} | held)
         self._requeued = {i: on for i, on in self._requeued.items() if i in seen}
         self._unrequeueable &= seen.keys()
         if not again:
             return
         for i in again:
-            del self._requeued[i]
+            self._requeued.pop(i, None)
         try:
             self.tools.start_now(again)
         except SlurmError as e:
