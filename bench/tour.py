@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from sco_harness.lab_plane import kube_url
 from sco_harness.lab_world import MARK
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,8 +147,8 @@ def _processes(lab: Lab) -> list[str]:
     pid = (lab.folder / "slurm" / "run" / "slurmctld.pid").read_text().strip()
     if Path(f"/proc/{pid}").exists():
         found.append("slurmctld")
-    kube = yaml.safe_load((lab.folder / "kubeconfig").read_text())["clusters"][0]["cluster"]
-    if '"kind": "PodList"' in lab.get(f"{kube['server']}/api/v1/pods").replace('":"', '": "'):
+    pods = lab.get(f"{kube_url(lab.folder)}/api/v1/pods")
+    if '"kind": "PodList"' in pods.replace('":"', '": "'):
         found.append("kubernetes")
     agents = str(lab.folder / "agents")
     for d in Path("/proc").iterdir():

@@ -19,8 +19,8 @@ Then, under a supervisor (`sco_harness.lab_plane`; one log, `lab.log`): the
 world (`sco_harness.lab_world`: OpenBao with the cloud credential, slurmctld,
 the Kubernetes stand-in, the servers' slurmd, Nodes and agents), two `sco run`
 replicas, `sco watch`, `sco history load` scoring, `sco distributor` and `sco
-status`; and prints where everything answers. `--no-plane` starts the cloud alone. docs/tour.md
-is the walk through it.
+status`; and prints where everything answers. `--no-plane` starts the cloud
+alone. docs/tour.md is the walk through it.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from sco.adapters.openstack.resources import META_CLASS, META_PARTITION, META_RECLAIM_AT
 from sco.domain.times import utc
 from sco_harness import lab_plane, lab_world
 from sco_harness.openstack_stack import NovaStack
@@ -44,7 +45,6 @@ HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
 SLOTS = 4
 CLOUD = "sco-test"
 CREDENTIAL_PATH = "sco/openstack"  # in the lab's OpenBao
-META_RECLAIM_AT = "sco:reclaim-at"
 
 
 def sco_yaml(http_base: int = lab_plane.BASE) -> dict[str, Any]:
@@ -164,8 +164,8 @@ def servers(folder: Path, base_port: int) -> None:
     for s in _stack(folder, base_port).servers(tags="sco"):
         meta = s.get("metadata") or {}
         print(
-            f"{s['id']}  {s['status']:<7} {meta.get('sco:partition', '?'):<10} "
-            f"{meta.get('sco:class', '?'):<10} {s.get('OS-EXT-AZ:availability_zone', '?'):<7} "
+            f"{s['id']}  {s['status']:<7} {meta.get(META_PARTITION, '?'):<10} "
+            f"{meta.get(META_CLASS, '?'):<10} {s.get('OS-EXT-AZ:availability_zone', '?'):<7} "
             f"{meta.get(META_RECLAIM_AT, '')}"
         )
 
@@ -175,14 +175,19 @@ def _one_of(folder: Path, base_port: int, partition: str) -> str:
     found = [
         s
         for s in _stack(folder, base_port).servers(tags="sco")
-        if s["status"] == "ACTIVE"
-        and (s.get("metadata") or {}).get("sco:partition") == partition
-        and (s.get("metadata") or {}).get("sco:class") == "spot"
-        and META_RECLAIM_AT not in (s.get("metadata") or {})
+        if s["status"] == "ACTIVE" and _unnoticed_spot_of(s.get("metadata") or {}, partition)
     ]
     if not found:
         raise SystemExit(f"lab: no spot server of {partition} to reclaim")
     return str(min(found, key=lambda s: (s.get("created", ""), s["id"]))["id"])
+
+
+def _unnoticed_spot_of(meta: dict[str, str], partition: str) -> bool:
+    return (
+        meta.get(META_PARTITION) == partition
+        and meta.get(META_CLASS) == "spot"
+        and META_RECLAIM_AT not in meta
+    )
 
 
 def reclaim(folder: Path, base_port: int, server: str, notice_s: float) -> None:

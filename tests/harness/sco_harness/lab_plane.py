@@ -43,6 +43,12 @@ def openbao_ports(base: int) -> tuple[int, int]:
     return base + 6, base + 7
 
 
+def kube_url(folder: Path) -> str:
+    """Where the lab's Kubernetes stand-in answers (its kubeconfig says)."""
+    doc = yaml.safe_load((folder / "kubeconfig").read_text())
+    return str(doc["clusters"][0]["cluster"]["server"])
+
+
 def http_section(base: int) -> dict[str, int]:
     """sco.yaml's `http` for the lab's ports."""
     p = ports(base)
@@ -123,7 +129,6 @@ def endpoints(folder: Path, base: int) -> list[str]:
     p = ports(base)
     metrics = ", ".join(f"{n} :{p[n]}" for n in ("run-a", "run-b", "watch", "history"))
     env = os.path.relpath(folder / "env")
-    kube = yaml.safe_load((folder / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
     return [
         f"status page   http://127.0.0.1:{p['status']}/",
         f"distributor   http://127.0.0.1:{p['distributor']}/ (contracts; /metrics)",
@@ -131,7 +136,7 @@ def endpoints(folder: Path, base: int) -> list[str]:
         f"openbao       http://127.0.0.1:{openbao_ports(base)[0]} (the cloud credential, read "
         "with the AppRole in env)",
         f"slurm         sinfo, squeue, sbatch with SLURM_CONF={folder / 'slurm' / 'slurm.conf'}",
-        f"kubernetes    {kube} (KUBECONFIG={folder / 'kubeconfig'})",
+        f"kubernetes    {kube_url(folder)} (KUBECONFIG={folder / 'kubeconfig'})",
         f"log           {folder / 'lab.log'} (every process, one file)",
         f"next          . {env}; sinfo; .venv/bin/sco explain web   (docs/tour.md)",
     ]

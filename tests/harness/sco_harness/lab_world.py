@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import yaml
 
-from sco.adapters.openstack.resources import META_NODE_TOKEN
+from sco.adapters.openstack.resources import META_NODE_TOKEN, META_PARTITION
 from sco_harness.bao_server import BaoServer
 from sco_harness.kube_api import KubeApi
 from sco_harness.kube_cluster import UNSCHEDULABLE, KubeletSim
@@ -43,7 +43,6 @@ from sco_harness.services import stop_on_signals
 from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
 
 MARK = "SCO_LAB_WORLD"  # in the environment of every process the world starts
-PARTITION = "sco:partition"  # server metadata: the partition that holds it
 ALLOCATABLE = {"cpu": "2", "memory": "4Gi", "pods": "110"}
 WEB_PODS = 3  # the `web` app's replicas waiting when the lab starts (1 CPU each)
 TOLERATE_SPOT = {"key": "sco.io/capacity-class", "operator": "Exists", "effect": "NoSchedule"}
@@ -142,7 +141,9 @@ class World:
         self.bao = BaoServer(folder / "openbao", *lab_plane.openbao_ports(http_base))
 
     def _of(self, partition: str) -> list[dict[str, Any]]:
-        return [s for s in self.listed if (s.get("metadata") or {}).get(PARTITION) == partition]
+        return [
+            s for s in self.listed if (s.get("metadata") or {}).get(META_PARTITION) == partition
+        ]
 
     def start(self) -> None:
         from sco_harness import lab

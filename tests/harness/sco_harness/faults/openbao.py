@@ -129,7 +129,7 @@ def _config(folder: Path, stack: NovaStack, bao: BaoServer) -> dict[str, Any]:
 
 def _reads(bao: BaoServer) -> list[float]:
     """When the credential was read (the server's audit log)."""
-    return [at for at, path in bao.audit_times() if path == f"secret/data/{PATH}"]
+    return [at for at, path in bao.audit() if path == f"secret/data/{PATH}"]
 
 
 def _fault(cp: ControlPlaneRun, stack: NovaStack, bao: BaoServer, hold_s: float) -> FaultResult:
