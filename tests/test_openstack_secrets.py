@@ -293,3 +293,29 @@ def test_sessions_rebuild_the_connection_before_expiry(monkeypatch: pytest.Monke
     clock.advance(400)  # now within
     assert sessions("compute") == "compute-with-tok-2"
     assert built == ["tok-1", "tok-2"]
+
+
+def test_a_clouds_yaml_without_the_secret_takes_it_from_the_source(tmp_path: Any) -> None:
+    """The setup docs/security.md recommends: clouds.yaml names Keystone and the
+    application credential's kind, OpenBao holds its id and secret. Loading that
+    cloud once refused ("You must provide an auth secret") before the secret was
+    laid over it."""
+    clouds = tmp_path / "clouds.yaml"
+    clouds.write_text(
+        json.dumps(
+            {
+                "clouds": {
+                    "sco": {
+                        "auth_type": "v3applicationcredential",
+                        "auth": {"auth_url": "http://127.0.0.1:9/v3"},
+                    }
+                }
+            }
+        )
+    )
+    fields = {"application_credential_id": "ac-1", "application_credential_secret": "s-1"}
+    cred = Credential(fields={k: Secret(v) for k, v in fields.items()}, source="test")
+    conn = connect_module.connect("sco", cred, 5.0, str(clouds))
+    auth = conn.session.auth
+    assert auth.auth_url == "http://127.0.0.1:9/v3"
+    assert auth.auth_methods[0].application_credential_secret == "s-1"

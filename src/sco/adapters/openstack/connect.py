@@ -143,6 +143,8 @@ def _loader(clouds_file: str | None) -> Any:
 
 
 def _cloud_auth(cloud: str, clouds_file: str | None) -> dict[str, Any]:
-    region = _loader(clouds_file).get_one(cloud=cloud)
+    # Not validated: the file may hold only what is not secret (an application
+    # credential's auth_url, say), the rest coming from the secret source.
+    region = _loader(clouds_file).get_one(cloud=cloud, validate=False)
     auth = region.config.get("auth") or {}
     return dict(auth)
