@@ -20,7 +20,10 @@
 #      SCO_OS_TIMEOUT (s, per wait; default 180),
 #      SCO_OS_KEEP_ON_FAILURE=1 (leave a failed stack running to debug),
 #      SCO_OS_API_WORKERS (gunicorn workers for nova-api and placement, 2),
-#      SCO_OS_CONDUCTOR_WORKERS (2), SCO_OS_DEBUG=1 (debug logging).
+#      SCO_OS_CONDUCTOR_WORKERS (2), SCO_OS_DEBUG=1 (debug logging),
+#      SCO_OS_KEYSTONE=1 (opt-in: real Keystone on +8 and keystonemiddleware
+#      authtoken in nova/placement/glance/neutron instead of sco_noauth),
+#      SCO_OS_TOKEN_CACHE_TIME (Keystone mode; default 300, -1 = no cache).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -31,6 +34,9 @@ TIMEOUT=${SCO_OS_TIMEOUT:-180}
 MARKER=.sco-openstack-stack
 DB_USER=sco
 DB_PASS=sco-secret
+KEYSTONE=${SCO_OS_KEYSTONE:-0}
+ADMIN_PASS=admin-secret          # Keystone mode: user admin, project admin
+SERVICE_PASS=service-secret      # Keystone mode: users nova/placement/glance/neutron
 
 fmt_us() { printf '%d.%01d' $(($1 / 1000000)) $(($1 % 1000000 / 100000)); }
 log() { printf '[nova.sh %5ss] %s\n' "$(fmt_us $(( ${EPOCHREALTIME/./} - T0 )))" "$*" >&2; }
@@ -63,6 +69,10 @@ set_ports() {
     NEUTRON_URL=http://127.0.0.1:$NEUTRON_PORT
     TRANSPORT_URL=rabbit://guest:guest@127.0.0.1:$AMQP_PORT/
     DB_SOCKET=$RUN/mysqld.sock
+    KEYSTONE_PORT=$((BASE + 8))
+    KEYSTONE_URL=
+    [ "$KEYSTONE" = 1 ] && KEYSTONE_URL=http://127.0.0.1:$KEYSTONE_PORT
+    return 0
 }
 
 db_url() { echo "mysql+pymysql://$DB_USER:$DB_PASS@127.0.0.1:$DB_PORT/$1?charset=utf8"; }
@@ -225,7 +235,7 @@ stackctl() { "$PY" "$LIB/stackctl.py" "$@"; }
 write_configs() {
     local dbg=${SCO_OS_DEBUG:-0}
     [ "$dbg" = 1 ] && dbg=true || dbg=false
-    mkdir -p "$ETC"/{nova,placement,glance,neutron,rabbitmq} "$LOGS" "$RUN" \
+    mkdir -p "$ETC"/{nova,placement,glance,neutron,rabbitmq,keystone} "$LOGS" "$RUN" \
         "$DATA"/{mysql,rabbitmq,nova,computes,neutron} \
         "$DATA"/glance/{images,staging,tasks} "$LOGS/rabbitmq"
 
@@ -235,7 +245,9 @@ write_configs() {
 debug = $dbg
 log_file = $LOGS/placement.log
 [api]
-auth_strategy = noauth2
+auth_strategy = $( [ "$KEYSTONE" = 1 ] && echo keystone || echo noauth2 )
+$(authtoken_section placement placement)
+$(policy_section placement)
 [placement_database]
 connection = $(db_url placement)
 max_pool_size = 10
@@ -261,17 +273,16 @@ driver = noop
 [notifications]
 notification_format = unversioned
 [placement]
-auth_type = admin_token
-endpoint = $PLACEMENT_URL
-token = admin
+$(service_auth nova "$PLACEMENT_URL")
 endpoint_override = $PLACEMENT_URL
 [glance]
 endpoint_override = $GLANCE_URL
 [neutron]
-auth_type = admin_token
-endpoint = $NEUTRON_URL
-token = admin
+$(service_auth nova "$NEUTRON_URL")
 endpoint_override = $NEUTRON_URL
+$(authtoken_section nova compute)
+$(service_user_section)
+$(policy_section nova)
 [quota]
 instances = -1
 cores = -1
@@ -309,6 +320,26 @@ EOF
 connection = $(db_url nova_cell0)
 EOF
     noauth_paste "$VENV/etc/nova/api-paste.ini" "$ETC/nova/api-paste.ini"
+    if [ "$KEYSTONE" = 1 ]; then
+        cat > "$ETC/keystone/keystone.conf" <<EOF
+[DEFAULT]
+debug = $dbg
+log_file = $LOGS/keystone.log
+[database]
+connection = $(db_url keystone)
+[token]
+provider = fernet
+expiration = 86400
+[fernet_tokens]
+key_repository = $DATA/keystone/fernet-keys
+[fernet_receipts]
+key_repository = $DATA/keystone/fernet-keys
+[credential]
+key_repository = $DATA/keystone/credential-keys
+[identity]
+password_hash_rounds = 4
+EOF
+    fi
 
     # ---- glance
     cat > "$ETC/glance/glance-api.conf" <<EOF
@@ -330,6 +361,7 @@ connection = $(db_url glance)
 [paste_deploy]
 flavor = keystone
 config_file = $ETC/glance/glance-api-paste.ini
+$(authtoken_section glance image)
 [oslo_concurrency]
 lock_path = $DATA/glance/lock
 EOF
@@ -354,6 +386,7 @@ connection = $(db_url neutron)
 lock_path = $DATA/neutron/lock
 [oslo_messaging_notifications]
 driver = noop
+$(authtoken_section neutron network)
 [ml2]
 type_drivers = flat,vlan
 tenant_network_types =
@@ -373,7 +406,69 @@ log.file.level = warning
 EOF
 }
 
+# Keystone mode: the capacity reads sco needs beyond `member`, which Nova's and
+# Placement's defaults give to admins only, allowed to a role of the cloud's
+# own, as docs/security.md recommends an operator do.
+CAPACITY_ROLE=sco-capacity-reader
+NOVA_POLICY=("os_compute_api:os-aggregates:index")
+PLACEMENT_POLICY=("placement:allocation_candidates:list" "placement:resource_providers:list")
+
+policy_section() {  # policy_section nova|placement: its policy file and [oslo_policy]
+    [ "$KEYSTONE" = 1 ] || return 0
+    local rule file="$ETC/$1/policy.yaml" rules
+    if [ "$1" = nova ]; then rules=("${NOVA_POLICY[@]}"); else rules=("${PLACEMENT_POLICY[@]}"); fi
+    : > "$file"
+    for rule in "${rules[@]}"; do
+        printf '"%s": "role:admin or role:%s"\n' "$rule" "$CAPACITY_ROLE" >> "$file"
+    done
+    printf '[oslo_policy]\npolicy_file = %s\n' "$file"
+}
+
+service_user_section() {  # Keystone mode: nova sends a service token along
+    # with the user's token to glance/neutron/placement, so that access
+    # rules (which name only compute) do not block nova's own calls
+    [ "$KEYSTONE" = 1 ] || return 0
+    echo '[service_user]'
+    echo 'send_service_user_token = true'
+    service_auth nova ""
+}
+
+authtoken_section() {  # Keystone mode: [keystone_authtoken] for service user $1, type $2
+    [ "$KEYSTONE" = 1 ] || return 0
+    cat <<EOF
+[keystone_authtoken]
+www_authenticate_uri = $KEYSTONE_URL/v3
+auth_url = $KEYSTONE_URL/v3
+auth_type = password
+username = $1
+password = $SERVICE_PASS
+user_domain_id = default
+project_name = service
+project_domain_id = default
+region_name = RegionOne
+# the catalog has only public endpoints (default: internal)
+interface = public
+# needed to honour app credentials with access rules (else: 401 for them)
+service_type = $2
+# seconds a validated token is cached, per worker (keystonemiddleware: 300).
+# -1 = validate every request: a deleted app credential is refused at once,
+# but boot/delete in smoke.py take ~3x as long.
+token_cache_time = ${SCO_OS_TOKEN_CACHE_TIME:-300}
+EOF
+}
+
+service_auth() {  # service_auth USER URL: how nova authenticates to placement/neutron
+    if [ "$KEYSTONE" = 1 ]; then
+        printf 'auth_type = password\nauth_url = %s/v3\nusername = %s\npassword = %s\n' \
+            "$KEYSTONE_URL" "$1" "$SERVICE_PASS"
+        printf 'user_domain_id = default\nproject_name = service\nproject_domain_id = default\nregion_name = RegionOne\n'
+    else
+        printf 'auth_type = admin_token\nendpoint = %s\ntoken = admin\n' "$2"
+    fi
+}
+
 noauth_paste() {  # copy a paste ini, swapping keystone's authtoken for ours
+    if [ "$KEYSTONE" = 1 ]; then cp "$1" "$2"; return 0; fi
     sed 's/keystonemiddleware\.auth_token:filter_factory/sco_noauth:filter_factory/' "$1" > "$2"
     grep -q 'sco_noauth:filter_factory' "$2" || die "could not patch authtoken in $1"
 }
@@ -487,6 +582,24 @@ chain_nova() {
         --config-file "$ETC/nova/nova-db.conf" --log-file "$LOGS/nova-scheduler.log"
 }
 
+chain_keystone() {
+    local t=${EPOCHREALTIME/./}
+    "$PY" "$LIB/keystone_db_setup.py" "$ETC/keystone/keystone.conf" \
+        "$DATA/keystone/fernet-keys" "$DATA/keystone/credential-keys" \
+        "$ADMIN_PASS" "$KEYSTONE_URL/v3" >> "$LOGS/sync-keystone.log" 2>&1 \
+        || { : > "$RUN/sync-keystone.failed"; return 1; }
+    synced "keystone (keys, db_sync, bootstrap)" "$t"
+    gunicorn_svc keystone "$KEYSTONE_PORT" 1 wsgi_keystone:application \
+        OS_KEYSTONE_CONFIG_DIR="$ETC/keystone"
+    stackctl wait-http "$KEYSTONE_URL/v3" --timeout "$TIMEOUT" --pid "$(svc_pid keystone)" \
+        >> "$LOGS/sync-keystone.log" 2>&1 || { : > "$RUN/sync-keystone.failed"; return 1; }
+    "$PY" "$LIB/keystone_setup.py" "$KEYSTONE_URL/v3" "$ADMIN_PASS" "$SERVICE_PASS" "$CAPACITY_ROLE" \
+        "compute=$NOVA_URL" "placement=$PLACEMENT_URL" "image=$GLANCE_URL" \
+        "network=$NEUTRON_URL" >> "$LOGS/sync-keystone.log" 2>&1 \
+        || { : > "$RUN/sync-keystone.failed"; return 1; }
+    synced "keystone answering, service users + catalog" "$t"
+}
+
 wait_http() {  # wait_http NAME URL [extra stackctl args]
     local name=$1 url=$2; shift 2
     stackctl wait-http "$url" --timeout "$TIMEOUT" --pid "$(svc_pid "$name")" "$@" \
@@ -505,7 +618,8 @@ cmd_up() {
         wipe=1
     fi
     local p busy=()
-    for p in $NOVA_PORT $PLACEMENT_PORT $GLANCE_PORT $NEUTRON_PORT $DB_PORT $AMQP_PORT $DIST_PORT $EPMD_PORT; do
+    for p in $NOVA_PORT $PLACEMENT_PORT $GLANCE_PORT $NEUTRON_PORT $DB_PORT $AMQP_PORT $DIST_PORT $EPMD_PORT \
+             ${KEYSTONE_URL:+$KEYSTONE_PORT}; do
         port_busy "$p" && busy+=("$p")
     done
     [ ${#busy[@]} -eq 0 ] || die "ports already in use: ${busy[*]} (set SCO_OS_BASE_PORT to a free range of 8)"
@@ -532,6 +646,7 @@ cmd_up() {
         --timeout "$TIMEOUT" --pid "$(svc_pid mariadb)" \
         --database placement --database glance --database neutron \
         --database nova_api --database nova_cell0 --database nova_cell1 \
+        ${KEYSTONE_URL:+--database keystone} \
         || fail "MariaDB did not come up" mariadb
     phase "mariadb up"
 
@@ -541,15 +656,21 @@ cmd_up() {
     chain_glance & CHAIN_JOBS+=($!)
     chain_neutron & CHAIN_JOBS+=($!)
     chain_nova & CHAIN_JOBS+=($!)
+    if [ "$KEYSTONE" = 1 ]; then
+        mkdir -p "$DATA/keystone"
+        chain_keystone & CHAIN_JOBS+=($!)
+    fi
     for j in "${CHAIN_JOBS[@]}"; do wait "$j" || true; done
     CHAIN_JOBS=()
     local failed=()
-    for p in placement glance neutron nova; do
+    for p in placement glance neutron nova keystone; do
         [ -e "$RUN/sync-$p.failed" ] && failed+=("sync-$p")
     done
     [ ${#failed[@]} -eq 0 ] || fail "schema sync failed: ${failed[*]}" "${failed[@]}"
     [ -e "$RUN/rabbitmq.failed" ] && fail "RabbitMQ did not come up" rabbitmq
     phase "schemas synced, started"
+    # stackctl (wait-http, create-image, wait-compute) fetches a real admin token
+    export SCO_OS_KEYSTONE_URL=$KEYSTONE_URL SCO_OS_ADMIN_PASSWORD=$ADMIN_PASS
 
     wait_http placement "$PLACEMENT_URL/resource_providers" --header 'OpenStack-API-Version: placement 1.39'
     wait_http glance "$GLANCE_URL/v2/images"
@@ -572,6 +693,23 @@ cmd_up() {
 }
 
 write_clouds_yaml() {
+    if [ "$KEYSTONE" = 1 ]; then
+        cat > "$DIR/clouds.yaml" <<EOF
+# Written by nova.sh up (Keystone mode). Endpoints come from the catalog.
+clouds:
+  sco-test:
+    auth_type: password
+    region_name: RegionOne
+    auth:
+      auth_url: $KEYSTONE_URL/v3
+      username: admin
+      password: $ADMIN_PASS
+      project_name: admin
+      user_domain_id: default
+      project_domain_id: default
+EOF
+        return 0
+    fi
     cat > "$DIR/clouds.yaml" <<EOF
 # Written by nova.sh up. Use: OS_CLIENT_CONFIG_FILE=$DIR/clouds.yaml, cloud sco-test.
 clouds:
@@ -593,9 +731,11 @@ write_stack_env() {  # write_stack_env READY(0|1)
         echo "# Written by nova.sh up; source it."
         for k in DIR VENV BASE NOVA_PORT PLACEMENT_PORT GLANCE_PORT NEUTRON_PORT \
                  DB_PORT DB_SOCKET DB_USER DB_PASS AMQP_PORT DIST_PORT EPMD_PORT \
-                 NOVA_URL PLACEMENT_URL GLANCE_URL NEUTRON_URL TRANSPORT_URL; do
+                 NOVA_URL PLACEMENT_URL GLANCE_URL NEUTRON_URL TRANSPORT_URL \
+                 KEYSTONE_URL; do
             printf 'export SCO_OS_%s=%q\n' "$k" "${!k}"
         done
+        [ -z "$KEYSTONE_URL" ] || printf 'export SCO_OS_ADMIN_PASSWORD=%q\n' "$ADMIN_PASS"
         printf 'export SCO_OS_IMAGE_NAME=cirros-fake\n'
         printf 'export SCO_OS_IMAGE_ID=%q\n' "${IMAGE_ID:-}"
         printf 'export OS_CLIENT_CONFIG_FILE=%q\n' "$DIR/clouds.yaml"

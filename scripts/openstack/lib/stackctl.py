@@ -35,8 +35,31 @@ def _alive(pid):
         return False
 
 
-def http(method, url, token='admin', headers=None, body=None, timeout=10):
-    hdrs = {'X-Auth-Token': token, 'Accept': 'application/json'}
+_TOKEN = {}
+
+
+def admin_token():
+    """'admin' for the noauth stack; in Keystone mode (SCO_OS_KEYSTONE_URL
+    set) a real admin token, fetched once per process."""
+    url = os.environ.get('SCO_OS_KEYSTONE_URL')
+    if not url:
+        return 'admin'
+    if 'tok' not in _TOKEN:
+        body = {'auth': {'identity': {'methods': ['password'], 'password': {
+            'user': {'name': 'admin', 'domain': {'id': 'default'},
+                     'password': os.environ['SCO_OS_ADMIN_PASSWORD']}}},
+            'scope': {'project': {'name': 'admin',
+                                  'domain': {'id': 'default'}}}}}
+        req = urllib.request.Request(
+            url.rstrip('/') + '/v3/auth/tokens', data=json.dumps(body).encode(),
+            headers={'Content-Type': 'application/json'}, method='POST')
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            _TOKEN['tok'] = resp.headers['X-Subject-Token']
+    return _TOKEN['tok']
+
+
+def http(method, url, token=None, headers=None, body=None, timeout=10):
+    hdrs = {'X-Auth-Token': token or admin_token(), 'Accept': 'application/json'}
     hdrs.update(headers or {})
     data = None
     if body is not None:
@@ -234,7 +257,7 @@ def main():
 
     w = sub.add_parser('wait-http')
     w.add_argument('url')
-    w.add_argument('--token', default='admin')
+    w.add_argument('--token', default=None)
     w.add_argument('--header', action='append', default=[])
     w.add_argument('--status', type=int, default=200)
     w.add_argument('--timeout', type=float, default=60)

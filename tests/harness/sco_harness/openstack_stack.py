@@ -182,8 +182,16 @@ class NovaStack:
     """Nova with fake computes, halls as aggregates/zones, and sco's two flavors:
     `spot.small` (one CUSTOM_SPOT_SLOT, spot-capable hosts) and `std.small`."""
 
-    def __init__(self, folder: Path, base_port: int, halls: dict[str, list[str]], slots: int):
+    def __init__(
+        self,
+        folder: Path,
+        base_port: int,
+        halls: dict[str, list[str]],
+        slots: int,
+        keystone: bool = False,
+    ):
         self.folder = folder
+        self.keystone = keystone
         self.halls = halls
         self.slots = slots
         self.base_port = base_port
@@ -193,7 +201,16 @@ class NovaStack:
 
     @property
     def env(self) -> dict[str, str]:
-        return stack_env(SCO_OS_BASE_PORT=str(self.base_port))
+        return stack_env(
+            SCO_OS_BASE_PORT=str(self.base_port), SCO_OS_KEYSTONE="1" if self.keystone else "0"
+        )
+
+    @property
+    def keystone_url(self) -> str:
+        """Keystone's v3 API (Keystone mode: nova.sh puts it on base + 8)."""
+        if not self.keystone:
+            raise RuntimeError("this stack runs noauth2: no Keystone")
+        return f"http://127.0.0.1:{self.base_port + 8}/v3"
 
     def connect(self) -> NovaStack:
         """A connection to a stack already up (its clouds.yaml)."""
