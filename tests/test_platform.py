@@ -15,27 +15,31 @@ import os
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
-from sco.adapters.openstack.connect import CloudSessions
 from sco.adapters.openstack.scope import excess
-from sco.adapters.openstack.secrets import OpenBaoConfig, OpenBaoSecrets
-from sco.engine.clock import SystemClock
-from sco.ports import Secret
 from sco_harness.bao_server import BaoServer
 from sco_harness.controlplane import sample, wait_for
-from sco_harness.keystone import AppCredential, Keystone, clouds_entry
+from sco_harness.keystone import AppCredential, Keystone
 from sco_harness.openstack_stack import ROOT, NovaStack, echo, free_port
+from sco_harness.seed_platform import (
+    PATH,
+    REFUSED,
+    ROLES,
+    Replica,
+    clouds_file,
+    foreign_answers,
+    foreign_server,
+)
 
 BASE_PORT = int(os.environ.get("SCO_TEST_PLATFORM_OS_BASE_PORT", "19860"))
 HALLS = {"hall-a": ["pf-a1", "pf-a2"]}
-ROLES = ["member", "reader", "sco-capacity-reader"]
-PATH = "sco/openstack"
 
 
 @pytest.fixture(scope="module")
@@ -62,69 +66,27 @@ def bao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BaoServer]:
     server.stop()
 
 
-def _clouds(stack: NovaStack, folder: Path) -> Path:
-    """sco's clouds.yaml: Keystone's URL only; the credential comes from OpenBao."""
-    entry = clouds_entry(stack.keystone_url, application_credential_id="from-openbao")
-    path = folder / "clouds.yaml"
-    path.write_text(yaml.safe_dump({"clouds": {"sco": entry}}))
-    return path
-
-
-def _sessions(bao: BaoServer, cred: AppCredential, clouds: Path) -> CloudSessions:
-    role_id, secret_id = bao.keep_credential(cred.fields(), path=PATH)
-    source = OpenBaoSecrets(
-        OpenBaoConfig(bao.url, PATH, role_id=role_id, secret_id=Secret(secret_id)),
-        SystemClock(),
-    )
-    return CloudSessions("sco", source, SystemClock(), clouds_file=str(clouds))
-
-
-def _mallory_server(stack: NovaStack, keystone: Keystone) -> str:
-    mallory = keystone.as_user("mallory", "other")
-    flavor = stack.conn.compute.find_flavor("spot.small")
-    image = stack.conn.image.find_image("cirros-fake")
-    body = {
-        "server": {
-            "name": "mallory-1",
-            "flavorRef": flavor.id,
-            "imageRef": image.id,
-            "availability_zone": "hall-a",
-            "networks": "none",
-        }
-    }
-    r = mallory.compute.post("/servers", json=body, microversion="2.90")
-    assert r.status_code == 202, r.text
-    sid = str(r.json()["server"]["id"])
-    wait_for(
-        lambda: any(
-            s["id"] == sid and s["status"] == "ACTIVE" for s in stack.servers(all_tenants="1")
-        ),
-        120,
-        "mallory's server ACTIVE",
-    )
-    return sid
+def _replica(stack: NovaStack, bao: BaoServer, cred: AppCredential, folder: Path) -> Replica:
+    role = bao.keep_credential(cred.fields(), path=PATH)
+    return Replica(bao, role, clouds_file(stack, folder))
 
 
 def test_keystone_keeps_sco_s_credential_to_its_project(
     stack: NovaStack, keystone: Keystone, bao: BaoServer, tmp_path: Path
 ) -> None:
-    theirs = _mallory_server(stack, keystone)
+    theirs = foreign_server(stack, keystone, "mallory", "other")
     cred = keystone.app_credential("sco-svc", "sco", ROLES, "sco-least")
-    sessions = _sessions(bao, cred, _clouds(stack, tmp_path))
+    sessions = _replica(stack, bao, cred, tmp_path).sessions
     scope = sessions.scope()
-    assert scope.source == "keystone"
-    assert scope.project_name == "sco"
+    assert (scope.source, scope.project_name) == ("keystone", "sco")
     assert excess(scope, ROLES) == [], scope.describe()
-    compute = sessions("compute")
     # Refused by Nova under Keystone's token, whatever sco would have done.
-    assert compute.get(f"/servers/{theirs}", microversion="2.90").status_code == 404
-    assert compute.delete(f"/servers/{theirs}", microversion="2.90").status_code == 404
-    listing = compute.get("/servers/detail", params={"all_tenants": "1"}, microversion="2.90")
-    assert listing.status_code == 403, listing.text
+    assert foreign_answers(sessions, theirs) == REFUSED
+    compute: Any = sessions("compute")
     mine = compute.get("/servers/detail", microversion="2.90").json()["servers"]
     assert theirs not in {s["id"] for s in mine}
     # The capacity reads the policy files grant the role, and nothing more.
-    placement = sessions("placement")
+    placement: Any = sessions("placement")
     assert placement.get("/resource_providers", microversion="1.39").status_code == 200
     assert compute.get("/os-hypervisors", microversion="2.90").status_code == 403
     assert any(s["id"] == theirs for s in stack.servers(all_tenants="1"))
@@ -135,8 +97,7 @@ def test_an_admin_role_on_the_credential_is_counted_from_keystone(
 ) -> None:
     keystone.user("sco-broad", "sco", [*ROLES, "admin"])
     cred = keystone.app_credential("sco-broad", "sco", [*ROLES, "admin"], "sco-broad")
-    scope = _sessions(bao, cred, _clouds(stack, tmp_path)).scope()
-    found = excess(scope, ROLES)
+    found = excess(_replica(stack, bao, cred, tmp_path).sessions.scope(), ROLES)
     # Keystone reports the roles admin implies too (manager).
     assert any(e.startswith("role admin") for e in found), found
     assert "roles beyond provider.roles: manager" in found, found
@@ -165,7 +126,7 @@ def test_sco_run_on_the_restricted_credential_from_openbao(
         "state": {"url": f"sqlite:///{tmp_path / 'state.sqlite'}"},
         "provider": {
             "region_file": str(tmp_path / "region.yaml"),
-            "clouds_file": str(_clouds(stack, tmp_path)),
+            "clouds_file": str(clouds_file(stack, tmp_path)),
             "cloud": "sco",
             "roles": ROLES,
         },
@@ -204,7 +165,24 @@ def test_sco_run_on_the_restricted_credential_from_openbao(
         run.terminate()
         run.wait(timeout=60)
     text = log.read_text()
-    echo(f"platform: sco run on {cred.roles}: {text.count(chr(10))} log lines")
     assert sample(metrics, "sco_credential_excess") == 0.0, metrics
     assert "could do more than sco needs" not in text, text
     assert cred.secret not in text
+
+
+def test_the_platform_bench_at_smoke_size(
+    stack: NovaStack, tmp_path: Path, bench: Callable[[str], ModuleType]
+) -> None:
+    """bench/seed_platform.py on this module's stack and an OpenBao of its own (it
+    seals it), on short leases: renewals, fresh logins, two rotations through
+    Keystone, a foreign server refused, a seal survived."""
+    platform = bench("seed_platform")
+    bao = BaoServer(tmp_path / "bao").start()
+    try:
+        result = platform.measure(stack, bao, tmp_path, ttl=2, max_ttl=6, rotations=2, seconds=12)
+    finally:
+        bao.stop()
+    echo(f"platform bench (smoke): {result}")
+    assert result["openbao_version"].startswith("2."), result
+    assert platform.passed(result), result
+    assert result["credential_rotations"] == 2, result

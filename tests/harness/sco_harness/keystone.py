@@ -102,6 +102,6 @@ class Keystone:
         conn = _connect(clouds_entry(self.auth_url, **cred.fields()))
         try:
             conn.session.get_token()
-        except ks_errors.Unauthorized:
+        except (ks_errors.Unauthorized, ks_errors.NotFound):  # a deleted one: 404
             return False
         return True
