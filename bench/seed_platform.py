@@ -45,12 +45,12 @@ from sco_harness.openstack_stack import NovaStack
 from sco_harness.seed_platform import (
     PATH,
     REFUSED,
-    ROLES,
     Replica,
     clouds_file,
     foreign_answers,
     foreign_server,
     rotate,
+    sco_credential,
 )
 from sco_harness.services import stop_on_signals
 
@@ -145,9 +145,8 @@ def measure(
 ) -> dict[str, Any]:  # fmt: skip
     """Every measure on a Nova stack in Keystone mode and an OpenBao already up."""
     keystone = Keystone(stack.conn, stack.keystone_url)
-    keystone.user("sco-svc", "sco", ROLES)
     keystone.user("mallory", "other", ["member", "reader"])
-    first = keystone.app_credential("sco-svc", "sco", ROLES, "sco-rotation-0")
+    first = sco_credential(keystone, "sco-rotation-0")
     role = bao.keep_credential(
         first.fields(), path=PATH, token_ttl=f"{ttl}s", token_max_ttl=f"{max_ttl}s"
     )

@@ -39,6 +39,7 @@ from sco.adapters.openstack.resources import META_CLASS, META_PARTITION, META_RE
 from sco.domain.times import utc
 from sco_harness import lab_plane, lab_world
 from sco_harness.openstack_stack import NovaStack
+from sco_harness.seed_platform import ROLES, clouds_file
 from sco_harness.services import stop_on_signals
 
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
@@ -58,6 +59,7 @@ def sco_yaml(http_base: int = lab_plane.BASE) -> dict[str, Any]:
             "cloud": CLOUD,
             "region_file": "region.yaml",
             "clouds_file": "clouds.yaml",
+            "roles": ROLES,
         },
         "slurm": {"lab": {"conf": "slurm/slurm.conf", "cache_s": 1, "timeout_s": 5}},
         "kubernetes": {"lab": {"kubeconfig": "kubeconfig", "timeout_s": 3}},
@@ -107,7 +109,7 @@ def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
     started = time.monotonic()
     # Interrupted (Ctrl-C, SIGTERM) before it is written out, the stack is stopped;
     # once it is, it is the user's until `lab down`.
-    stack = NovaStack(folder / "stack", base_port, HALLS, SLOTS).up()
+    stack = stack_of(folder, base_port).up()
     print(
         f"lab: Nova, Placement, Glance and Neutron up in {time.monotonic() - started:.0f} s; "
         f"{sum(len(h) for h in HALLS.values())} computes in {len(HALLS)} halls, "
@@ -121,10 +123,10 @@ def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
             "openbao": {"url": f"http://127.0.0.1:{port}", "path": CREDENTIAL_PATH}
         }
     (folder / "region.yaml").write_text(yaml.safe_dump(region, sort_keys=False))
-    clouds = yaml.safe_load(stack.clouds_yaml.read_text())
-    if plane:
-        clouds["clouds"][CLOUD]["auth"]["token"] = "refused-unless-from-openbao"
-    (folder / "clouds.yaml").write_text(yaml.safe_dump(clouds, sort_keys=False))
+    if plane:  # Keystone's URL only: the application credential is in OpenBao
+        clouds_file(stack, folder, CLOUD)
+    else:
+        shutil.copy(stack.clouds_yaml, folder / "clouds.yaml")
     (folder / "sco.yaml").write_text(
         "# sco on the local test stack (make lab): embedded state, log and history.\n"
         + yaml.safe_dump(sco_yaml(http_base), sort_keys=False)
@@ -154,14 +156,18 @@ def _forget_last(folder: Path) -> None:
         shutil.rmtree(folder / name, ignore_errors=True)
 
 
+def stack_of(folder: Path, base_port: int) -> NovaStack:
+    """The lab's Nova stack: Keystone mode, so sco runs on an application credential
+    Keystone restricts to project sco."""
+    return NovaStack(folder / "stack", base_port, HALLS, SLOTS, keystone=True)
+
+
 def _stack(folder: Path, base_port: int) -> NovaStack:
-    stack = NovaStack(folder / "stack", base_port, HALLS, SLOTS)
-    stack.connect()
-    return stack
+    return stack_of(folder, base_port).connect()
 
 
 def servers(folder: Path, base_port: int) -> None:
-    for s in _stack(folder, base_port).servers(tags="sco"):
+    for s in _stack(folder, base_port).servers(all_tenants="1", tags="sco"):
         meta = s.get("metadata") or {}
         print(
             f"{s['id']}  {s['status']:<7} {meta.get(META_PARTITION, '?'):<10} "
@@ -174,7 +180,7 @@ def _one_of(folder: Path, base_port: int, partition: str) -> str:
     """A spot server of `partition` with no notice yet (the oldest: it has served)."""
     found = [
         s
-        for s in _stack(folder, base_port).servers(tags="sco")
+        for s in _stack(folder, base_port).servers(all_tenants="1", tags="sco")
         if s["status"] == "ACTIVE" and _unnoticed_spot_of(s.get("metadata") or {}, partition)
     ]
     if not found:
@@ -215,7 +221,7 @@ def down(folder: Path, base_port: int) -> None:
         print("lab: control plane stopped", file=sys.stderr)
     for what in lab_world.sweep(folder):
         print(f"lab: swept {what} (left by a world that was killed)", file=sys.stderr)
-    NovaStack(folder / "stack", base_port, HALLS, SLOTS).down()
+    stack_of(folder, base_port).down()
     print("lab: stopped", file=sys.stderr)
 
 

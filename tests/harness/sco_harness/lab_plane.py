@@ -124,6 +124,12 @@ def wait_ready(folder: Path, base: int, within_s: float = 90.0) -> None:
         time.sleep(0.5)
 
 
+def keystone_url(folder: Path) -> str:
+    """The lab's Keystone, as sco's clouds.yaml names it."""
+    clouds = yaml.safe_load((folder / "clouds.yaml").read_text())["clouds"]
+    return str(next(iter(clouds.values()))["auth"]["auth_url"])
+
+
 def endpoints(folder: Path, base: int) -> list[str]:
     """What to open, what scrapes where, and what to type next."""
     p = ports(base)
@@ -135,6 +141,8 @@ def endpoints(folder: Path, base: int) -> list[str]:
         f"metrics       {metrics} (/metrics, /healthz, /readyz)",
         f"openbao       http://127.0.0.1:{openbao_ports(base)[0]} (the cloud credential, read "
         "with the AppRole in env)",
+        f"keystone      {keystone_url(folder)} (sco's application credential: project sco; "
+        f"the cloud's admin in {folder / 'stack' / 'clouds.yaml'})",
         f"slurm         sinfo, squeue, sbatch with SLURM_CONF={folder / 'slurm' / 'slurm.conf'}",
         f"kubernetes    {kube_url(folder)} (KUBECONFIG={folder / 'kubeconfig'})",
         f"log           {folder / 'lab.log'} (every process, one file)",

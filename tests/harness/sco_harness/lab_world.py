@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from sco.adapters.openstack.resources import META_NODE_TOKEN, META_PARTITION
 from sco_harness.bao_server import BaoServer
+from sco_harness.keystone import Keystone
 from sco_harness.kube_api import KubeApi
 from sco_harness.kube_cluster import UNSCHEDULABLE, KubeletSim
 from sco_harness.openstack_stack import NovaStack
+from sco_harness.seed_platform import sco_credential
 from sco_harness.services import stop_on_signals
 from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
 
@@ -150,12 +150,12 @@ class World:
 
         _record(self.folder, self.cluster)  # before anything starts: what `sweep` needs
         self.bao.start()
-        # The credential sco's replicas read, as the seed keeps it: in OpenBao, behind
-        # a policy that reads only its path, given out to sco's AppRole.
-        token = yaml.safe_load(self.stack.clouds_yaml.read_text())["clouds"]
-        role_id, secret_id = self.bao.keep_credential(
-            {"token": token[lab.CLOUD]["auth"]["token"]}, path=lab.CREDENTIAL_PATH
-        )
+        # The credential sco's replicas read, as the seed keeps it: an application
+        # credential Keystone restricts to project sco, in OpenBao behind a policy that
+        # reads only its path, given out to sco's AppRole.
+        keystone = Keystone(self.stack.conn, self.stack.keystone_url)
+        cred = sco_credential(keystone, "sco-lab")
+        role_id, secret_id = self.bao.keep_credential(cred.fields(), path=lab.CREDENTIAL_PATH)
         self.approle = {
             "BAO_ADDR": self.bao.url,
             "BAO_ROLE_ID": role_id,
@@ -176,7 +176,7 @@ class World:
 
     def step(self) -> None:
         try:
-            self.listed = self.stack.servers(tags="sco")
+            self.listed = self.stack.servers(all_tenants="1", tags="sco")
         except Exception:
             return  # Nova is busy: next time
         self.boot.step()
@@ -230,8 +230,7 @@ def serve(folder: Path, base_port: int, http_base: int, every_s: float = 0.5) ->
 
     # What `sweep` looks for: not SLURM_CONF, which the user's shell has from `.lab/env`.
     os.environ[MARK] = str(folder)
-    stack = NovaStack(folder / "stack", base_port, lab.HALLS, lab.SLOTS)
-    stack.connect()
+    stack = lab.stack_of(folder, base_port).connect()
     world = World(folder, stack, http_base)
     with stop_on_signals():
         try:

@@ -290,8 +290,16 @@ class NovaStack:
         _wait(self._placement_empty, timeout_s)
 
     def _placement_empty(self) -> bool:
-        r = self.conn.placement.get("/usages?project_id=admin", microversion="1.39")
-        return r.status_code == 200 and not any(r.json()["usages"].values())
+        """No allocation on any provider, whatever project made it."""
+        placement = self.conn.placement
+        r = placement.get("/resource_providers", microversion="1.39")
+        if r.status_code != 200:
+            return False
+        for rp in r.json()["resource_providers"]:
+            u = placement.get(f"/resource_providers/{rp['uuid']}/usages", microversion="1.39")
+            if u.status_code != 200 or any(u.json()["usages"].values()):
+                return False
+        return True
 
     def servers(self, **params: str) -> list[dict[str, Any]]:
         r = self.conn.compute.get("/servers/detail", params=params, microversion="2.90")

@@ -31,11 +31,11 @@ PATH = "sco/openstack"  # the credential's KV v2 path in OpenBao
 MICROVERSION = "2.90"
 
 
-def clouds_file(stack: NovaStack, folder: Path) -> Path:
+def clouds_file(stack: NovaStack, folder: Path, cloud: str = "sco") -> Path:
     """sco's clouds.yaml: Keystone's URL only; the credential comes from OpenBao."""
     entry = clouds_entry(stack.keystone_url, application_credential_id="from-openbao")
     path = folder / "clouds.yaml"
-    path.write_text(yaml.safe_dump({"clouds": {"sco": entry}}))
+    path.write_text(yaml.safe_dump({"clouds": {cloud: entry}}, sort_keys=False))
     return path
 
 
@@ -58,6 +58,13 @@ class Replica:
         compute: Any = self.sessions("compute")
         r = compute.get("/servers", microversion=MICROVERSION)
         return bool(r.status_code == 200)
+
+
+def sco_credential(keystone: Keystone, name: str) -> AppCredential:
+    """Project sco, its service user sco-svc with ROLES, and an application
+    credential of it holding them."""
+    keystone.user("sco-svc", "sco", ROLES)
+    return keystone.app_credential("sco-svc", "sco", ROLES, name)
 
 
 def foreign_server(stack: NovaStack, keystone: Keystone, user: str, project: str) -> str:
@@ -113,7 +120,7 @@ def rotate(
     written to OpenBao; once every replica holds it (and works with it), the old one
     revoked in Keystone. True when every replica moved within `within_s`, Keystone
     then refused the old one and every replica went on working."""
-    new = keystone.app_credential("sco-svc", "sco", ROLES, name)
+    new = sco_credential(keystone, name)
     bao.write(new.fields(), path=PATH)
     deadline = time.monotonic() + within_s
     moved = False
