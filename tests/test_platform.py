@@ -36,6 +36,7 @@ from sco_harness.seed_platform import (
     clouds_file,
     foreign_answers,
     foreign_server,
+    sco_credential,
 )
 
 BASE_PORT = int(os.environ.get("SCO_TEST_PLATFORM_OS_BASE_PORT", "19860"))
@@ -54,7 +55,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
 @pytest.fixture(scope="module")
 def keystone(stack: NovaStack) -> Keystone:
     ks = Keystone(stack.conn, stack.keystone_url)
-    ks.user("sco-svc", "sco", ROLES)
     ks.user("mallory", "other", ["member", "reader"])
     return ks
 
@@ -75,7 +75,7 @@ def test_keystone_keeps_sco_s_credential_to_its_project(
     stack: NovaStack, keystone: Keystone, bao: BaoServer, tmp_path: Path
 ) -> None:
     theirs = foreign_server(stack, keystone, "mallory", "other")
-    cred = keystone.app_credential("sco-svc", "sco", ROLES, "sco-least")
+    cred = sco_credential(keystone, "sco-least")
     sessions = _replica(stack, bao, cred, tmp_path).sessions
     scope = sessions.scope()
     assert (scope.source, scope.project_name) == ("keystone", "sco")
@@ -116,7 +116,7 @@ def test_sco_run_on_the_restricted_credential_from_openbao(
 ) -> None:
     """`sco run` as a user runs it: AppRole in its environment, the application
     credential in OpenBao, a clouds.yaml with Keystone's URL and nothing secret."""
-    cred = keystone.app_credential("sco-svc", "sco", ROLES, "sco-run")
+    cred = sco_credential(keystone, "sco-run")
     role_id, secret_id = bao.keep_credential(cred.fields(), path=PATH)
     region = stack.region(guaranteed=False, halls=["hall-a"])
     region["credential"] = {"openbao": {"url": bao.url, "path": PATH}}
