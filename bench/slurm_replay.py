@@ -38,6 +38,7 @@ import yaml
 
 from sco.adapters.openstack.resources import META_CLASS, META_RECLAIM_AT
 from sco.adapters.slurm.nodes import node_name
+from sco.domain.lifecycle import Timeouts
 from sco.lab.region import COLD_START_S
 from sco.lab.traces import TraceSet, load_traces, repeated
 from sco.lab.workload.replay import ReplaySpec, replay
@@ -139,6 +140,10 @@ def measure(
         max_nodes=workload.max_nodes, cycle_s=args.interval_s * k, seed=args.seed,
         requeue_lead=args.requeue_lead_s * k,
         cold_start_s=cold_s * k if cold_s is not None else COLD_START_S,
+        # The real controller's timeouts run in real seconds: k simulated ones each.
+        # (At the default ones a 3 s boot under load, 1800 s at 600x, expired every
+        # create in the simulation: completed_sim 1 of 7.)
+        timeouts=Timeouts().scaled(k),
     )  # fmt: skip
     _, runs, _ = replay(spec, ["sco"])
     sim = runs[0].outcomes

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from sco.apps.cli import cli
 from sco.apps.common import bundled
+from sco.domain.lifecycle import Timeouts
 from sco.lab.traces import load_traces, repeated
 from sco.lab.workload.replay import ReplaySpec, fixed_size, replay
 from sco.lab.workload.swf import BatchJob, Workload
@@ -127,3 +128,21 @@ def test_a_short_trace_repeats_from_its_start() -> None:
             assert new.value_at(start + span + x) == old.value_at(start + x)
             assert new.value_at(start + 2 * span + x) == old.value_at(start + x)
     assert repeated(traces, traces.end_s) == (traces, 1)
+
+
+def test_timeouts_scale_with_a_replay_s_speedup(day: Path) -> None:
+    """bench/slurm_replay.py replays a real run at 600x: its measured 3 s boots become
+    1800 s of simulated cold start, as long as the default creating timeout, so every
+    create expired and the simulation completed 1 job of 7. With the real controller's
+    timeouts scaled as its time is, the cold start is waited for."""
+
+    def outcomes(timeouts: Timeouts) -> dict[str, float | int | None]:
+        spec = ReplaySpec(
+            day, TRACES, days=0.25, pool_size=16, notice_s=0.0, cold_start_s=2000.0,
+            timeouts=timeouts,
+        )  # fmt: skip
+        return replay(spec, ["sco"])[1][0].outcomes
+
+    default, waited = outcomes(Timeouts()), outcomes(Timeouts().scaled(600.0))
+    assert default["jobs_completed"] == 0, default
+    assert waited["jobs_completed"] > 0, waited

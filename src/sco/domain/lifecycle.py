@@ -8,7 +8,7 @@ an `IllegalTransition` for anything the table does not allow.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from functools import cache
 
@@ -134,6 +134,11 @@ class Timeouts:
     def for_state(self, state: State) -> Timeout | None:
         """The timeout of `state`, or None for the terminal state."""
         return _timeout_table(self).get(state)
+
+    def scaled(self, k: float) -> Timeouts:
+        """Every timeout k times as long: a run at k simulated seconds per real
+        second keeps the timeouts a real controller would have."""
+        return Timeouts(*(getattr(self, f.name) * k for f in fields(self)))
 
 
 @cache

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sco.decide.acquirer import ActConfig
+from sco.domain.lifecycle import Timeouts
+from sco.engine.partition_state import ControllerConfig
 from sco.lab.region import COLD_START_S, SimConfig
 from sco.lab.simulation import Simulation, SimulationInputError, SimulationSpec
 from sco.lab.traces import TraceSet, load_traces, repeated
@@ -64,6 +67,8 @@ class ReplaySpec:
     seed: int = 0
     requeue_lead: float | None = None  # None: `requeue_lead_s`'s default
     cold_start_s: float = COLD_START_S
+    # The controller's lifecycle timeouts, in simulated seconds.
+    timeouts: Timeouts = field(default_factory=Timeouts)
 
     @property
     def requeue_lead_s(self) -> float:
@@ -189,6 +194,7 @@ def _run(
         duration_s=end - start,
         seed=spec.seed,
         cycle_s=spec.cycle_s,
+        controller=ControllerConfig(act=ActConfig(timeouts=spec.timeouts)),
         sim=SimConfig(
             notice_s=spec.notice_s if policy.notice else 0.0,
             pool_size=spec.pool_size,
