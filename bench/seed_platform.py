@@ -39,6 +39,7 @@ from typing import Any
 
 from sco.adapters.openstack.secrets import OpenBaoSecrets
 from sco.ports import Credential, RetryableProviderError
+from sco_harness import baremetal
 from sco_harness.bao_server import BaoServer
 from sco_harness.keystone import AppCredential, Keystone
 from sco_harness.openstack_stack import NovaStack
@@ -154,6 +155,7 @@ def measure(
     replicas = [Replica(bao, role, clouds, retry_s=0.5, retry_max_s=2.0) for _ in range(2)]
     refused = _foreign_refused(stack, keystone, replicas[0])
     rotated = _rotations(keystone, bao, replicas, first, rotations, seconds, 2 * ttl + 10)
+    metal = baremetal.run(stack, bao, folder)
     sealed = _sealed_survived(bao, replicas[0].secrets)
     return {
         "openbao_version": _version(),
@@ -162,6 +164,11 @@ def measure(
         "credential_logins": replicas[0].secrets.logins,
         "credential_rotations": rotated,
         "keystone_refused_foreign": refused,
+        "ironic_nodes": metal.ironic_nodes,
+        "baremetal_created": len(metal.created),
+        "baremetal_reclaimed_and_replaced": int(bool(metal.reclaimed) and metal.replaced),
+        "lost": metal.lost,
+        "leaked": metal.leaked,
     }
 
 
@@ -172,6 +179,11 @@ def passed(result: dict[str, Any]) -> bool:
         and result["keystone_refused_foreign"]
         and result["credential_rotations"] >= 1
         and result["credential_renewals"] >= 2
+        and result["ironic_nodes"] >= 4
+        and result["baremetal_created"] >= 2
+        and result["baremetal_reclaimed_and_replaced"] >= 1
+        and result["lost"] == 0
+        and result["leaked"] == 0
     )
 
 
@@ -188,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     with stop_on_signals(), tempfile.TemporaryDirectory(prefix="sco-platform-") as tmp:
         started = time.monotonic()
         bao = BaoServer(Path(tmp) / "openbao").start()
-        stack = NovaStack(Path(tmp) / "nova", args.base_port, HALLS, 4, keystone=True)
+        stack = NovaStack(
+            Path(tmp) / "nova", args.base_port, HALLS, 4, keystone=True, ironic_nodes=4
+        )
         try:
             stack.up()
             _say(f"OpenBao and Nova with Keystone up in {time.monotonic() - started:.1f} s")

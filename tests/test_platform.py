@@ -23,11 +23,14 @@ from typing import Any
 import pytest
 import yaml
 
+from sco.adapters.openstack import open_provider
+from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.scope import excess
+from sco.engine.clock import SystemClock
 from sco_harness.bao_server import BaoServer
 from sco_harness.controlplane import sample, wait_for
 from sco_harness.keystone import AppCredential, Keystone
-from sco_harness.openstack_stack import ROOT, NovaStack, echo, free_port
+from sco_harness.openstack_stack import BAREMETAL_FLAVOR, ROOT, NovaStack, echo, free_port
 from sco_harness.seed_platform import (
     PATH,
     REFUSED,
@@ -45,7 +48,8 @@ HALLS = {"hall-a": ["pf-a1", "pf-a2"]}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
-    s = NovaStack(tmp_path_factory.mktemp("platform"), BASE_PORT, HALLS, 4, keystone=True)
+    folder = tmp_path_factory.mktemp("platform")
+    s = NovaStack(folder, BASE_PORT, HALLS, 4, keystone=True, ironic_nodes=4)
     try:
         yield s.up()
     finally:
@@ -164,10 +168,46 @@ def test_sco_run_on_the_restricted_credential_from_openbao(
     finally:
         run.terminate()
         run.wait(timeout=60)
+        stack.clear()
     text = log.read_text()
     assert sample(metrics, "sco_credential_excess") == 0.0, metrics
     assert "could do more than sco needs" not in text, text
     assert cred.secret not in text
+
+
+def test_an_ironic_node_in_maintenance_or_not_available_is_no_room(stack: NovaStack) -> None:
+    """sco's headroom for a bare-metal pool is Placement's inventory of the Ironic
+    nodes: a node in maintenance, or taken out of `available` (manageable, cleaning),
+    is reserved by Nova's ironic driver, and counts as no room."""
+    region = stack.region(guaranteed=False) | {
+        "pools": [
+            {
+                "hall": stack.ironic_hall,
+                "flavor": BAREMETAL_FLAVOR,
+                "class": "spot",
+                "price_per_h": 2.0,
+            }
+        ]
+    }
+    provider = open_provider(
+        RegionSpec.model_validate(region), "sco-test", SystemClock(), str(stack.clouds_yaml)
+    )
+    provider.discover()
+    pool = f"lab/{stack.ironic_hall}/{BAREMETAL_FLAVOR}"
+
+    def room_becomes(n: int) -> None:
+        wait_for(lambda: provider.refresh().rooms[pool] == n, 60, f"{n} nodes of room")
+
+    metal = stack.conn.baremetal
+    nodes = sorted(metal.nodes(), key=lambda n: n.name)
+    room_becomes(len(nodes))
+    metal.set_node_maintenance(nodes[0], reason="test: firmware")
+    room_becomes(len(nodes) - 1)
+    metal.set_node_provision_state(nodes[1], "manage", wait=True)
+    room_becomes(len(nodes) - 2)
+    metal.unset_node_maintenance(nodes[0])
+    metal.set_node_provision_state(nodes[1], "provide", wait=True)
+    room_becomes(len(nodes))
 
 
 def test_the_platform_bench_at_smoke_size(

@@ -14,6 +14,7 @@
 #   +1 placement                   +5 RabbitMQ AMQP
 #   +2 glance (image)              +6 RabbitMQ Erlang distribution
 #   +3 neutron (network)           +7 epmd (private, for this RabbitMQ only)
+#   (+8 keystone in Keystone mode, +9 ironic in Ironic mode)
 #
 # Env: SCO_OS_BASE_PORT, SCO_OPENSTACK_VENV (see install.sh),
 #      SCO_OS_SKIP_INSTALL=1 (use $SCO_OPENSTACK_VENV as is, no install.sh),
@@ -23,7 +24,16 @@
 #      SCO_OS_CONDUCTOR_WORKERS (2), SCO_OS_DEBUG=1 (debug logging),
 #      SCO_OS_KEYSTONE=1 (opt-in: real Keystone on +8 and keystonemiddleware
 #      authtoken in nova/placement/glance/neutron instead of sco_noauth),
-#      SCO_OS_TOKEN_CACHE_TIME (Keystone mode; default 300, -1 = no cache).
+#      SCO_OS_TOKEN_CACHE_TIME (Keystone mode; default 300, -1 = no cache),
+#      SCO_OS_IRONIC=1 (opt-in: real Ironic, fake-hardware, API+conductor in
+#      one process on +9, plus a nova-compute `ironic` with the ironic virt
+#      driver; `up` enrolls the nodes and waits for their providers),
+#      SCO_OS_IRONIC_NODES (4), SCO_OS_IRONIC_RC (node resource_class,
+#      baremetal-gpu -> CUSTOM_BAREMETAL_GPU), SCO_OS_IRONIC_TRAITS (CUSTOM_*
+#      node traits, comma-separated; they become provider traits),
+#      SCO_OS_IRONIC_CLEAN=1 (automated cleaning on delete), SCO_OS_IRONIC_DEPLOY_DELAY,
+#      SCO_OS_IRONIC_CLEAN_DELAY (fake driver delays, s; default 0),
+#      SCO_OS_IRONIC_RESOURCES_INTERVAL (ironic compute's resource update, s; 2).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +47,8 @@ DB_PASS=sco-secret
 KEYSTONE=${SCO_OS_KEYSTONE:-0}
 ADMIN_PASS=admin-secret          # Keystone mode: user admin, project admin
 SERVICE_PASS=service-secret      # Keystone mode: users nova/placement/glance/neutron
+IRONIC=${SCO_OS_IRONIC:-0}
+IRONIC_HOST=ironic               # the nova-compute host that owns every Ironic node
 
 fmt_us() { printf '%d.%01d' $(($1 / 1000000)) $(($1 % 1000000 / 100000)); }
 log() { printf '[nova.sh %5ss] %s\n' "$(fmt_us $(( ${EPOCHREALTIME/./} - T0 )))" "$*" >&2; }
@@ -72,7 +84,27 @@ set_ports() {
     KEYSTONE_PORT=$((BASE + 8))
     KEYSTONE_URL=
     [ "$KEYSTONE" = 1 ] && KEYSTONE_URL=http://127.0.0.1:$KEYSTONE_PORT
+    IRONIC_PORT=$((BASE + 9))
+    IRONIC_URL=
+    [ "$IRONIC" = 1 ] && IRONIC_URL=http://127.0.0.1:$IRONIC_PORT
     return 0
+}
+
+set_ironic() {  # Ironic mode: node count, resource class and traits
+    IRONIC_NODES=${SCO_OS_IRONIC_NODES:-4}
+    IRONIC_RC=${SCO_OS_IRONIC_RC:-baremetal-gpu}
+    [[ $IRONIC_NODES =~ ^[0-9]+$ ]] && [ "$IRONIC_NODES" -ge 1 ] \
+        || die "SCO_OS_IRONIC_NODES must be a positive integer (got '$IRONIC_NODES')"
+    [[ $IRONIC_RC =~ ^[A-Za-z0-9_.-]{1,80}$ ]] || die "bad SCO_OS_IRONIC_RC '$IRONIC_RC'"
+    # Placement's name, as nova's ironic driver makes it (nova.utils.
+    # normalize_rc_name): runs of non-alphanumerics -> _, upper case, and
+    # always a CUSTOM_ prefix (so do not start SCO_OS_IRONIC_RC with custom-)
+    IRONIC_PRC=CUSTOM_$(printf '%s' "$IRONIC_RC" | sed -E 's/[^0-9A-Za-z]+/_/g' | tr 'a-z' 'A-Z')
+    IRONIC_TRAITS=${SCO_OS_IRONIC_TRAITS:-}
+    local t
+    for t in ${IRONIC_TRAITS//,/ }; do
+        [[ $t =~ ^CUSTOM_[A-Z0-9_]{1,248}$ ]] || die "Ironic trait '$t' must look like CUSTOM_[A-Z0-9_]+"
+    done
 }
 
 db_url() { echo "mysql+pymysql://$DB_USER:$DB_PASS@127.0.0.1:$DB_PORT/$1?charset=utf8"; }
@@ -320,6 +352,7 @@ EOF
 connection = $(db_url nova_cell0)
 EOF
     noauth_paste "$VENV/etc/nova/api-paste.ini" "$ETC/nova/api-paste.ini"
+    [ "$IRONIC" = 1 ] && write_ironic_configs
     if [ "$KEYSTONE" = 1 ]; then
         cat > "$ETC/keystone/keystone.conf" <<EOF
 [DEFAULT]
@@ -406,6 +439,82 @@ log.file.level = warning
 EOF
 }
 
+write_ironic_configs() {
+    local dbg=${SCO_OS_DEBUG:-0} clean=false
+    [ "$dbg" = 1 ] && dbg=true || dbg=false
+    [ "${SCO_OS_IRONIC_CLEAN:-0}" = 1 ] && clean=true
+    mkdir -p "$ETC/ironic" "$DATA/ironic/lock" "$ETC/nova/provider-$IRONIC_HOST" \
+        "$DATA/computes/$IRONIC_HOST/instances"
+    # One process: API (cheroot) + conductor, no RPC (rpc_transport = none),
+    # fake-hardware with fake interfaces; noauth like the rest of the stack, or
+    # Keystone's authtoken in Keystone mode.
+    cat > "$ETC/ironic/ironic.conf" <<EOF
+[DEFAULT]
+debug = $dbg
+log_file = $LOGS/ironic.log
+host = ironic-conductor
+state_path = $DATA/ironic
+auth_strategy = $( [ "$KEYSTONE" = 1 ] && echo keystone || echo noauth )
+rpc_transport = none
+enabled_hardware_types = fake-hardware
+enabled_bios_interfaces = fake
+enabled_boot_interfaces = fake
+enabled_console_interfaces = fake
+enabled_deploy_interfaces = fake
+enabled_firmware_interfaces = fake
+enabled_inspect_interfaces = fake
+enabled_management_interfaces = fake
+enabled_power_interfaces = fake
+enabled_raid_interfaces = fake
+enabled_rescue_interfaces = fake
+enabled_vendor_interfaces = fake
+# fake-hardware has fake storage but the default storage interface is noop,
+# which must be enabled (else: "Failed to register hardware types" and the
+# process hangs without serving); network: noop, no neutron
+enabled_network_interfaces = noop
+default_network_interface = noop
+enabled_storage_interfaces = noop
+[api]
+host_ip = 127.0.0.1
+port = $IRONIC_PORT
+[database]
+connection = $(db_url ironic)
+max_pool_size = 10
+[dhcp]
+dhcp_provider = none
+[conductor]
+# true: a deleted instance's node goes deleting -> cleaning (fake clean step
+# log_passthrough, SCO_OS_IRONIC_CLEAN_DELAY s) -> available
+automated_clean = $clean
+[fake]
+deploy_delay = ${SCO_OS_IRONIC_DEPLOY_DELAY:-0}
+vendor_delay = ${SCO_OS_IRONIC_CLEAN_DELAY:-0}
+[oslo_concurrency]
+lock_path = $DATA/ironic/lock
+$(authtoken_section ironic baremetal)
+$(ironic_policy_section)
+EOF
+    # The ironic nova-compute: nova.conf + this file.
+    cat > "$ETC/nova/compute-$IRONIC_HOST.conf" <<EOF
+[DEFAULT]
+host = $IRONIC_HOST
+state_path = $DATA/computes/$IRONIC_HOST
+instances_path = $DATA/computes/$IRONIC_HOST/instances
+log_file = $LOGS/nova-compute-$IRONIC_HOST.log
+compute_driver = ironic.IronicDriver
+# seconds between resource updates (default 60): how soon Placement sees a
+# node become available, reserved (maintenance, manageable, cleaning) or new
+update_resources_interval = ${SCO_OS_IRONIC_RESOURCES_INTERVAL:-2}
+[compute]
+provider_config_location = $ETC/nova/provider-$IRONIC_HOST/
+[ironic]
+$(ironic_auth)
+endpoint_override = $IRONIC_URL
+# poll interval while waiting for a deploy/teardown (default 2)
+api_retry_interval = 1
+EOF
+}
+
 # Keystone mode: the capacity reads sco needs beyond `member`, which Nova's and
 # Placement's defaults give to admins only, allowed to a role of the cloud's
 # own, as docs/security.md recommends an operator do.
@@ -474,6 +583,18 @@ noauth_paste() {  # copy a paste ini, swapping keystone's authtoken for ours
 }
 
 # ----------------------------------------------------------- services -----
+ironic_auth() {  # how nova's ironic driver reaches Ironic
+    if [ "$KEYSTONE" = 1 ]; then service_auth nova ""; return 0; fi
+    echo '# Ironic runs noauth: no token, fixed endpoint'
+    echo 'auth_type = none'
+}
+
+ironic_policy_section() {  # Keystone mode: Ironic's legacy policies (admin role),
+    # not its new defaults, which want system scope for enrolling nodes
+    [ "$KEYSTONE" = 1 ] || return 0
+    printf '[oslo_policy]\nenforce_scope = false\nenforce_new_defaults = false\n'
+}
+
 start_mariadb() {
     local bin_install bin_d me
     bin_install=$(command -v mariadb-install-db || echo /usr/bin/mariadb-install-db)
@@ -595,9 +716,41 @@ chain_keystone() {
         >> "$LOGS/sync-keystone.log" 2>&1 || { : > "$RUN/sync-keystone.failed"; return 1; }
     "$PY" "$LIB/keystone_setup.py" "$KEYSTONE_URL/v3" "$ADMIN_PASS" "$SERVICE_PASS" "$CAPACITY_ROLE" \
         "compute=$NOVA_URL" "placement=$PLACEMENT_URL" "image=$GLANCE_URL" \
-        "network=$NEUTRON_URL" >> "$LOGS/sync-keystone.log" 2>&1 \
+        "network=$NEUTRON_URL" ${IRONIC_URL:+"baremetal=$IRONIC_URL"} >> "$LOGS/sync-keystone.log" 2>&1 \
         || { : > "$RUN/sync-keystone.failed"; return 1; }
     synced "keystone answering, service users + catalog" "$t"
+}
+
+chain_ironic() {
+    # schema, then ironic (API + conductor), then enroll the nodes
+    local t=${EPOCHREALTIME/./}
+    "$BIN/ironic-dbsync" --config-file "$ETC/ironic/ironic.conf" upgrade \
+        >> "$LOGS/sync-ironic.log" 2>&1 || { : > "$RUN/sync-ironic.failed"; return 1; }
+    synced ironic "$t"
+    start_svc ironic "$BIN/ironic" --config-file "$ETC/ironic/ironic.conf"
+    # its root answers without a token (Keystone may not be up yet)
+    stackctl wait-http "$IRONIC_URL/" --timeout "$TIMEOUT" --pid "$(svc_pid ironic)" \
+        >> "$LOGS/sync-ironic.log" 2>&1 || { : > "$RUN/sync-ironic.failed"; return 1; }
+    # Keystone mode: enrolling needs a token, so it waits for Keystone's chain
+    [ "$KEYSTONE" = 1 ] || enroll_ironic "$t" || { : > "$RUN/sync-ironic.failed"; return 1; }
+}
+
+enroll_ironic() {  # enroll_ironic START_US
+    stackctl ironic-enroll "$IRONIC_URL" --count "$IRONIC_NODES" --resource-class "$IRONIC_RC" \
+        ${IRONIC_TRAITS:+--traits "$IRONIC_TRAITS"} --timeout "$TIMEOUT" --pid "$(svc_pid ironic)" \
+        >> "$LOGS/sync-ironic.log" 2>&1 || return 1
+    log "ironic answering, $IRONIC_NODES nodes available ($(fmt_us $(( ${EPOCHREALTIME/./} - $1 )))s)"
+}
+
+start_ironic_compute() {  # after nova-conductor is up
+    local name="nova-compute-$IRONIC_HOST"
+    start_svc "$name" "$BIN/nova-compute" --config-file "$ETC/nova/nova.conf" \
+        --config-file "$ETC/nova/compute-$IRONIC_HOST.conf"
+    stackctl wait-ironic-compute --placement "$PLACEMENT_URL" --host "$IRONIC_HOST" \
+        --resource-class "$IRONIC_PRC" --count "$IRONIC_NODES" \
+        ${IRONIC_TRAITS:+--traits "$IRONIC_TRAITS"} --db-port "$DB_PORT" --db-user "$DB_USER" \
+        --db-password "$DB_PASS" --timeout "$TIMEOUT" --pid "$(svc_pid "$name")" \
+        || fail "the ironic compute's $IRONIC_NODES providers did not appear" "$name" ironic
 }
 
 wait_http() {  # wait_http NAME URL [extra stackctl args]
@@ -611,6 +764,7 @@ cmd_up() {
     [ $# -eq 1 ] || usage
     set_layout "$1"
     set_ports
+    [ "$IRONIC" = 1 ] && set_ironic
     local wipe=0
     if [ -n "$(ls -A "$DIR")" ]; then
         [ -e "$DIR/$MARKER" ] || die "$DIR is not empty and was not made by nova.sh; refusing to use it"
@@ -619,7 +773,7 @@ cmd_up() {
     fi
     local p busy=()
     for p in $NOVA_PORT $PLACEMENT_PORT $GLANCE_PORT $NEUTRON_PORT $DB_PORT $AMQP_PORT $DIST_PORT $EPMD_PORT \
-             ${KEYSTONE_URL:+$KEYSTONE_PORT}; do
+             ${KEYSTONE_URL:+$KEYSTONE_PORT} ${IRONIC_URL:+$IRONIC_PORT}; do
         port_busy "$p" && busy+=("$p")
     done
     [ ${#busy[@]} -eq 0 ] || die "ports already in use: ${busy[*]} (set SCO_OS_BASE_PORT to a free range of 8)"
@@ -646,7 +800,7 @@ cmd_up() {
         --timeout "$TIMEOUT" --pid "$(svc_pid mariadb)" \
         --database placement --database glance --database neutron \
         --database nova_api --database nova_cell0 --database nova_cell1 \
-        ${KEYSTONE_URL:+--database keystone} \
+        ${KEYSTONE_URL:+--database keystone} ${IRONIC_URL:+--database ironic} \
         || fail "MariaDB did not come up" mariadb
     phase "mariadb up"
 
@@ -660,10 +814,11 @@ cmd_up() {
         mkdir -p "$DATA/keystone"
         chain_keystone & CHAIN_JOBS+=($!)
     fi
+    [ "$IRONIC" = 1 ] && { chain_ironic & CHAIN_JOBS+=($!); }
     for j in "${CHAIN_JOBS[@]}"; do wait "$j" || true; done
     CHAIN_JOBS=()
     local failed=()
-    for p in placement glance neutron nova keystone; do
+    for p in placement glance neutron nova keystone ironic; do
         [ -e "$RUN/sync-$p.failed" ] && failed+=("sync-$p")
     done
     [ ${#failed[@]} -eq 0 ] || fail "schema sync failed: ${failed[*]}" "${failed[@]}"
@@ -681,6 +836,13 @@ cmd_up() {
         --timeout "$TIMEOUT" --pid "$(svc_pid nova-conductor)" --pid "$(svc_pid nova-scheduler)" \
         || fail "nova-conductor/nova-scheduler did not report up" nova-conductor nova-scheduler
     phase "conductor+scheduler up"
+    if [ "$IRONIC" = 1 ]; then
+        if [ "$KEYSTONE" = 1 ]; then
+            enroll_ironic "${EPOCHREALTIME/./}" || fail "could not enroll the Ironic nodes" ironic
+        fi
+        start_ironic_compute
+        phase "ironic compute, $IRONIC_NODES providers"
+    fi
 
     IMAGE_ID=$(stackctl create-image "$GLANCE_URL" cirros-fake) \
         || fail "could not create image cirros-fake" glance
@@ -723,6 +885,8 @@ clouds:
     image_endpoint_override: $GLANCE_URL
     network_endpoint_override: $NEUTRON_URL
 EOF
+    [ -z "$IRONIC_URL" ] || echo "    baremetal_endpoint_override: $IRONIC_URL" >> "$DIR/clouds.yaml"
+    return 0
 }
 
 write_stack_env() {  # write_stack_env READY(0|1)
@@ -736,6 +900,13 @@ write_stack_env() {  # write_stack_env READY(0|1)
             printf 'export SCO_OS_%s=%q\n' "$k" "${!k}"
         done
         [ -z "$KEYSTONE_URL" ] || printf 'export SCO_OS_ADMIN_PASSWORD=%q\n' "$ADMIN_PASS"
+        if [ -n "$IRONIC_URL" ]; then
+            printf 'export SCO_OS_IRONIC_URL=%q\n' "$IRONIC_URL"
+            printf 'export SCO_OS_IRONIC_HOST=%q\n' "$IRONIC_HOST"
+            printf 'export SCO_OS_IRONIC_NODES=%q\n' "$IRONIC_NODES"
+            printf 'export SCO_OS_IRONIC_RC=%q\n' "$IRONIC_RC"
+            printf 'export SCO_OS_IRONIC_PLACEMENT_RC=%q\n' "$IRONIC_PRC"
+        fi
         printf 'export SCO_OS_IMAGE_NAME=cirros-fake\n'
         printf 'export SCO_OS_IMAGE_ID=%q\n' "${IMAGE_ID:-}"
         printf 'export OS_CLIENT_CONFIG_FILE=%q\n' "$DIR/clouds.yaml"

@@ -12,7 +12,7 @@ import sys
 import urllib.error
 import urllib.request
 
-USERS = ('nova', 'placement', 'glance', 'neutron')
+USERS = ('nova', 'placement', 'glance', 'neutron', 'ironic')
 
 
 def main():

@@ -214,6 +214,106 @@ def cmd_wait_compute(a):
     return rc
 
 
+IRONIC_MV = {'X-OpenStack-Ironic-API-Version': '1.80'}
+
+
+def cmd_ironic_enroll(a):
+    """Ironic (noauth): create --count fake-hardware nodes bm-0.. with the
+    resource class and traits, then manage -> provide -> power on, and wait
+    until all are available and powered on. Prints the node uuids.
+    Power on matters: a fake node keeps its power state through deploy, and
+    nova's power-state sync would stop a server whose node is off."""
+    base = a.url.rstrip('/')
+    traits = [t for t in (a.traits or '').split(',') if t]
+    uuids = []
+    for i in range(a.count):
+        st, d = http('POST', base + '/v1/nodes', headers=IRONIC_MV, body={
+            'name': '%s%d' % (a.prefix, i), 'driver': 'fake-hardware',
+            'resource_class': a.resource_class,
+            'properties': {'cpus': a.cpus, 'memory_mb': a.memory_mb,
+                           'local_gb': a.local_gb, 'cpu_arch': 'x86_64'}})
+        if st != 201:
+            _log('create node: HTTP %s %s' % (st, d))
+            return 1
+        uuids.append(d['uuid'])
+        if traits:
+            st, d = http('PUT', '%s/v1/nodes/%s/traits' % (base, d['uuid']),
+                         headers=IRONIC_MV, body={'traits': traits})
+            if st != 204:
+                _log('set traits: HTTP %s %s' % (st, d))
+                return 1
+
+    def move(target, want, path='provision'):
+        for u in uuids:
+            st, d = http('PUT', '%s/v1/nodes/%s/states/%s' % (base, u, path),
+                         headers=IRONIC_MV, body={'target': target})
+            if st != 202:
+                _log('%s %s: HTTP %s %s' % (target, u, st, d))
+                return 1
+
+        def check():
+            st, d = http('GET', base + '/v1/nodes?fields=uuid,provision_state,'
+                         'power_state,last_error', headers=IRONIC_MV)
+            got = {n['uuid']: n for n in d['nodes']} if st == 200 else {}
+            bad = [(u, got.get(u)) for u in uuids
+                   if (got.get(u) or {}).get(want[0]) != want[1]]
+            return not bad, bad[:2]
+        return _poll(check, a.timeout, a.pid, 'nodes %s' % target, interval=0.1)
+    for target, want, path in (('manage', ('provision_state', 'manageable'), 'provision'),
+                               ('provide', ('provision_state', 'available'), 'provision'),
+                               ('power on', ('power_state', 'power on'), 'power')):
+        rc = move(target, want, path)
+        if rc:
+            return rc
+    print('\n'.join(uuids))
+    return 0
+
+
+def cmd_wait_ironic_compute(a):
+    """Every Ironic node is a resource provider (named by node uuid) with
+    inventory RESOURCE_CLASS total 1 reserved 0 (and the traits), and the
+    ironic compute's host is mapped to a cell."""
+    import pymysql
+
+    base = a.placement.rstrip('/')
+    pv = {'OpenStack-API-Version': 'placement 1.39'}
+    want_traits = set(t for t in (a.traits or '').split(',') if t)
+
+    def rps_ready():
+        st, d = http('GET', '%s/resource_providers?resources=%s:1'
+                     % (base, a.resource_class), headers=pv)
+        if st != 200:
+            return False, 'HTTP %s' % st
+        ok = 0
+        for rp in d['resource_providers']:
+            st, tr = http('GET', '%s/resource_providers/%s/traits'
+                          % (base, rp['uuid']), headers=pv)
+            if st == 200 and want_traits <= set(tr['traits']):
+                ok += 1
+        return ok >= a.count, '%d of %d providers with free %s' % (
+            ok, a.count, a.resource_class)
+
+    rc = _poll(rps_ready, a.timeout, a.pid, 'ironic resource providers',
+               interval=0.5)
+    if rc:
+        return rc
+
+    def mapped():
+        conn = pymysql.connect(host='127.0.0.1', port=a.db_port,
+                               user=a.db_user, password=a.db_password,
+                               database='nova_api', connect_timeout=5)
+        try:
+            with conn.cursor() as cur:
+                cur.execute('SELECT 1 FROM host_mappings WHERE host = %s',
+                            (a.host,))
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        return bool(row), row
+    return _poll(mapped, a.timeout, a.pid, 'host mapping for %s' % a.host,
+                 interval=0.5)
+
+
 def cmd_wait_port(a):
     import socket
 
@@ -288,6 +388,32 @@ def main():
     w.add_argument('--timeout', type=float, default=90)
     w.add_argument('--pid', type=int, action='append', default=[])
     w.set_defaults(fn=cmd_wait_compute)
+
+    w = sub.add_parser('ironic-enroll')
+    w.add_argument('url', help='Ironic endpoint')
+    w.add_argument('--count', type=int, required=True)
+    w.add_argument('--resource-class', required=True)
+    w.add_argument('--traits', default='', help='comma-separated CUSTOM_*')
+    w.add_argument('--prefix', default='bm-')
+    w.add_argument('--cpus', type=int, default=8)
+    w.add_argument('--memory-mb', type=int, default=32768)
+    w.add_argument('--local-gb', type=int, default=100)
+    w.add_argument('--timeout', type=float, default=60)
+    w.add_argument('--pid', type=int, action='append', default=[])
+    w.set_defaults(fn=cmd_ironic_enroll)
+
+    w = sub.add_parser('wait-ironic-compute')
+    w.add_argument('--placement', required=True)
+    w.add_argument('--host', required=True)
+    w.add_argument('--resource-class', required=True, help='Placement name, CUSTOM_*')
+    w.add_argument('--count', type=int, required=True)
+    w.add_argument('--traits', default='')
+    w.add_argument('--db-port', type=int, required=True)
+    w.add_argument('--db-user', required=True)
+    w.add_argument('--db-password', required=True)
+    w.add_argument('--timeout', type=float, default=90)
+    w.add_argument('--pid', type=int, action='append', default=[])
+    w.set_defaults(fn=cmd_wait_ironic_compute)
 
     w = sub.add_parser('wait-port')
     w.add_argument('port', type=int)

@@ -168,6 +168,19 @@ def generate_providers(n: int, aggregates: list[str], seed: int) -> list[dict[st
 
 
 SPOT_FLAVOR_SPECS = {"resources:CUSTOM_SPOT_SLOT": "1", "trait:CUSTOM_SPOT_CAPABLE": "required"}
+# Ironic mode: every node of resource class baremetal-spot (Placement's
+# CUSTOM_BAREMETAL_SPOT), spot-capable, owned by nova-compute host `ironic`;
+# a server takes a whole node, so the flavor zeroes the virtual classes.
+IRONIC_RC = "baremetal-spot"
+IRONIC_HOST = "ironic"
+BAREMETAL_FLAVOR = "bm.spot"
+BAREMETAL_FLAVOR_SPECS = {
+    "resources:CUSTOM_BAREMETAL_SPOT": "1",
+    "resources:VCPU": "0",
+    "resources:MEMORY_MB": "0",
+    "resources:DISK_GB": "0",
+    "trait:CUSTOM_SPOT_CAPABLE": "required",
+}
 
 
 def nova_sh(*args: str, env: dict[str, str]) -> None:
@@ -189,9 +202,13 @@ class NovaStack:
         halls: dict[str, list[str]],
         slots: int,
         keystone: bool = False,
+        ironic_nodes: int = 0,
+        ironic_hall: str = "hall-bm",
     ):
         self.folder = folder
         self.keystone = keystone
+        self.ironic_nodes = ironic_nodes
+        self.ironic_hall = ironic_hall
         self.halls = halls
         self.slots = slots
         self.base_port = base_port
@@ -202,7 +219,12 @@ class NovaStack:
     @property
     def env(self) -> dict[str, str]:
         return stack_env(
-            SCO_OS_BASE_PORT=str(self.base_port), SCO_OS_KEYSTONE="1" if self.keystone else "0"
+            SCO_OS_BASE_PORT=str(self.base_port),
+            SCO_OS_KEYSTONE="1" if self.keystone else "0",
+            SCO_OS_IRONIC="1" if self.ironic_nodes else "0",
+            SCO_OS_IRONIC_NODES=str(self.ironic_nodes or 1),
+            SCO_OS_IRONIC_RC=IRONIC_RC,
+            SCO_OS_IRONIC_TRAITS="CUSTOM_SPOT_CAPABLE",
         )
 
     @property
@@ -230,7 +252,7 @@ class NovaStack:
         nova_sh("up", str(self.folder), env=self.env)
         self._add_computes([h for hosts in self.halls.values() for h in hosts])
         self.connect()
-        computes = sum(len(h) for h in self.halls.values())
+        computes = sum(len(h) for h in self.halls.values()) + self.ironic_nodes
         _wait(lambda: len(list(self.conn.compute.hypervisors())) == computes, 180)
         spot = self.conn.compute.create_flavor(name="spot.small", vcpus=1, ram=512, disk=1)
         self.conn.compute.create_flavor_extra_specs(spot, SPOT_FLAVOR_SPECS)
@@ -239,7 +261,36 @@ class NovaStack:
             agg = self.conn.compute.create_aggregate(name=hall, availability_zone=hall)
             for host in hosts:
                 self.conn.compute.add_host_to_aggregate(agg, host)
+        if self.ironic_nodes:
+            self._baremetal_hall()
         return self
+
+    def _baremetal_hall(self) -> None:
+        """The bare-metal flavor, and the Ironic nodes' hall: an aggregate with host
+        `ironic`. Nova mirrors a host into Placement's aggregate by one provider
+        only, and an Ironic host has one per node: every node's provider is put in
+        it, as an operator of Ironic does (`openstack resource provider aggregate set`)."""
+        bm = self.conn.compute.create_flavor(name=BAREMETAL_FLAVOR, vcpus=1, ram=512, disk=1)
+        self.conn.compute.create_flavor_extra_specs(bm, BAREMETAL_FLAVOR_SPECS)
+        agg = self.conn.compute.create_aggregate(
+            name=self.ironic_hall, availability_zone=self.ironic_hall
+        )
+        self.conn.compute.add_host_to_aggregate(agg, IRONIC_HOST)
+        placement = self.conn.placement
+        found = placement.get(
+            "/resource_providers?resources=CUSTOM_BAREMETAL_SPOT:1", microversion="1.39"
+        ).json()["resource_providers"]
+        for rp in found:
+            r = placement.get(f"/resource_providers/{rp['uuid']}/aggregates", microversion="1.39")
+            body = {
+                "aggregates": sorted({*r.json()["aggregates"], agg.uuid}),
+                "resource_provider_generation": r.json()["resource_provider_generation"],
+            }
+            put = placement.put(
+                f"/resource_providers/{rp['uuid']}/aggregates", json=body, microversion="1.39"
+            )
+            if put.status_code != 200:
+                raise RuntimeError(f"aggregate of node {rp['name']}: HTTP {put.status_code}")
 
     def _add_computes(self, hosts: list[str], timeout_s: float = 900) -> None:
         """`nova.sh add-compute` for every host at once, each a process group of its
