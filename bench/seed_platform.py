@@ -12,12 +12,18 @@ that reads only the credential's path, AppRole), on a Nova stack in Keystone mod
 - rotations as docs/security.md tells an operator: a new application credential
   written to OpenBao, picked up by every replica without a restart, then the old one
   revoked in Keystone (which refuses it from then on) while the replicas work on;
+- bare metal through a real Ironic (fake hardware, Nova's ironic virt driver, 4
+  nodes): `sco run` holds 2 bare-metal servers, the cloud operator's `sco reclaim`
+  takes one back with notice, sco drains it and creates its replacement, and
+  `sco handback` leaves every node available (sco_harness.baremetal);
 - OpenBao sealed through a refresh: the credential held is given out until its own
   expiry, then the read fails naming OpenBao; unsealed, sco reads again.
 
 Ends with one JSON line: {"openbao_version": "2.7.2", "openbao_sealed_survived": true,
 "credential_renewals": r, "credential_logins": l, "credential_rotations": k,
-"keystone_refused_foreign": true}. Ironic (issue 29) is not part of it yet.
+"keystone_refused_foreign": true, "ironic_nodes": n, "baremetal_created": c,
+"baremetal_reclaimed_and_replaced": m, "lost": 0, "leaked": 0}; exits 1 unless
+r >= 2, k >= 1, n >= 4, c >= 2, m >= 1, nothing lost or leaked.
 
     python bench/seed_platform.py [--ttl 4] [--max-ttl 12] [--rotations 3] [--seconds 30]
 

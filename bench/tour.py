@@ -35,6 +35,7 @@ from typing import Any
 
 from sco_harness.lab_plane import kube_url
 from sco_harness.lab_world import MARK
+from sco_harness.openstack_stack import STACK_PORTS
 
 ROOT = Path(__file__).resolve().parents[1]
 TOUR = ROOT / "docs" / "tour.md"
@@ -103,8 +104,12 @@ def _started(lab: Lab, out: str) -> str | None:
 
 def _web_ready(lab: Lab, out: str) -> str | None:
     lab.source_env()
-    m = re.search(r"holds: (\d+) ready", out)
-    return None if m and int(m[1]) >= 2 else "web does not hold 2 ready nodes yet"
+    ready = [int(n) for n in re.findall(r"holds:.*?(\d+) ready", out)]  # web's, metal's
+    if len(ready) < 1 or ready[0] < 2:
+        return "web does not hold 2 ready nodes yet"
+    if len(ready) < 2 or ready[1] < 1:
+        return "metal does not hold its bare-metal node yet"
+    return None
 
 
 def _submitted(_lab: Lab, out: str) -> str | None:
@@ -276,7 +281,7 @@ def _left_running(lab: Lab) -> list[str]:
 
 def _ports(lab: Lab) -> list[int]:
     http, nova = int(lab.env["SCO_LAB_HTTP_BASE"]), int(lab.env["SCO_OS_BASE_PORT"])
-    return [*range(http, http + 11), *range(nova, nova + 8)]
+    return [*range(http, http + 11), *range(nova, nova + STACK_PORTS)]
 
 
 def _listening(port: int) -> bool:
@@ -382,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         root = _scratch_root()
         env.setdefault("SCO_LAB_HTTP_BASE", str(_free_run(11, 21000)))
-        env.setdefault("SCO_OS_BASE_PORT", str(_free_run(8, 19600)))
+        env.setdefault("SCO_OS_BASE_PORT", str(_free_run(STACK_PORTS, 19600)))
     result = run_tour(Lab(root, env), lambda line: print(line, file=sys.stderr, flush=True))
     if root != ROOT and result["passed"] == result["steps"]:
         shutil.rmtree(root)

@@ -179,16 +179,7 @@ def test_an_ironic_node_in_maintenance_or_not_available_is_no_room(stack: NovaSt
     """sco's headroom for a bare-metal pool is Placement's inventory of the Ironic
     nodes: a node in maintenance, or taken out of `available` (manageable, cleaning),
     is reserved by Nova's ironic driver, and counts as no room."""
-    region = stack.region(guaranteed=False) | {
-        "pools": [
-            {
-                "hall": stack.ironic_hall,
-                "flavor": BAREMETAL_FLAVOR,
-                "class": "spot",
-                "price_per_h": 2.0,
-            }
-        ]
-    }
+    region = stack.region(guaranteed=False) | {"pools": [stack.baremetal_pool()]}
     provider = open_provider(
         RegionSpec.model_validate(region), "sco-test", SystemClock(), str(stack.clouds_yaml)
     )

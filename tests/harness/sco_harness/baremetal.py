@@ -82,9 +82,7 @@ class _Metal:
 def _configs(stack: NovaStack, bao: BaoServer, folder: Path, units: int) -> dict[str, Path]:
     """sco's config (credential from OpenBao) and the operator's (the cloud's admin,
     acting on sco's project)."""
-    pool = {"hall": stack.ironic_hall, "flavor": BAREMETAL_FLAVOR, "class": "spot",
-            "price_per_h": 2.0}  # fmt: skip
-    region = stack.region(guaranteed=False) | {"pools": [pool]}
+    region = stack.region(guaranteed=False) | {"pools": [stack.baremetal_pool()]}
     (folder / "operator-region.yaml").write_text(yaml.safe_dump(region))
     region["credential"] = {"openbao": {"url": bao.url, "path": CREDENTIAL_PATH}}
     (folder / "region.yaml").write_text(yaml.safe_dump(region))

@@ -38,12 +38,14 @@ import yaml
 from sco.adapters.openstack.resources import META_CLASS, META_PARTITION, META_RECLAIM_AT
 from sco.domain.times import utc
 from sco_harness import lab_plane, lab_world
-from sco_harness.openstack_stack import NovaStack
+from sco_harness.openstack_stack import BAREMETAL_FLAVOR, NovaStack
 from sco_harness.seed_platform import ROLES, clouds_file
 from sco_harness.services import stop_on_signals
 
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"]}
 SLOTS = 4
+IRONIC_NODES = 2  # bare-metal nodes (fake-hardware) in hall-bm, for the `metal` partition
+VIRTUAL = ["spot.small", "std.small"]  # the flavors of web's and batch's nodes
 CLOUD = "sco-test"
 CREDENTIAL_PATH = "sco/openstack"  # in the lab's OpenBao
 
@@ -70,6 +72,7 @@ def sco_yaml(http_base: int = lab_plane.BASE) -> dict[str, Any]:
                 "demand": "kubernetes",
                 "floor_units": 1,
                 "max_units": 6,
+                "flavors": VIRTUAL,
                 "kubernetes": {
                     "cluster": "lab",
                     "allocatable": lab_world.ALLOCATABLE,
@@ -82,6 +85,7 @@ def sco_yaml(http_base: int = lab_plane.BASE) -> dict[str, Any]:
                 "demand": "slurm",
                 "floor_units": 0,
                 "max_units": 8,
+                "flavors": VIRTUAL,
                 "agents": True,
                 "slurm": {
                     "cluster": "lab",
@@ -91,6 +95,13 @@ def sco_yaml(http_base: int = lab_plane.BASE) -> dict[str, Any]:
                     "requeue_lead_s": 10,
                     "idle_keep_s": 60,
                 },
+            },
+            {  # one whole Ironic node, held at a fixed target
+                "name": "metal",
+                "kind": "slurm",
+                "target_units": 1,
+                "max_units": IRONIC_NODES,
+                "flavors": [BAREMETAL_FLAVOR],
             },
         ],
         # Two halls make two spot pools: excluding one must not need a third.
@@ -117,6 +128,7 @@ def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
         file=sys.stderr,
     )
     region = stack.region()
+    region["pools"].append(stack.baremetal_pool())
     if plane:  # the world's OpenBao holds the credential; clouds.yaml's own is refused
         port = lab_plane.openbao_ports(http_base)[0]
         region["credential"] = {
@@ -159,7 +171,9 @@ def _forget_last(folder: Path) -> None:
 def stack_of(folder: Path, base_port: int) -> NovaStack:
     """The lab's Nova stack: Keystone mode, so sco runs on an application credential
     Keystone restricts to project sco."""
-    return NovaStack(folder / "stack", base_port, HALLS, SLOTS, keystone=True)
+    return NovaStack(
+        folder / "stack", base_port, HALLS, SLOTS, keystone=True, ironic_nodes=IRONIC_NODES
+    )
 
 
 def _stack(folder: Path, base_port: int) -> NovaStack:

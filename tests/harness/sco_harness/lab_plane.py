@@ -130,6 +130,14 @@ def keystone_url(folder: Path) -> str:
     return str(next(iter(clouds.values()))["auth"]["auth_url"])
 
 
+def stack_env(folder: Path, key: str) -> str:
+    """A value nova.sh wrote to the lab stack's stack.env (SCO_OS_<key>)."""
+    for line in (folder / "stack" / "stack.env").read_text().splitlines():
+        if line.startswith(f"export SCO_OS_{key}="):
+            return line.split("=", 1)[1]
+    return "?"
+
+
 def endpoints(folder: Path, base: int) -> list[str]:
     """What to open, what scrapes where, and what to type next."""
     p = ports(base)
@@ -143,6 +151,8 @@ def endpoints(folder: Path, base: int) -> list[str]:
         "with the AppRole in env)",
         f"keystone      {keystone_url(folder)} (sco's application credential: project sco; "
         f"the cloud's admin in {folder / 'stack' / 'clouds.yaml'})",
+        f"ironic        {stack_env(folder, 'IRONIC_URL')} ({stack_env(folder, 'IRONIC_NODES')} "
+        "fake-hardware nodes in hall-bm, for the metal partition)",
         f"slurm         sinfo, squeue, sbatch with SLURM_CONF={folder / 'slurm' / 'slurm.conf'}",
         f"kubernetes    {kube_url(folder)} (KUBECONFIG={folder / 'kubeconfig'})",
         f"log           {folder / 'lab.log'} (every process, one file)",

@@ -167,6 +167,8 @@ def generate_providers(n: int, aggregates: list[str], seed: int) -> list[dict[st
 # ---------------------------------------------------------------- the Nova stack
 
 
+# nova.sh's ports: base + 0..7, Keystone mode + 8, Ironic mode + 9.
+STACK_PORTS = 10
 SPOT_FLAVOR_SPECS = {"resources:CUSTOM_SPOT_SLOT": "1", "trait:CUSTOM_SPOT_CAPABLE": "required"}
 # Ironic mode: every node of resource class baremetal-spot (Placement's
 # CUSTOM_BAREMETAL_SPOT), spot-capable, owned by nova-compute host `ironic`;
@@ -325,6 +327,15 @@ class NovaStack:
         services.forget(self._registered)
         self._registered = None
         nova_sh("down", str(self.folder), env=self.env)
+
+    def baremetal_pool(self, price_per_h: float = 2.0) -> dict[str, Any]:
+        """The region file's pool of the Ironic nodes' hall and the bare-metal flavor."""
+        return {
+            "hall": self.ironic_hall,
+            "flavor": BAREMETAL_FLAVOR,
+            "class": "spot",
+            "price_per_h": price_per_h,
+        }
 
     def region(
         self, name: str = "lab", guaranteed: bool = True, halls: list[str] | None = None
