@@ -1,19 +1,30 @@
-"""The seed's platform for real (issue 29): sco's cloud credential is a Keystone
-application credential, restricted to sco's project and roles, read from a real
-OpenBao through AppRole, and Keystone (with Nova's and Placement's policies) is what
-keeps sco to its project, not only sco's own check.
+"""The seed's platform for real (issue 29), and least privilege against it
+(docs/security.md): sco's cloud credential is a Keystone application credential,
+restricted to sco's project and roles, read from a real OpenBao through AppRole, and
+Keystone (with Nova's and Placement's policies) keeps sco to its project, not only
+sco's own check; bare metal goes through a real Ironic.
 
-One Nova stack in Keystone mode for the module (`NovaStack(keystone=True)`): real
-Keystone, keystonemiddleware in every API, and policy files that let the role
-`sco-capacity-reader` read aggregates and allocation candidates, as
-docs/security.md recommends.
+- Nova refuses sco's restricted credential another project's server; an admin role on
+  it is counted from Keystone's answer; `sco run` on it holds its servers in project
+  sco with `sco_credential_excess` 0.
+- sco's own rule where Keystone lets it see more (an admin's credential owning two
+  projects): a server of another project dressed as sco's survives `sco run` and the
+  cloud operator's `sco reclaim`, and both report it; a creating command whose
+  credential is scoped outside sco's projects does not start.
+- An Ironic node in maintenance or out of `available` is no room.
+- bench/seed_platform.py at a smoke size: renewals, rotations through Keystone,
+  bare metal created, reclaimed and replaced, handed back.
+
+One stack for the module: `NovaStack(keystone=True, ironic_nodes=4)`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,11 +36,18 @@ import yaml
 
 from sco.adapters.openstack import open_provider
 from sco.adapters.openstack.config import RegionSpec
+from sco.adapters.openstack.resources import (
+    META_NODE_TOKEN,
+    META_RECLAIM_AT,
+    partition_tag,
+    server_metadata,
+    server_tags,
+)
 from sco.adapters.openstack.scope import excess
 from sco.engine.clock import SystemClock
 from sco_harness.bao_server import BaoServer
 from sco_harness.controlplane import sample, wait_for
-from sco_harness.keystone import AppCredential, Keystone
+from sco_harness.keystone import AppCredential, Keystone, clouds_entry
 from sco_harness.openstack_stack import BAREMETAL_FLAVOR, ROOT, NovaStack, echo, free_port
 from sco_harness.seed_platform import (
     PATH,
@@ -42,6 +60,8 @@ from sco_harness.seed_platform import (
     sco_credential,
 )
 
+MICROVERSION = "2.90"
+SPOT_A = "lab/hall-a/spot.small"
 BASE_PORT = int(os.environ.get("SCO_TEST_PLATFORM_OS_BASE_PORT", "19860"))
 HALLS = {"hall-a": ["pf-a1", "pf-a2"]}
 
@@ -94,6 +114,167 @@ def test_keystone_keeps_sco_s_credential_to_its_project(
     assert placement.get("/resource_providers", microversion="1.39").status_code == 200
     assert compute.get("/os-hypervisors", microversion="2.90").status_code == 403
     assert any(s["id"] == theirs for s in stack.servers(all_tenants="1"))
+
+
+def _mallory_server(stack: NovaStack, mallory: Any, partition: str) -> str:
+    """A server of project `mallory` dressed as sco's: its tags, its metadata, and a
+    reclaim notice whose deadline passed long ago."""
+    flavor = stack.conn.compute.find_flavor("spot.small")
+    image = stack.conn.image.find_image("cirros-fake")
+    request = "req-mallory"
+    body = {
+        "server": {
+            "name": f"sco-{partition}-{request}",
+            "flavorRef": flavor.id,
+            "imageRef": image.id,
+            "availability_zone": "hall-a",
+            "networks": "none",
+            "tags": server_tags(partition, request),
+            "metadata": server_metadata(partition, SPOT_A, "spot", request, 1)
+            | {META_RECLAIM_AT: "1"},
+        }
+    }
+    r = mallory.compute.post("/servers", json=body, microversion=MICROVERSION)
+    assert r.status_code == 202, r.text
+    sid = str(r.json()["server"]["id"])
+    wait_for(
+        lambda: any(s["id"] == sid and s["status"] == "ACTIVE" for s in _everyone(stack)),
+        120,
+        "mallory's server ACTIVE",
+    )
+    return sid
+
+
+def _everyone(stack: NovaStack, **params: str) -> list[dict[str, Any]]:
+    """Every project's servers (the cloud's admin), not being deleted."""
+    return stack.servers(all_tenants="1", **params)
+
+
+def test_a_foreign_server_survives_sco_and_the_operators_reclaimer(
+    stack: NovaStack, keystone: Keystone, tmp_path: Path
+) -> None:
+    """sco's own rule, beyond what Keystone enforces: sco's credential here is an
+    admin's (it owns two projects, so it lists across them, and sees every project's
+    servers), and a server of another project dressed as sco's is left alone."""
+    keystone.user("sco-admin", "sco", ["admin"])
+    cred = keystone.app_credential("sco-admin", "sco", ["admin"], "sco-foreign")
+    sco_id, spare_id, mallory_id = (keystone.project(p) for p in ("sco", "sco-spare", "other"))
+    operator = yaml.safe_load(stack.clouds_yaml.read_text())["clouds"]["sco-test"]
+    clouds = tmp_path / "clouds.yaml"
+    entries = {"sco": clouds_entry(stack.keystone_url, **cred.fields()), "operator": operator}
+    clouds.write_text(yaml.safe_dump({"clouds": entries}))
+    region = tmp_path / "region.yaml"
+    region.write_text(yaml.safe_dump(stack.region(guaranteed=False, halls=["hall-a"])))
+    state = f"sqlite:///{tmp_path / 'state.sqlite'}"
+    partition = "fx"
+    theirs = _mallory_server(stack, keystone.as_user("mallory", "other"), partition)
+    port = free_port()
+
+    def config(name: str, provider: dict[str, Any]) -> Path:
+        doc = {
+            "state": {"url": state},
+            "provider": {"region_file": str(region), "clouds_file": str(clouds), **provider},
+            "partitions": [
+                {
+                    "name": partition,
+                    "kind": "slurm",
+                    "target_units": 2,
+                    "max_units": 2,
+                    "agents": True,
+                }
+            ],
+            "policy": {"interval_s": 1},
+            "http": {"bind": "127.0.0.1", "run_port": port},
+        }
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    # sco owns two projects, so it lists across tenants: mallory's server is in its
+    # listing, tagged for its partition.
+    sco_yaml = config("sco.yaml", {"cloud": "sco", "projects": [sco_id, spare_id]})
+    log = tmp_path / "run.log"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(sco_yaml)],
+        cwd=ROOT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        def ours_with_tokens() -> list[dict[str, Any]]:
+            found = [
+                s
+                for s in _everyone(stack, tags=partition_tag(partition))
+                if s["tenant_id"] == sco_id
+                and s["status"] == "ACTIVE"
+                and META_NODE_TOKEN in s["metadata"]
+            ]
+            return found if len(found) >= 2 else []
+
+        ours = wait_for(ours_with_tokens, 180, "sco's 2 servers with node tokens", every_s=1)
+        metrics = wait_for(
+            lambda: _scrape(port) if "sco_foreign_servers{" in _scrape(port) else "",
+            30,
+            "the foreign server counted",
+        )
+        time.sleep(3)  # more cycles: the warning stays one line, the server stays
+    finally:
+        run.terminate()
+        run.wait(timeout=60)
+    text = log.read_text()
+    assert sample(metrics, "sco_foreign_servers", project=mallory_id) == 1.0, metrics
+    # The admin role, and the manager role Keystone says it implies.
+    assert sample(metrics, "sco_credential_excess") == 2.0, metrics
+    assert text.count(f"foreign server {theirs} in project {mallory_id} left alone") == 1, text
+    assert "credential could do more than sco needs: role admin" in text, text
+    survivor = {s["id"]: s for s in _everyone(stack)}[theirs]
+    assert META_NODE_TOKEN not in survivor["metadata"], "a node token went to mallory"
+    assert survivor["metadata"][META_RECLAIM_AT] == "1"
+    assert len(ours) == 2
+
+    # The cloud operator's reclaimer, with the cloud's admin credential: sco's project
+    # is not its own, so it lists across tenants. Mallory's notice ran out long ago;
+    # one of sco's servers is noticed too.
+    operator_yaml = config("operator.yaml", {"cloud": "operator", "projects": [sco_id]})
+    noticed = ours[0]["id"]
+    r = stack.conn.compute.put(
+        f"/servers/{noticed}/metadata/{META_RECLAIM_AT}",
+        json={"meta": {META_RECLAIM_AT: "1"}},
+        microversion=MICROVERSION,
+    )
+    assert r.status_code == 200, r.text
+    sweep = _sco("reclaim", "--config", str(operator_yaml), "--sweep", "--json")
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    done = json.loads(sweep.stdout)
+    assert done == {"deleted": [noticed], "foreign": {theirs: mallory_id}}, done
+    assert f"foreign server {theirs} in project {mallory_id} left alone" in sweep.stderr
+    assert "credential could do more than sco needs" in sweep.stderr
+    asked = _sco(
+        "reclaim", "--config", str(operator_yaml), "--hall", "hall-a", "--flavor",
+        "spot.small", "--count", "5", "--notice", "600s", "--no-wait", "--json",
+    )  # fmt: skip
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    assert theirs not in json.loads(asked.stdout)["noticed"]
+    assert theirs in {s["id"] for s in _everyone(stack)}, "mallory's server was deleted"
+
+    # A creating command with a credential outside sco's projects does not start.
+    refused = _sco("run", "--config", str(operator_yaml), "--cycles", "1")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "provider.projects" in refused.stderr
+    assert "not one of sco's projects" in refused.stderr
+    echo(
+        f"foreign server: left alone by sco run (reported once, sco_foreign_servers 1) "
+        f"and by the operator's sweep, which deleted sco's noticed {noticed}"
+    )
+    stack.clear()
+
+
+def _sco(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sco.apps.cli", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
 
 
 def test_an_admin_role_on_the_credential_is_counted_from_keystone(
