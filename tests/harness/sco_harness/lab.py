@@ -122,14 +122,15 @@ def up(folder: Path, base_port: int, http_base: int, plane: bool) -> None:
     # once it is, it is the user's until `lab down`.
     stack = stack_of(folder, base_port).up()
     print(
-        f"lab: Nova, Placement, Glance and Neutron up in {time.monotonic() - started:.0f} s; "
-        f"{sum(len(h) for h in HALLS.values())} computes in {len(HALLS)} halls, "
-        f"{SLOTS} spot slots each",
+        f"lab: Keystone, Nova, Placement, Glance, Neutron and Ironic up in "
+        f"{time.monotonic() - started:.0f} s; {sum(len(h) for h in HALLS.values())} computes "
+        f"in {len(HALLS)} halls, {SLOTS} spot slots each; {IRONIC_NODES} Ironic nodes in "
+        f"{stack.ironic_hall}",
         file=sys.stderr,
     )
     region = stack.region()
     region["pools"].append(stack.baremetal_pool())
-    if plane:  # the world's OpenBao holds the credential; clouds.yaml's own is refused
+    if plane:  # the world's OpenBao holds the credential; clouds.yaml has none
         port = lab_plane.openbao_ports(http_base)[0]
         region["credential"] = {
             "openbao": {"url": f"http://127.0.0.1:{port}", "path": CREDENTIAL_PATH}
