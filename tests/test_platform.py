@@ -116,33 +116,16 @@ def test_keystone_keeps_sco_s_credential_to_its_project(
     assert any(s["id"] == theirs for s in stack.servers(all_tenants="1"))
 
 
-def _mallory_server(stack: NovaStack, mallory: Any, partition: str) -> str:
-    """A server of project `mallory` dressed as sco's: its tags, its metadata, and a
+def _mallory_server(stack: NovaStack, keystone: Keystone, partition: str) -> str:
+    """A server of mallory's project dressed as sco's: its tags, its metadata, and a
     reclaim notice whose deadline passed long ago."""
-    flavor = stack.conn.compute.find_flavor("spot.small")
-    image = stack.conn.image.find_image("cirros-fake")
     request = "req-mallory"
-    body = {
-        "server": {
-            "name": f"sco-{partition}-{request}",
-            "flavorRef": flavor.id,
-            "imageRef": image.id,
-            "availability_zone": "hall-a",
-            "networks": "none",
-            "tags": server_tags(partition, request),
-            "metadata": server_metadata(partition, SPOT_A, "spot", request, 1)
-            | {META_RECLAIM_AT: "1"},
-        }
-    }
-    r = mallory.compute.post("/servers", json=body, microversion=MICROVERSION)
-    assert r.status_code == 202, r.text
-    sid = str(r.json()["server"]["id"])
-    wait_for(
-        lambda: any(s["id"] == sid and s["status"] == "ACTIVE" for s in _everyone(stack)),
-        120,
-        "mallory's server ACTIVE",
-    )
-    return sid
+    return foreign_server(
+        stack, keystone, "mallory", "other",
+        name=f"sco-{partition}-{request}", availability_zone="hall-a",
+        tags=server_tags(partition, request),
+        metadata=server_metadata(partition, SPOT_A, "spot", request, 1) | {META_RECLAIM_AT: "1"},
+    )  # fmt: skip
 
 
 def _everyone(stack: NovaStack, **params: str) -> list[dict[str, Any]]:
@@ -167,7 +150,7 @@ def test_a_foreign_server_survives_sco_and_the_operators_reclaimer(
     region.write_text(yaml.safe_dump(stack.region(guaranteed=False, halls=["hall-a"])))
     state = f"sqlite:///{tmp_path / 'state.sqlite'}"
     partition = "fx"
-    theirs = _mallory_server(stack, keystone.as_user("mallory", "other"), partition)
+    theirs = _mallory_server(stack, keystone, partition)
     port = free_port()
 
     def config(name: str, provider: dict[str, Any]) -> Path:

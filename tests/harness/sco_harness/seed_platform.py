@@ -67,8 +67,11 @@ def sco_credential(keystone: Keystone, name: str) -> AppCredential:
     return keystone.app_credential("sco-svc", "sco", ROLES, name)
 
 
-def foreign_server(stack: NovaStack, keystone: Keystone, user: str, project: str) -> str:
-    """A server booted by another project's member, ACTIVE."""
+def foreign_server(
+    stack: NovaStack, keystone: Keystone, user: str, project: str, **server: Any
+) -> str:
+    """A server booted by another project's member, ACTIVE; `server`: more of the
+    request's fields (a name, tags, metadata, a zone)."""
     conn = keystone.as_user(user, project)
     body = {
         "server": {
@@ -76,6 +79,7 @@ def foreign_server(stack: NovaStack, keystone: Keystone, user: str, project: str
             "flavorRef": stack.conn.compute.find_flavor("spot.small").id,
             "imageRef": stack.conn.image.find_image("cirros-fake").id,
             "networks": "none",
+            **server,
         }
     }
     r = conn.compute.post("/servers", json=body, microversion=MICROVERSION)
