@@ -25,7 +25,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -46,7 +45,7 @@ from sco.adapters.openstack.resources import (
 from sco.adapters.openstack.scope import excess
 from sco.engine.clock import SystemClock
 from sco_harness.bao_server import BaoServer
-from sco_harness.controlplane import sample, wait_for
+from sco_harness.controlplane import sample, scrape, wait_for
 from sco_harness.keystone import AppCredential, Keystone, clouds_entry
 from sco_harness.openstack_stack import BAREMETAL_FLAVOR, ROOT, NovaStack, echo, free_port
 from sco_harness.seed_platform import (
@@ -197,7 +196,7 @@ def test_a_foreign_server_survives_sco_and_the_operators_reclaimer(
 
         ours = wait_for(ours_with_tokens, 180, "sco's 2 servers with node tokens", every_s=1)
         metrics = wait_for(
-            lambda: _scrape(port) if "sco_foreign_servers{" in _scrape(port) else "",
+            lambda: scrape(port) if "sco_foreign_servers{" in scrape(port) else "",
             30,
             "the foreign server counted",
         )
@@ -271,14 +270,6 @@ def test_an_admin_role_on_the_credential_is_counted_from_keystone(
     assert "roles beyond provider.roles: manager" in found, found
 
 
-def _scrape(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            return str(r.read().decode())
-    except OSError:
-        return ""
-
-
 def test_sco_run_on_the_restricted_credential_from_openbao(
     stack: NovaStack, keystone: Keystone, bao: BaoServer, tmp_path: Path
 ) -> None:
@@ -325,7 +316,7 @@ def test_sco_run_on_the_restricted_credential_from_openbao(
 
         wait_for(two_active, 180, "sco's 2 servers ACTIVE in project sco", every_s=1)
         metrics = wait_for(
-            lambda: m if "sco_credential_excess " in (m := _scrape(port)) else "",
+            lambda: m if "sco_credential_excess " in (m := scrape(port)) else "",
             30,
             "sco's metrics",
         )

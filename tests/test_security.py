@@ -81,14 +81,6 @@ def _sco(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def _scrape(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            return str(r.read().decode())
-    except OSError:
-        return ""
-
-
 # ---------------------------------------------------------------- the canary scan
 
 

@@ -160,8 +160,6 @@ def cmd_create_image(a):
 def cmd_wait_compute(a):
     """Resource provider (with the configured spot inventory/traits) exists
     in Placement and the host is mapped to a cell in the API DB."""
-    import pymysql
-
     base = a.placement.rstrip('/')
     pv = {'OpenStack-API-Version': 'placement 1.39'}
     want_traits = set(a.trait)
@@ -194,21 +192,7 @@ def cmd_wait_compute(a):
     if rc:
         return rc
 
-    def mapped():
-        conn = pymysql.connect(host='127.0.0.1', port=a.db_port,
-                               user=a.db_user, password=a.db_password,
-                               database='nova_api', connect_timeout=5)
-        try:
-            with conn.cursor() as cur:
-                cur.execute('SELECT c.name FROM host_mappings h JOIN '
-                            'cell_mappings c ON h.cell_id = c.id '
-                            'WHERE h.host = %s', (a.host,))
-                row = cur.fetchone()
-        finally:
-            conn.close()
-        return bool(row), row and row[0]
-    rc = _poll(mapped, a.timeout, a.pid, 'host mapping for %s' % a.host,
-               interval=0.5)
+    rc = _wait_mapped(a)
     if rc == 0:
         print(state['uuid'])
     return rc
@@ -273,8 +257,6 @@ def cmd_wait_ironic_compute(a):
     """Every Ironic node is a resource provider (named by node uuid) with
     inventory RESOURCE_CLASS total 1 reserved 0 (and the traits), and the
     ironic compute's host is mapped to a cell."""
-    import pymysql
-
     base = a.placement.rstrip('/')
     pv = {'OpenStack-API-Version': 'placement 1.39'}
     want_traits = set(t for t in (a.traits or '').split(',') if t)
@@ -298,18 +280,26 @@ def cmd_wait_ironic_compute(a):
     if rc:
         return rc
 
+    return _wait_mapped(a)
+
+
+def _wait_mapped(a):
+    """Until the compute host a.host is mapped to a cell (nova_api's host_mappings)."""
+    import pymysql
+
     def mapped():
         conn = pymysql.connect(host='127.0.0.1', port=a.db_port,
                                user=a.db_user, password=a.db_password,
                                database='nova_api', connect_timeout=5)
         try:
             with conn.cursor() as cur:
-                cur.execute('SELECT 1 FROM host_mappings WHERE host = %s',
-                            (a.host,))
+                cur.execute('SELECT c.name FROM host_mappings h JOIN '
+                            'cell_mappings c ON h.cell_id = c.id '
+                            'WHERE h.host = %s', (a.host,))
                 row = cur.fetchone()
         finally:
             conn.close()
-        return bool(row), row
+        return bool(row), row and row[0]
     return _poll(mapped, a.timeout, a.pid, 'host mapping for %s' % a.host,
                  interval=0.5)
 

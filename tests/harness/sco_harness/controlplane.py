@@ -68,13 +68,7 @@ class ControlPlaneRun:
 
     def metrics(self, name: str) -> str:
         port = self.procs[name].port
-        if port is None:
-            return ""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                return str(r.read().decode())
-        except OSError:
-            return ""
+        return "" if port is None else scrape(port)
 
     def alive(self) -> dict[str, int | None]:
         return {n: p.popen.poll() for n, p in self.procs.items()}
@@ -116,6 +110,15 @@ def wait_for(check: Any, timeout_s: float, what: str, every_s: float = 0.2) -> A
 
 
 # ---------------------------------------------------------------- reading metrics
+
+
+def scrape(port: int) -> str:
+    """The /metrics of a process on this port ("" while it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
 
 
 def sample(metrics_text: str, name: str, **labels: str) -> float | None:
