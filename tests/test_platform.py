@@ -196,7 +196,7 @@ def test_a_foreign_server_survives_sco_and_the_operators_reclaimer(
 
         ours = wait_for(ours_with_tokens, 180, "sco's 2 servers with node tokens", every_s=1)
         metrics = wait_for(
-            lambda: scrape(port) if "sco_foreign_servers{" in scrape(port) else "",
+            lambda: m if "sco_foreign_servers{" in (m := scrape(port)) else "",
             30,
             "the foreign server counted",
         )

@@ -220,13 +220,16 @@ class NovaStack:
 
     @property
     def env(self) -> dict[str, str]:
+        ironic = {
+            "SCO_OS_IRONIC_NODES": str(self.ironic_nodes),
+            "SCO_OS_IRONIC_RC": IRONIC_RC,
+            "SCO_OS_IRONIC_TRAITS": "CUSTOM_SPOT_CAPABLE",
+        }
         return stack_env(
             SCO_OS_BASE_PORT=str(self.base_port),
             SCO_OS_KEYSTONE="1" if self.keystone else "0",
             SCO_OS_IRONIC="1" if self.ironic_nodes else "0",
-            SCO_OS_IRONIC_NODES=str(self.ironic_nodes or 1),
-            SCO_OS_IRONIC_RC=IRONIC_RC,
-            SCO_OS_IRONIC_TRAITS="CUSTOM_SPOT_CAPABLE",
+            **(ironic if self.ironic_nodes else {}),
         )
 
     @property
