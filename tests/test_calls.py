@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ class HeldCalls(Executor):
         self.ran = []
 
 
-def _controller(w: World, calls: Executor, provider: Any = None) -> PartitionController:
+def _controller(w: World, calls: Executor | int, provider: Any = None) -> PartitionController:
     return w.controller(provider, calls)
 
 
@@ -103,7 +103,7 @@ def test_servers_listed_before_their_answer_are_recorded_once(tmp_path: Path) ->
 class Refusing:
     """The region, except that pool `refuses` turns creates down."""
 
-    def __init__(self, region: SimRegion, refuses: PoolId) -> None:
+    def __init__(self, region: SimRegion, refuses: PoolId | None = None) -> None:
         self.region = region
         self.refuses = refuses
         self.refused = 0
@@ -121,13 +121,13 @@ class Refusing:
 def test_a_refusal_answered_late_closes_its_records(tmp_path: Path) -> None:
     w = World(tmp_path)
     calls = HeldCalls()
-    c = _controller(w, calls)
+    refusing = Refusing(w.region)
+    c = _controller(w, calls, provider=refusing)
     c.cycle()
     first_pool = w.records()[0].pool
     sent = {i.id for i in w.records() if i.pool == first_pool}
     requests = {i.request_id for i in w.records() if i.pool == first_pool}
-    refusing = Refusing(w.region, first_pool)
-    c.provider = refusing  # type: ignore[assignment]
+    refusing.refuses = first_pool  # the cloud turns them down when it gets to them
     calls.run()
     calls.answer()
     assert refusing.refused >= 1
@@ -160,14 +160,17 @@ class SlowCloud:
 def test_a_slow_create_does_not_hold_the_cycle(tmp_path: Path) -> None:
     w = World(tmp_path)
     slow = SlowCloud(w.region)
-    with ThreadPoolExecutor(2) as workers:
-        c = _controller(w, workers, provider=slow)
-        report = c.cycle()  # returns while the create is still with the cloud
-        assert slow.entered.wait(30)
-        assert not slow.go.is_set()
-        assert report.created == 0
-        assert _states(w) == [State.REQUESTED] * 3
-        slow.go.set()
+    c = _controller(w, 2, provider=slow)  # two workers, as `sco run` has
+    report = c.cycle()  # returns while the create is still with the cloud
+    assert slow.entered.wait(30)
+    assert not slow.go.is_set()
+    assert report.created == 0
+    assert _states(w) == [State.REQUESTED] * 3
+    slow.go.set()
+    for _ in range(600):
+        if w.region.server_count() == 3:
+            break
+        threading.Event().wait(0.05)
     w.at(10)
     assert c.cycle().created == 3
     assert len(w.region.list("p1")) == 3
@@ -177,13 +180,13 @@ def test_a_replica_keeps_cycling_while_a_create_hangs(tmp_path: Path) -> None:
     """`sco run`'s replica sends creates on its workers: a create the cloud never
     answers holds neither its partition's cycles nor the others'."""
     from sco.adapters.sqlstate.engine import sqlite_url
-    from sco.engine.controller import CycleReport
+    from sco.engine.cycle import CycleReport
     from test_replicas import Cluster
 
     cluster = Cluster(tmp_path, sqlite_url(tmp_path / "state.db"))
     slow = SlowCloud(cluster.region)
     reports: list[CycleReport] = []
-    runner = cluster.start("r1", slow, interval_s=0.05, on_report=reports.append)  # type: ignore[arg-type]
+    runner = cluster.start("r1", slow, interval_s=0.05, on_report=reports.append, calls=2)  # type: ignore[arg-type]
     stop = threading.Event()
     thread = threading.Thread(target=runner.run, args=(stop,))
     thread.start()
@@ -202,5 +205,5 @@ def test_a_replica_keeps_cycling_while_a_create_hangs(tmp_path: Path) -> None:
         slow.go.set()
         stop.set()
         thread.join(30)
-        runner.store.close()
+        cluster.stores["r1"].close()
     assert not thread.is_alive()

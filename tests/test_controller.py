@@ -16,13 +16,22 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import State
-from sco.engine.calls import INLINE
 from sco.engine.clock import CountingIds, ManualClock
-from sco.engine.controller import ControllerConfig, PartitionController
+from sco.engine.controller import PartitionController
+from sco.engine.cycle import ControllerConfig
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
-from sco.ports import HistoryRow, NewRequest, NodeView, Provider, Reservation, ServerView
+from sco.ports import (
+    HistoryRow,
+    NewRequest,
+    NodeView,
+    Provider,
+    Reservation,
+    SchedulerCluster,
+    ServerView,
+)
 from sco_harness.builders import instance, write_json_trace, write_yaml
+from sco_harness.runners import controller_of, ports_of
 
 
 class World:
@@ -55,21 +64,26 @@ class World:
         self.ids = CountingIds()
 
     def controller(
-        self, provider: Provider | None = None, calls: Executor = INLINE
+        self,
+        provider: Provider | None = None,
+        calls: int | Executor = 0,
+        nodes: SchedulerCluster | None = None,
+        config: ControllerConfig | None = None,
     ) -> PartitionController:
         """A fresh controller process: nothing in memory, everything from the store;
-        the region is its provider unless another is given."""
-        return PartitionController(
-            self.demand.partitions()[0],
-            provider=provider or self.region,
-            nodes=self.region,
-            store=self.store,
-            demand=self.demand,
-            policy=ScoPolicy(HedgeConfig(max_spare=0)),  # no hedge: exact counts
-            clock=self.clock,
+        the region is its provider and node plane unless others are given."""
+        ports = ports_of(
+            provider or self.region,
+            nodes or self.region,
+            self.store,
+            self.demand,
+            self.clock,
             ids=self.ids,
-            config=ControllerConfig(),
             calls=calls,
+        )
+        # No hedge: exact counts.
+        return controller_of(
+            ports, lambda: ScoPolicy(HedgeConfig(max_spare=0)), config or ControllerConfig()
         )
 
     def at(self, t: float) -> None:
@@ -314,8 +328,7 @@ class NotedNodes:
 def test_what_a_node_s_leaving_cuts_short_is_in_its_last_event(tmp_path: Path) -> None:
     # Pool a loses its capacity at t=600 with 120 s notice: its servers drain and go.
     w = World(tmp_path, target=4, sim=SimConfig(notice_s=120), a_trace=[4] + [0] * 49)
-    c = w.controller()
-    c.nodes = NotedNodes(w.region)
+    c = w.controller(nodes=NotedNodes(w.region))
     for t in range(0, 1230, 30):
         w.at(float(t))
         c.cycle()
@@ -351,10 +364,8 @@ def _forgetful_world(
 ) -> tuple[World, PartitionController, ForgetfulNodes]:
     """A partition at target, READY, whose scheduler may forget nodes (60 s grace)."""
     w = World(tmp_path, target=target)
-    c = w.controller()
-    c.config = dataclasses.replace(c.config, node_lost_after_s=60.0)
     forgetful = ForgetfulNodes(w.region)
-    c.nodes = forgetful
+    c = w.controller(nodes=forgetful, config=ControllerConfig(node_lost_after_s=60.0))
     c.cycle()
     w.at(150.0)
     c.cycle()

@@ -25,12 +25,14 @@ from sco.decide.policies import ScoPolicy
 from sco.domain.lifecycle import State
 from sco.domain.plans import Plan
 from sco.engine.clock import ManualClock
-from sco.engine.controller import ControllerConfig, CycleReport
+from sco.engine import builder
+from sco.engine.cycle import ControllerConfig, CycleReport
 from sco.engine.replicas import ReplicaConfig, ReplicaRunner, fair_share
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco.ports import FencedOut, Provider
 from sco_harness.builders import write_json_trace, write_yaml
+from sco_harness.runners import ports_of
 
 PARTITIONS = 6
 
@@ -55,6 +57,7 @@ class Cluster:
         self.url = url
         self.demand = FileDemandSource.load(demand, "traces", 0.0)
         self.replicas: dict[str, ReplicaRunner] = {}
+        self.stores: dict[str, SqlFleetStore] = {}  # each replica's own connection
 
     def start(
         self,
@@ -62,24 +65,30 @@ class Cluster:
         provider: Provider | None = None,
         interval_s: float = 5,
         on_report: Callable[[CycleReport], None] | None = None,
+        calls: int = 0,
     ) -> ReplicaRunner:
         """A new process: its own store connection, nothing in memory; the region is
         its provider unless another is given."""
         store = SqlFleetStore(self.url)
-        runner = ReplicaRunner(
-            config=ReplicaConfig(name, lease_ttl_s=15, lease_every_s=1, act_margin_s=5),
+        ports = ports_of(
+            provider or self.region,
+            self.region,
+            store,
+            self.demand,
+            self.clock,
             leases=SqlLeases(store.engine),
-            provider=provider or self.region,
-            nodes=self.region,
-            store=store,
-            demand=self.demand,
-            policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
-            clock=self.clock,
-            interval_s=interval_s,
+            calls=calls,
+        )
+        runner = builder.replica(
+            ports,
+            ReplicaConfig(name, lease_ttl_s=15, lease_every_s=1, act_margin_s=5),
+            lambda: ScoPolicy(HedgeConfig(max_spare=0)),
+            interval_s,
             controller=ControllerConfig(),
             on_report=on_report,
         )
         self.replicas[name] = runner
+        self.stores[name] = store
         return runner
 
     def step(self, dt: float, alive: list[str]) -> None:
@@ -115,7 +124,7 @@ def test_replicas_share_partitions_and_take_over_a_dead_one(tmp_path: Path, flee
         c.start(name)
     c.step(200, ["r1", "r2", "r3"])
     assert sorted(c.holders().values()) == [2, 2, 2], c.holders()
-    ready = [i for p in range(PARTITIONS) for i in c.replicas["r1"].store.instances(f"p{p}")]
+    ready = [i for p in range(PARTITIONS) for i in c.stores["r1"].instances(f"p{p}")]
     assert sum(1 for i in ready if i.state is State.READY) == 2 * PARTITIONS
 
     # r3 dies: no release, its leases lapse after the TTL and the others take them.
@@ -126,7 +135,7 @@ def test_replicas_share_partitions_and_take_over_a_dead_one(tmp_path: Path, flee
         c.step(1, ["r1", "r2"])
         holders = {
             x.partition: x.holder
-            for x in SqlLeases(c.replicas["r1"].store.engine).leases()
+            for x in SqlLeases(c.stores["r1"].engine).leases()
             if x.expires_at >= c.clock.now()
         }
         if all(holders.get(p) in ("r1", "r2") for p in orphaned):
@@ -152,17 +161,17 @@ def test_a_paused_replica_cannot_write_after_takeover(tmp_path: Path, fleet_url:
     # "paused" wakes up and, before it tends its leases, runs a cycle on what it
     # believed: the database refuses its writes, so it reserves nothing, creates
     # nothing, deletes nothing.
-    history = len(c.replicas["other"].store.history())
+    history = len(c.stores["other"].history())
     servers = c.region.server_count()
     for controller in paused.controllers.values():
-        controller._records = None  # it reloads, plans again and tries to act
+        controller.records.forget()  # it reloads, plans again and tries to act
         with contextlib.suppress(FencedOut):  # a first write refused stops it there
             controller.cycle()
-    assert len(c.replicas["other"].store.history()) == history
+    assert len(c.stores["other"].history()) == history
     assert c.region.server_count() == servers
     name = next(iter(paused.controllers))
     with pytest.raises(FencedOut):
-        paused.store.save_plan(Plan(name, 99, c.clock.now(), {}, {}))
+        c.stores["paused"].save_plan(Plan(name, 99, c.clock.now(), {}, {}), paused.token(name))
     # its next lease round tells it it lost everything
     paused.tend_leases()
     assert paused.held == {}
@@ -362,15 +371,15 @@ def test_a_dead_replicas_leases_are_all_taken_at_their_expiry(
     # Not yet expired: r1 knows when to look again.
     assert r1._until_next_tend() == pytest.approx(min(1.0, expiry - c.clock.now() + 0.01))
     built: list[str] = []
-    kit_controller = r1._kit.controller
+    make_controller = r1._controller
 
-    def controller(partition):  # type: ignore[no-untyped-def]
+    def controller(partition, fence):  # type: ignore[no-untyped-def]
         # When each controller is built, every lease taken this round is already held.
         built.append(partition.name)
         assert orphaned <= set(r1.held), (partition.name, set(r1.held))
-        return kit_controller(partition)
+        return make_controller(partition, fence)
 
-    r1._kit.controller = controller  # type: ignore[method-assign]
+    r1._controller = controller
     c.clock.set(expiry + 0.01)
     r1.leases.forget_replica("r3")
     r1.tend_leases()

@@ -41,6 +41,14 @@ def lab_group() -> None:
 @click.option("--workers", type=int, default=None, help="Worker processes (default: CPUs).")
 @click.option("--no-shrink", is_flag=True, help="Do not shrink a failing schedule.")
 @click.option("--stop-at-first", is_flag=True, help="Stop at the first failing seed.")
+@click.option(
+    "--state",
+    type=click.Choice(["memory", "sqlite"]),
+    default="memory",
+    show_default=True,
+    help="Fleet state of each world: the in-memory twin, or a SQLite database (the SQL "
+    "path); both are held to one conformance suite and a seed gives the same result.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
 def swarm(
     seeds: int,
@@ -52,6 +60,7 @@ def swarm(
     workers: int | None,
     no_shrink: bool,
     stop_at_first: bool,
+    state: str,
     as_json: bool,
 ) -> None:
     """Deterministic simulation of the whole control plane under faults.
@@ -72,7 +81,7 @@ def swarm(
         return
     kinds = _kinds(faults, ALL_KINDS)
     if seed is not None:
-        todo = trials(1, seed, kinds)
+        todo = trials(1, seed, kinds, state)
         if keep is not None:
             todo = [_keep(todo[0], keep)]
     elif keep is not None:
@@ -80,10 +89,10 @@ def swarm(
     elif seeds < 1:
         raise BadInput("--seeds: at least 1")
     else:
-        todo = trials(seeds, first_seed, kinds)
+        todo = trials(seeds, first_seed, kinds, state)
     if workers is not None and workers < 1:
         raise BadInput("--workers: at least 1")
-    tally = Tally()
+    tally = Tally(state=state)
     started = time.monotonic()
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
     for trial, result in run_trials(todo, workers):

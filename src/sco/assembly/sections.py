@@ -20,7 +20,7 @@ from sco.decide.exclusion import ExclusionConfig
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import runnable_policy
 from sco.decide.scorer import ScorerConfig
-from sco.engine.controller import ControllerConfig
+from sco.engine.cycle import ControllerConfig
 
 
 class _Section(BaseModel):

@@ -22,11 +22,12 @@ from sco.adapters.sqlstate import Unreachable
 from sco.adapters.sqlstate.eventlog import SqlEventLog
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.assembly.settings import Settings
+from sco.engine.builder import NodeTokens
+from sco.engine.leases import PairedLeases
 from sco.engine.outbox import relay
-from sco.engine.replicas import Membership
-from sco.engine.tokens import TokenIssuer
 from sco.ports import (
     EventLog,
+    LeaseStore,
     TokenCourier,
     TokenLedger,
 )
@@ -184,20 +185,22 @@ def open_history(settings: Settings, hold: bool = False) -> ClickHouseHistory:
         raise StartError(f"history.url: {type(e).__name__}: {str(e).splitlines()[0]}") from None
 
 
-def open_leases(settings: Settings, store: SqlFleetStore) -> Membership:
-    """Partition leases and replica membership, in the database or as Kubernetes Leases."""
-    cfg = settings.leases
-    if cfg.kind == "database":
-        from sco.adapters.sqlstate.leases import SqlLeases
+def open_leases(settings: Settings, store: SqlFleetStore) -> LeaseStore:
+    """Partition leases and replica membership, in the database or as Kubernetes Leases;
+    fencing in the database either way (its triggers refuse stale writes)."""
+    from sco.adapters.sqlstate.leases import SqlLeases
 
-        return SqlLeases(store.engine)
+    cfg = settings.leases
+    fencing = SqlLeases(store.engine)
+    if cfg.kind == "database":
+        return fencing
     try:
         from sco.adapters.kubernetes.leases import connect
     except ModuleNotFoundError:
         raise StartError("leases.kind kubernetes: pip install 'sco[kubernetes]'") from None
     k = cfg.kubernetes
     try:
-        return connect(k.namespace, k.kubeconfig, k.context)
+        return PairedLeases(connect(k.namespace, k.kubeconfig, k.context), fencing)
     except Exception as e:
         raise StartError(f"leases.kubernetes: {type(e).__name__}: {e}") from None
 
@@ -215,12 +218,10 @@ def demand(settings: Settings, region: str, start_s: float) -> FileDemandSource:
         raise StartError(str(e)) from None
 
 
-def token_issuers(
-    settings: Settings, ledger: TokenLedger, courier: TokenCourier
-) -> dict[str, TokenIssuer]:
-    """A node-token issuer for each partition whose nodes run `sco agent`."""
-    issuer = TokenIssuer(ledger, courier, settings.distributor.token_ttl_s)
-    return {p.name: issuer for p in settings.partitions if p.agents}
+def node_tokens(settings: Settings, ledger: TokenLedger, courier: TokenCourier) -> NodeTokens:
+    """Node tokens for the partitions whose nodes run `sco agent`."""
+    agents = frozenset(p.name for p in settings.partitions if p.agents)
+    return NodeTokens(ledger, courier, settings.distributor.token_ttl_s, agents)
 
 
 def require(settings: Settings, *fields: str, partitions: bool = False) -> None:

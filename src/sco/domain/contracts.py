@@ -105,6 +105,34 @@ class Contract:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class StoredContract:
+    """A contract as fleet state keeps it: the node's terms at their version, its
+    server, the token's digest and expiry (never the token), and the agent's last
+    answer."""
+
+    instance_id: str
+    version: int
+    terms: Terms
+    server_id: str | None
+    changed_at: float
+    token_expires_at: float | None
+    ack_version: int | None
+    ack_status: AckStatus | None
+    ack_detail: str | None
+    ack_at: float | None
+    token_hash: str | None = None  # the digest, never the token
+
+    @property
+    def acked(self) -> AckStatus | None:
+        """The agent's answer to this very version, if any."""
+        return self.ack_status if self.ack_version == self.version else None
+
+    def token_valid(self, now: float) -> bool:
+        """Whether its token (if any) has not expired."""
+        return self.token_expires_at is not None and self.token_expires_at > now
+
+
 def token_digest(token: str) -> str:
     """What fleet state keeps of a node token. Tokens are 256 random bits, so a plain
     SHA-256 (no salt, no stretching) is enough to make the stored value useless."""

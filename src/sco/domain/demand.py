@@ -92,3 +92,7 @@ class Demand:
     def wanted_units(self) -> int:
         """Target, raised to the floor: the floor is a promise, the target a wish."""
         return max(self.target_units, self.floor_units)
+
+
+# What an operator may ask of a partition (`sco handback`): give everything back.
+HANDBACK = "handback"

@@ -1,14 +1,21 @@
 """The act phase of a partition's cycle: intents recorded first, then the scheduler and
 the cloud told (drains, deletes), then creates: reserve, record, create, record the
-outcome."""
+outcome when it comes.
+
+`Acquirer` carries the actions out for one partition. It keeps what outlives a
+cycle: its creates and deletes in flight (`sco.engine.calls`), the pools'
+back-off (a pure decision, `sco.decide.backoff`), and the replacements owed for
+reclaimed spot; everything else it is given.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
+from sco.decide import backoff
 from sco.decide.acquirer import Actions, Create, Reason
 from sco.domain.instances import Change, Instance, step
 from sco.domain.lifecycle import State, Trigger
@@ -16,37 +23,78 @@ from sco.domain.plans import Plan
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PartitionSnapshot
 from sco.domain.times import utc
-from sco.engine.partition_state import PartitionState
+from sco.engine.calls import Outbound
+from sco.engine.clock import IdSource
+from sco.engine.cycle import ControllerConfig, CycleTally
+from sco.engine.records import PoolLedger, Records
+from sco.engine.sync import Sightings
 from sco.ports import (
+    Clock,
     CreateResult,
-    FencedOut,
     InsufficientCapacity,
     NewRequest,
     PermanentProviderError,
+    Provider,
     ProviderError,
     QuotaExceeded,
     Reservation,
     RetryableProviderError,
+    SchedulerCluster,
     SchedulerUnavailable,
-    StateConflict,
 )
 
 log = logging.getLogger("sco.engine.controller")
 
 
-class Act(PartitionState):
-    def _act(self, actions: Actions, snapshot: PartitionSnapshot, plan: Plan, now: float) -> int:
+class Acquirer:
+    """Turns a partition's actions into writes and calls, and applies the answers."""
+
+    def __init__(
+        self,
+        partition: str,
+        *,
+        provider: Provider,
+        nodes: SchedulerCluster,
+        records: Records,
+        ledger: PoolLedger,
+        sightings: Sightings,
+        ids: IdSource,
+        clock: Clock,
+        config: ControllerConfig,
+        calls: Executor,
+    ) -> None:
+        self.partition = partition
+        self.provider = provider
+        self.nodes = nodes
+        self.records = records
+        self.ledger = ledger
+        self.sightings = sightings
+        self.ids = ids
+        self.clock = clock
+        self.config = config
+        self.backoff = backoff.Backoff()
+        self.owed = 0  # spot reclaimed and not yet replaced: creates count as replacements
+        self.tally = CycleTally()  # the cycle under way, which answers count toward
+        self._outbound = Outbound(calls)
+        self._last_sweep = float("-inf")
+
+    def answers(self) -> int:
+        """Apply the answers of calls sent by earlier cycles; returns the transitions."""
+        return self._outbound.answers()
+
+    def act(self, actions: Actions, snapshot: PartitionSnapshot, plan: Plan, now: float) -> int:
         """Returns the transitions recorded."""
-        records = self._records or {}
+        records = self.records.held()
         changes: list[Change] = []
-        acted = self._cycle.acted
+        acted = self.tally.acted
+        noted = self.sightings.noted
         for e in actions.expirations:
             inst = records[e.instance_id]
             changes.append(step(inst, Trigger.EXPIRED, now, e.detail or e.reason, code=e.reason))
             acted[("expire", e.reason)] += 1
         for c in actions.closes:
             inst = records[c.instance_id]
-            why = self._noted(inst, c.detail or c.reason)
+            why = noted(inst, c.detail or c.reason)
             changes.append(step(inst, Trigger.SERVER_GONE, now, why, code=c.reason))
             acted[("close", c.reason)] += 1
         tell: list[tuple[str, float, str]] = []  # (server, deadline, reason) to drain
@@ -63,35 +111,41 @@ class Act(PartitionState):
             )
         deletes = [(records[x.instance_id], x) for x in actions.deletes]
         for i, x in deletes:
-            changes.append(
-                step(i, x.trigger, now, self._noted(i, x.detail or x.reason), code=x.reason)
-            )
+            changes.append(step(i, x.trigger, now, noted(i, x.detail or x.reason), code=x.reason))
             acted[("delete", x.reason)] += 1
         # The intent is recorded first, then the scheduler and the cloud are told: a
         # write refused (a conflict, another leader) leaves no node drained that sco
         # still counts as ready, and none deleted; one told late is told again (`untold`).
-        n = self._commit(changes)
+        n = self.records.commit(changes)
         if changes and not n:
             return 0  # lost a race: the next cycle plans from what is there
         self._tell_drains(tell)
         self._delete([i.server_id for i, _ in deletes if i.server_id])
         for create in actions.creates:
-            n += self._create(create, snapshot, plan, now)
+            n += self._create(create, snapshot, plan)
         return n
+
+    def sweep(self, now: float) -> None:
+        """Drop stale reservations every `sweep_every_s`."""
+        if now - self._last_sweep < self.config.sweep_every_s:
+            return
+        self._last_sweep = now
+        self.records.sweep(now)
+
+    # ------------------------------------------------------------ drains and deletes
 
     def _tell_drains(self, tell: Sequence[tuple[str, float, str]]) -> None:
         """Tell the scheduler of each drain just recorded; one it cannot take now is told
         again on a later cycle, as its node does not hold the order. A reclaim's work is
         then tended at once: a notice shorter than a cycle would otherwise reach its
         deadline before the next cycle requeues or evicts anything."""
-        name = self.partition.name
         try:
             for server_id, drain_by, reason in tell:
-                self.nodes.drain(name, server_id, drain_by, reason)
+                self.nodes.drain(self.partition, server_id, drain_by, reason)
             if any(reason == Reason.RECLAIM_NOTICE for _, _, reason in tell):
-                self.nodes.tend(name, None)
+                self.nodes.tend(self.partition, None)
         except SchedulerUnavailable as e:
-            log.warning("partition %s: drains not all sent, will resend: %s", name, e)
+            log.warning("partition %s: drains not all sent, will resend: %s", self.partition, e)
 
     def _delete(self, server_ids: list[str]) -> None:
         """Delete servers whose TERMINATING records are already written: the intent
@@ -106,34 +160,35 @@ class Act(PartitionState):
         try:
             future.result()
         except ProviderError as e:
-            log.warning("partition %s: delete failed, will resend: %s", self.partition.name, e)
+            log.warning("partition %s: delete failed, will resend: %s", self.partition, e)
         return 0
 
-    def _create(self, create: Create, snapshot: PartitionSnapshot, plan: Plan, now: float) -> int:
+    # ------------------------------------------------------------ creates
+
+    def _create(self, create: Create, snapshot: PartitionSnapshot, plan: Plan) -> int:
         """Reserve, record REQUESTED, send the create (its answer recorded when it comes).
         Returns the transitions recorded. Nothing once a write of this cycle lost its
         race: what it planned from is stale."""
-        if self._records is None:
+        if self.records.stale:
             return 0
         # The request's own time, not the cycle's: calls before it (a slow cloud) may
         # have taken a while, and the listing grace of its servers counts from here.
         now = self.clock.now()
         view = snapshot.pools[create.pool]
-        fresh = self._records_of_pools(now, fresh=True).get(create.pool)
+        fresh = self.ledger.read(now, fresh=True).get(create.pool)
         if fresh is None:
             return 0
-        cap = self._batch.get(create.pool, create.count)
-        count = min(create.count, cap, view.headroom - fresh.reserved)
+        count = min(self.backoff.cap(create.pool, create.count), view.headroom - fresh.reserved)
         if count <= 0:
             return 0
         request_id = self.ids.new("req")
         pool = view.pool
-        replacing = min(self._owed, count)
+        replacing = min(self.owed, count)
         codes = [Reason.REPLACE_RECLAIMED] * replacing + [create.reason] * (count - replacing)
         instances = tuple(
             Instance(
                 id=self.ids.new("inst"),
-                partition=self.partition.name,
+                partition=self.partition,
                 pool=pool.id,
                 capacity_class=pool.capacity_class,
                 units=pool.units_per_instance,
@@ -148,34 +203,16 @@ class Act(PartitionState):
             for code in codes
         )
         reservation = Reservation(
-            request_id,
-            pool.id,
-            self.partition.name,
-            count,
-            now,
-            now + self.config.reservation_ttl_s,
+            request_id, pool.id, self.partition, count, now, now + self.config.reservation_ttl_s
         )
-        try:
-            self.store.reserve(NewRequest(reservation, instances, fresh.version))
-        except FencedOut:
-            raise
-        except StateConflict as e:
-            log.info("partition %s: reservation lost a race: %s", self.partition.name, e)
+        if not self.records.reserve(NewRequest(reservation, instances, fresh.version)):
             return 0
-        assert self._records is not None
-        for i in instances:
-            self._records[i.id] = i
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "partition %s: requesting %d in %s [%s] (request %s, plan %d)",
-                self.partition.name,
-                count,
-                pool.id,
-                ", ".join(sorted(set(codes))),
-                request_id,
+                self.partition, count, pool.id, ", ".join(sorted(set(codes))), request_id,
                 plan.generation,
-            )
-        self._open_requests.add(request_id)
+            )  # fmt: skip
         sent = _Request(request_id, pool.id, instances, tuple(codes), replacing, now)
         answered = self._outbound.send(
             lambda: self._send_create(sent, plan.generation),
@@ -187,9 +224,8 @@ class Act(PartitionState):
         """The cloud's answer to a create, and when it came (it may run on a worker)."""
         try:
             result = self.provider.create(
-                sent.pool, len(sent.instances), sent.request_id, self.partition.name,
-                plan_generation,
-            )  # fmt: skip
+                sent.pool, len(sent.instances), sent.request_id, self.partition, plan_generation
+            )
         except (
             RetryableProviderError,
             InsufficientCapacity,
@@ -203,25 +239,25 @@ class Act(PartitionState):
         """Record a create's answer on the records as they are now: a listing may have
         settled some of them first (found by request id, or closed unanswered), and
         those are left as they are. Returns the transitions recorded."""
-        name, request_id = self.partition.name, sent.request_id
+        name, request_id = self.partition, sent.request_id
         if isinstance(answer.error, RetryableProviderError):
             # The outcome is unknown: records stay REQUESTED until listed or expired.
             log.warning("partition %s: create %s unknown: %s", name, request_id, answer.error)
             return 0
         if answer.error is not None:
-            self._refused_at[sent.pool] = sent.at  # planning avoids the pool for a while
-        records = self._records
-        if records is None:
+            # Planning avoids the pool for a while.
+            self.backoff = backoff.refused(self.backoff, sent.pool, sent.at)
+        if self.records.stale:
             log.info("partition %s: answer to %s left to the listing", name, request_id)
             return 0
-        current = [records.get(i.id) for i in sent.instances]
+        current = [self.records.get(i.id) for i in sent.instances]
         waiting = [i for i in current if i is not None and i.state is State.REQUESTED]
         if answer.error is not None:
             return self._refused(waiting, request_id, str(answer.error), sent.at)
         result = answer.result
         assert result is not None
         now = answer.at  # the answer's time: what it accepted was made by then
-        open_ = request_id in self._open_requests
+        open_ = request_id in self.records.open_requests
         if result.pending:
             # Taken: the records stay REQUESTED until their servers are listed.
             unsent = [i for i in current[result.pending :] if i and i.state is State.REQUESTED]
@@ -230,10 +266,10 @@ class Act(PartitionState):
                 for i in unsent
             ]
             settle = {request_id: result.pending} if refused and open_ else None
-            recorded = self._commit(refused, settle)
+            recorded = self.records.commit(refused, settle)
             self._count_created(sent.codes[: result.pending], sent.replacing, sent.pool)
             return recorded
-        held = {i.server_id for i in records.values() if i.server_id}
+        held = {i.server_id for i in self.records.held().values() if i.server_id}
         new_ids = [sid for sid in result.server_ids if sid not in held]
         accepted = [
             step(inst, Trigger.CREATE_ACCEPTED, now, "create accepted", server_id=sid)
@@ -245,38 +281,25 @@ class Act(PartitionState):
         ]
         settle = {request_id: len(accepted)} if open_ else None
         if not accepted:
-            self._open_requests.discard(request_id)
-        recorded = self._commit(accepted + refused, settle)
+            self.records.open_requests.discard(request_id)
+        recorded = self.records.commit(accepted + refused, settle)
         self._count_created(sent.codes[: len(accepted)], sent.replacing, sent.pool)
         return recorded
 
     def _count_created(self, codes: Sequence[Reason], replacing: int, pool: PoolId) -> None:
         replaced = min(replacing, len(codes))
-        self._cycle.created += len(codes)
-        self._owed -= replaced
+        self.tally.created += len(codes)
+        self.owed -= replaced
         if replaced:
-            self._cycle.replaced[pool] += replaced
+            self.tally.replaced[pool] += replaced
         for code in codes:
-            self._cycle.acted[("create", str(code))] += 1
+            self.tally.acted[("create", str(code))] += 1
 
     def _refused(self, instances: Sequence[Instance], request_id: str, why: str, now: float) -> int:
-        log.info("partition %s: create %s refused: %s", self.partition.name, request_id, why)
-        self._open_requests.discard(request_id)
+        log.info("partition %s: create %s refused: %s", self.partition, request_id, why)
+        self.records.open_requests.discard(request_id)
         changes = [step(i, Trigger.CREATE_FAILED, now, why) for i in instances]
-        return self._commit(changes, {request_id: 0})
-
-    def _sweep(self, now: float) -> None:
-        if now - self._last_sweep < self.config.sweep_every_s:
-            return
-        self._last_sweep = now
-        swept = self.store.sweep_reservations(now)
-        if swept:
-            log.info("swept %d stale reservations", swept)
-            self._open_requests = {
-                r.request_id
-                for r in self.store.reservations()
-                if r.partition == self.partition.name
-            }
+        return self.records.commit(changes, {request_id: 0})
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,9 @@ partition's own cycle, the next one after it came, against the records as they a
 then. The records need nothing in between: a request not yet answered is REQUESTED,
 which its listing, or the listing grace, settles anyway.
 
-`INLINE` runs each call at once, on the cycle's thread, and its answer is applied
-before the cycle goes on: the simulator, the swarm and tests stay deterministic.
+`InlineCalls` runs each call at once, on the cycle's thread, and its answer is
+applied before the cycle goes on: the simulator, the swarm and tests stay
+deterministic. Which executor a runner gets is `sco.engine.builder`'s to say.
 """
 
 from __future__ import annotations
@@ -33,9 +34,6 @@ class InlineCalls(Executor):
         except BaseException as e:
             future.set_exception(e)
         return future
-
-
-INLINE = InlineCalls()
 
 
 @dataclass(frozen=True, slots=True)

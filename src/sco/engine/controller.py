@@ -1,9 +1,12 @@
 """One controller per partition: observe, sync, plan, arbitrate, act, publish.
 
 Decisions are the pure functions of `sco.decide`; this module does the I/O
-around them. It keeps the partition's records in memory (it is their only
-writer) and writes every change through the store's compare-and-swap; on a
-conflict it drops its cache and reloads on the next cycle.
+around them, by composition: the partition's `Records` (its one writer's cache,
+every write a compare-and-swap carrying the lease's fencing token), the sync
+phase (`sync`, with what it remembers of listings), the plan phase (`planning`)
+and the `Acquirer` (the act phase, with its calls in flight and back-off).
+
+Controllers are made by `sco.engine.builder` only.
 """
 
 from __future__ import annotations
@@ -11,31 +14,38 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from sco.decide import backoff
 from sco.decide.acquirer import Actions, Reason, diff
 from sco.decide.policies import Decision, Policy
-from sco.domain.demand import Partition
-from sco.domain.instances import Instance
+from sco.domain.demand import HANDBACK, Demand, Partition
+from sco.domain.instances import Change, Instance
 from sco.domain.lifecycle import LIVE, State
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
-from sco.engine.act import Act
-from sco.engine.calls import INLINE, Outbound
+from sco.domain.snapshot import PartitionSnapshot
+from sco.engine.act import Acquirer
 from sco.engine.clock import IdSource
-from sco.engine.partition_state import GONE, ControllerConfig, ControllerStore, CycleTally
-from sco.engine.planning import Planning
+from sco.engine.cycle import (
+    ControllerConfig,
+    CycleReport,
+    CycleTally,
+    by_class_and_state,
+    placement_of,
+)
+from sco.engine.planning import next_plan, snapshot_of
+from sco.engine.records import PoolLedger, Records, RecordStore
 from sco.engine.signals import FleetSignals
-from sco.engine.sync import Sync
+from sco.engine.sync import GONE, Partners, Sightings, reclaims, sync
 from sco.engine.tokens import TokenIssuer
 from sco.ports import (
     Clock,
     DemandSource,
+    Fence,
     NodeView,
-    PoolRecord,
     Provider,
     ProviderError,
     SchedulerCluster,
@@ -45,224 +55,262 @@ from sco.ports import (
 
 log = logging.getLogger(__name__)
 
-# ControllerConfig lives with the state it configures, and is named here too.
-__all__ = [
-    "HANDBACK",
-    "PHASES",
-    "ControllerConfig",
-    "CycleReport",
-    "PartitionController",
-    "Placement",
-    "placement_of",
-]
-
-
-# Where a cycle's wall time goes: listing the cloud, the scheduler's deadline work and
-# listing (with the demand), reconciling records with what was seen, reading the fleet's
-# signals, planning (the policy and the diff), acting (creates, drains, deletes and their
-# records), publishing (the plan generation and the report).
-PHASES = ("observe_cloud", "observe_scheduler", "sync", "signals", "plan", "act", "publish")
-
 
 @dataclass(frozen=True, slots=True)
-class CycleReport:
-    partition: str
-    at: float
-    plan_generation: int
-    transitions: int
-    created: int
-    drained: int
-    deleted: int
-    degraded: str = ""
-    notes: tuple[str, ...] = ()
-    placement: Placement | None = None  # None when the cycle could not observe
-    ready_delays_s: tuple[float, ...] = ()  # request to ready, of instances ready this cycle
-    acted: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (action, reason): n
-    reclaims: Mapping[tuple[PoolId, str], int] = field(default_factory=dict)  # (pool, kind): n
-    replaced: Mapping[PoolId, int] = field(default_factory=dict)  # replacements created
-    excluded: tuple[PoolId, ...] = ()  # pools this cycle planned as excluded or degraded
-    handback: bool = False  # the partition is being handed back
-    held: int = 0  # live instances after the cycle
-    unfit_work: int = 0  # jobs or pods no node of the partition could run (not counted)
-    floor_units: int = 0
-    target_units: int = 0
-    ready_units: int = 0  # of any class, ready in their scheduler
-    instances: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (class, state): n
-    cost_per_h: float = 0.0  # what the live instances cost, at the pools' current prices
-    scored_at: float = 0.0  # when the pool scores in use were computed (0: none)
-    took_s: float = 0.0  # how long the cycle took (wall time, for metrics)
-    phases_s: Mapping[str, float] = field(default_factory=dict)  # of took_s, by PHASES
+class Partitioned:
+    """What a partition's controller works with, besides its records: the cloud, its
+    scheduler's node plane, the demand, the shared signals, names and time."""
+
+    provider: Provider
+    nodes: SchedulerCluster
+    demand: DemandSource
+    signals: FleetSignals
+    clock: Clock
+    ids: IdSource
+    calls: Executor
+    tokens: TokenIssuer | None = None  # node tokens for the contract distributor's agents
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """How demand and plan are met, in units: `placed` ready toward the target,
-    `unplaced` target not yet ready, `mismatch` live units the plan does not want
-    where they are (more in a pool than its target)."""
-
-    placed: int
-    unplaced: int
-    mismatch: int
-
-
-def placement_of(
-    instances: Sequence[Instance], target: int, plan: Mapping[PoolId, int]
-) -> Placement:
-    ready = 0
-    held: Counter[PoolId] = Counter()
-    units: dict[PoolId, int] = {}
-    for i in instances:
-        state = i.state
-        if state in LIVE:
-            held[i.pool] += 1
-            units[i.pool] = i.units
-            if state is State.READY:
-                ready += i.units
-    mismatch = sum(max(0, n - plan.get(pool, 0)) * units[pool] for pool, n in held.items())
-    placed = min(ready, target)
-    return Placement(placed=placed, unplaced=max(0, target - ready), mismatch=mismatch)
-
-
-class PartitionController(Sync, Planning, Act):
+class PartitionController:
     """Reconciles one partition toward its plan, one cycle at a time."""
 
     def __init__(
         self,
         partition: Partition,
-        *,
-        provider: Provider,
-        nodes: SchedulerCluster,
-        store: ControllerStore,
-        demand: DemandSource,
+        world: Partitioned,
+        store: RecordStore,
+        fence: Fence,
         policy: Policy,
-        clock: Clock,
-        ids: IdSource,
-        signals: FleetSignals | None = None,
-        config: ControllerConfig | None = None,
-        tokens: TokenIssuer | None = None,
-        calls: Executor = INLINE,
+        config: ControllerConfig,
     ) -> None:
-        """`signals` are shared by the controllers of one process (default: this
-        controller's own reader of the store's signals); `calls` runs the creates and
-        deletes it sends (default: at once, on the cycle's thread; see sco.engine.calls)."""
         self.partition = partition
-        self.provider = provider
-        self.nodes = nodes
-        self.store = store
-        self.demand = demand
+        self.world = world
         self.policy = policy
-        self.clock = clock
-        self.ids = ids
-        self.signals = signals or FleetSignals(store, provider.pools())
-        self.config = config or ControllerConfig()
-        self.tokens = tokens  # node tokens for the contract distributor's agents
-        self._pools: dict[PoolId, Pool] = {
-            p.id: p for p in provider.pools() if partition.accepts(p.flavor)
+        self.config = config
+        self.pools: dict[PoolId, Pool] = {
+            p.id: p for p in world.provider.pools() if partition.accepts(p.flavor)
         }
-        self._records: dict[str, Instance] | None = None
-        self._plan: Plan | None = None
-        self._plan_loaded = False
-        self._open_requests: set[str] = set()
-        self._last_sweep = float("-inf")
-        self._pool_records: Mapping[PoolId, PoolRecord] = {}
-        self._pool_records_at = float("-inf")
-        self._node_notes: dict[str, str] = {}  # server id -> what its leaving cuts short
-        self._owed = 0  # spot reclaimed and not yet replaced: creates count as replacements
-        self._seen: set[str] = set()  # server ids some listing showed
-        self._quiet: dict[str, tuple[Instance, ServerView, NodeView]] = {}
-        self._unjoined: dict[str, float] = {}  # server id -> first cycle its READY node was not
-        self._batch: dict[PoolId, int] = {}  # a pool's batch after refusals (default: max)
-        self._refused_at: dict[PoolId, float] = {}  # the last create a pool refused
-        self._refusals: Counter[PoolId] = Counter()
-        self._acceptances: Counter[PoolId] = Counter()
-        self._cycle = CycleTally()
-        self._outbound = Outbound(calls)
+        self.records = Records(partition.name, store, fence)
+        self.ledger = PoolLedger(store, config.pool_refresh_s)
+        self.sightings = Sightings()
+        self.partners = Partners(
+            partition.name, self.pools, world.ids, config.list_grace_s, config.node_lost_after_s
+        )
+        self.acquirer = Acquirer(
+            partition.name,
+            provider=world.provider,
+            nodes=world.nodes,
+            records=self.records,
+            ledger=self.ledger,
+            sightings=self.sightings,
+            ids=world.ids,
+            clock=world.clock,
+            config=config,
+            calls=world.calls,
+        )
+
+    @property
+    def signals(self) -> FleetSignals:
+        return self.world.signals
 
     # ------------------------------------------------------------ the cycle
 
     def cycle(self) -> CycleReport:
         started = time.perf_counter()
-        report = self._cycle_once()
-        self._cycle.lap("publish")
+        tally = self.acquirer.tally = CycleTally()
+        report = self._cycle_once(tally)
+        tally.lap("publish")
         return dataclasses.replace(
-            report, took_s=time.perf_counter() - started, phases_s=dict(self._cycle.phases)
+            report, took_s=time.perf_counter() - started, phases_s=dict(tally.phases)
         )
 
-    def _cycle_once(self) -> CycleReport:
-        now = self.clock.now()
-        self._cycle = CycleTally()
-        name = self.partition.name
+    def _observe(
+        self, now: float, tally: CycleTally
+    ) -> tuple[Sequence[ServerView], Mapping[str, NodeView], Demand] | str:
+        """The cloud's listing, the scheduler's nodes and the demand; or why not."""
+        name, w = self.partition.name, self.world
         try:
-            servers: Sequence[ServerView] | None = self.provider.list(name)
+            servers: Sequence[ServerView] | None = w.provider.list(name)
             cloud_error = ""
         except ProviderError as e:
             servers, cloud_error = None, str(e)
-        self._cycle.lap("observe_cloud")
+        tally.lap("observe_cloud")
         try:
             # The scheduler's deadline work first, cloud or no cloud: a reclaim's jobs
             # are requeued and its node taken out in time even while the cloud (or sco's
             # credential for it) is away, for the reclaimer deletes at the deadline.
-            self.nodes.tend(name, servers)
+            w.nodes.tend(name, servers)
             if servers is None:
                 raise ProviderError(cloud_error)
-            nodes = self.nodes.nodes(name)
-            demand = self.demand.demand(name, now)
+            nodes = w.nodes.nodes(name)
+            demand = w.demand.demand(name, now)
         except (ProviderError, SchedulerUnavailable) as e:
             log.warning("partition %s: observe failed, not acting: %s", name, e)
-            self._cycle.lap("observe_scheduler")
-            return self._report(now, 0, Actions(), 0, degraded=f"observe failed: {e}")
-        self._cycle.lap("observe_scheduler")
-        self._keep_notes(servers, nodes)
-        self._load()
-        answered = self._outbound.answers()  # of calls sent by earlier cycles
-        synced = answered + self._sync(self._load(), servers, nodes, now)
-        if self._records is None:
+            tally.lap("observe_scheduler")
+            return f"observe failed: {e}"
+        tally.lap("observe_scheduler")
+        return servers, nodes, demand
+
+    def _cycle_once(self, tally: CycleTally) -> CycleReport:
+        now = self.world.clock.now()
+        seen = self._observe(now, tally)
+        if isinstance(seen, str):
+            return self._report(now, 0, Actions(), 0, degraded=seen)
+        servers, nodes, demand = seen
+        self.sightings.keep_notes(servers, nodes, self.records.live())
+        self.records.load()
+        answered = self.acquirer.answers()  # of calls sent by earlier cycles
+        synced = answered + self._sync(servers, nodes, now, tally)
+        if self.records.stale:
             # A write lost its race: what this cycle knew is stale. Read again and look
             # once more; a second loss waits for the next cycle, and nothing is planned
             # from records that are not there.
-            synced = self._sync(self._load(), servers, nodes, now)
-            if self._records is None:
+            synced = self._sync(servers, nodes, now, tally)
+            if self.records.stale:
                 return self._report(now, 0, Actions(), 0, degraded="records moved: reloading")
-        self._cycle.lap("sync")
-        self.signals.refresh(now)
-        handback = self.signals.intent(self.partition.name) == HANDBACK
-        self._cycle.lap("signals")
-        drained, busy, pinned, untold = _node_sets(self._live(), nodes)
+        tally.lap("sync")
+        signals = self.signals
+        signals.refresh(now)
+        handback = signals.intent(self.partition.name) == HANDBACK
+        tally.lap("signals")
+        drained, busy, pinned, untold = _node_sets(self.records.live(), nodes)
         snapshot = self._snapshot(now, demand, handback, busy)
         if handback:
             decision = Decision({}, {}, ("handback: the operator asked for everything back",))
         else:
             decision = self.policy.decide(snapshot)
-        self._cycle.lap("plan")
-        plan = self._publish_plan(decision, now, snapshot.demand)
-        self._cycle.lap("publish")
+        tally.lap("plan")
+        plan = self._publish(decision, now, snapshot.demand)
+        tally.lap("publish")
         removal = Reason.HANDBACK if handback else Reason.OVER_TARGET
         if handback:
             pinned = frozenset()  # the operator's order outranks what the pods asked
-        actions = diff(
-            snapshot, plan.targets(), self.config.act, drained, removal, busy, pinned, untold
-        )
-        self._note_no_room(plan.targets(), snapshot, now)
+        targets = plan.targets()
+        actions = diff(snapshot, targets, self.config.act, drained, removal, busy, pinned, untold)
+        acq = self.acquirer
+        acq.backoff = backoff.no_room(acq.backoff, targets, snapshot, now)
         # Replacements are owed only while the plan is short of what is live.
-        short = sum(plan.targets().values()) - sum(1 for i in self._live() if i.is_live)
-        self._owed = min(self._owed, max(0, short))
-        self._cycle.lap("plan")
-        transitions = self._act(actions, snapshot, plan, now)
-        self._sweep(now)
-        if self.tokens is not None:
-            self.tokens.issue(self.partition.name, now)
-        self._cycle.lap("act")
-        report = self._report(
-            now, synced + transitions, actions, self._cycle.created, notes=decision.notes
+        short = sum(targets.values()) - sum(1 for i in self.records.live() if i.is_live)
+        acq.owed = min(acq.owed, max(0, short))
+        tally.lap("plan")
+        transitions = acq.act(actions, snapshot, plan, now)
+        acq.sweep(now)
+        if self.world.tokens is not None:
+            self.world.tokens.issue(self.partition.name, now)
+        tally.lap("act")
+        return self._full_report(
+            now, synced + transitions, actions, decision, snapshot, plan, demand, tally, handback
         )
-        live = self._live()
+
+    def _sync(
+        self,
+        servers: Sequence[ServerView],
+        nodes: Mapping[str, NodeView],
+        now: float,
+        tally: CycleTally,
+    ) -> int:
+        """Apply what was observed (`sco.engine.sync`), commit it, count its reclaims
+        and adapt the pools' batches; returns the transitions recorded."""
+        records = self.records
+        out = sync(records.load(), servers, nodes, now, self.sightings, self.partners)
+        tally.delays.extend(out.delays)
+        observed = out.seen_requests & records.open_requests
+        records.open_requests -= observed
+        settled = observed | {ch.after.request_id for ch in out.unanswered}
+        n = records.commit(out.changes, dict.fromkeys(settled, 0))
+        if n:
+            self._note_reclaims(out.changes, tally)
+        acq = self.acquirer
+        adapted = backoff.adapt(
+            acq.backoff,
+            out.refusals,
+            out.acceptances,
+            self.config.act.max_batch,
+            self.world.clock.now(),
+        )
+        acq.backoff = adapted.backoff
+        for pool, refused, batch in adapted.halved:
+            log.info(
+                "partition %s: %d refused in %s (no valid host); batches of %d there now",
+                self.partition.name, refused, pool, batch,
+            )  # fmt: skip
+        return n
+
+    def _note_reclaims(self, changes: Sequence[Change], tally: CycleTally) -> None:
+        """Reclaims just recorded: the shared signals count them at once, the metrics
+        by pool and kind, and each spot one is owed a replacement."""
+        for ch, kind in reclaims(changes):
+            tally.reclaims[(ch.after.pool, kind)] += 1
+            if ch.after.is_spot:
+                self.signals.note_reclaim(ch.after.pool, ch.after.id, ch.at)
+                if ch.before is not None and ch.before.state in LIVE:  # capacity it was: a replacement is owed
+                    self.acquirer.owed += 1
+
+    def _snapshot(
+        self, now: float, demand: Demand, handback: bool, busy: frozenset[str]
+    ) -> PartitionSnapshot:
+        ids = list(self.pools)
+        provider = self.world.provider
+        headroom = provider.headroom(ids)
+        prices = provider.prices(ids)
+        return snapshot_of(
+            self.partition,
+            self.pools,
+            now,
+            demand,
+            headroom=headroom,
+            prices=prices,
+            records=self.ledger.read(now),
+            signals=self.signals,
+            refused_at=self.acquirer.backoff.refused_at,
+            instances=self.records.live(),
+            plan=self.records.plan,
+            measured_cold_start_n=self.config.measured_cold_start_n,
+            handback=handback,
+            busy=busy,
+        )
+
+    def _publish(self, decision: Decision, now: float, demand: Demand) -> Plan:
+        current = self.records.plan
+        plan = next_plan(self.partition.name, current, decision, demand, now)
+        if plan is None:
+            assert current is not None
+            return current
+        published = self.records.publish(plan)
+        if published is plan:
+            log.info(
+                "partition %s: plan generation %d spot=%s guaranteed=%s %s",
+                self.partition.name,
+                plan.generation,
+                {p: n for p, n in plan.spot.items() if n},
+                {p: n for p, n in plan.guaranteed.items() if n},
+                "; ".join(plan.notes),
+            )
+        return published
+
+    # ------------------------------------------------------------ reports
+
+    def _full_report(
+        self,
+        now: float,
+        transitions: int,
+        actions: Actions,
+        decision: Decision,
+        snapshot: PartitionSnapshot,
+        plan: Plan,
+        demand: Demand,
+        tally: CycleTally,
+        handback: bool,
+    ) -> CycleReport:
+        report = self._report(now, transitions, actions, tally.created, notes=decision.notes)
+        live = self.records.live()
         return dataclasses.replace(
             report,
             placement=placement_of(live, snapshot.demand.target_units, plan.targets()),
-            ready_delays_s=tuple(self._cycle.delays),
-            acted=dict(self._cycle.acted),
-            reclaims=dict(self._cycle.reclaims),
-            replaced=dict(self._cycle.replaced),
+            ready_delays_s=tuple(tally.delays),
+            acted=dict(tally.acted),
+            reclaims=dict(tally.reclaims),
+            replaced=dict(tally.replaced),
             excluded=tuple(p for p, v in snapshot.pools.items() if v.excluded or v.degraded),
             handback=handback,
             held=len(live),
@@ -270,7 +318,7 @@ class PartitionController(Sync, Planning, Act):
             floor_units=snapshot.demand.floor_units,
             target_units=snapshot.demand.target_units,
             ready_units=sum(i.units for i in live if i.state is State.READY),
-            instances=_by_class_and_state(live),
+            instances=by_class_and_state(live),
             scored_at=self.signals.scored_at,
             cost_per_h=sum(
                 snapshot.pools[i.pool].price for i in live if i.is_live and i.pool in snapshot.pools
@@ -286,10 +334,11 @@ class PartitionController(Sync, Planning, Act):
         degraded: str = "",
         notes: tuple[str, ...] = (),
     ) -> CycleReport:
+        plan = self.records.plan
         return CycleReport(
             partition=self.partition.name,
             at=now,
-            plan_generation=self._plan.generation if self._plan else 0,
+            plan_generation=plan.generation if plan else 0,
             transitions=transitions,
             created=created_n,
             drained=len(actions.drains),
@@ -334,13 +383,3 @@ def _untold(inst: Instance, node: NodeView | None) -> bool:
         return True
     deadline = inst.notice_deadline
     return deadline is not None and (node.reclaim_by is None or node.reclaim_by > deadline + 1.0)
-
-
-HANDBACK = "handback"
-
-
-def _by_class_and_state(live: Sequence[Instance]) -> dict[tuple[str, str], int]:
-    """Live instances by (class, state) names; counted by the enums themselves, which
-    thousands of instances each cycle make cheaper than by their names."""
-    counted = Counter((i.capacity_class, i.state) for i in live)
-    return {(c.value, st.value): n for (c, st), n in counted.items()}

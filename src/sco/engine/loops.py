@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sco.engine.controller import CycleReport, PartitionController
+from sco.engine.controller import PartitionController
+from sco.engine.cycle import CycleReport
 from sco.ports import FencedOut
 
 log = logging.getLogger(__name__)

@@ -56,7 +56,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from sco.engine.controller import CycleReport
+from sco.engine.cycle import CycleReport
 from sco.ports import Credential
 
 DELAY_BUCKETS = (5, 10, 20, 30, 60, 120, 180, 300, 600, 900, 1800, 3600)

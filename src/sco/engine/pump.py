@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -45,15 +44,12 @@ class PumpConfig:
     stamp_every_s: float = 0.5
 
 
-class PumpStore(Outbox, SignalStore, Protocol):
-    """What the pump moves through fleet state: the outbox, and the pools' signals."""
-
-
 class SignalPump:
     def __init__(
         self,
         *,
-        store: PumpStore,
+        outbox: Outbox,
+        signals: SignalStore,
         provider: Provider,
         pools: Sequence[Pool],
         relay: Relay | None,
@@ -65,7 +61,8 @@ class SignalPump:
     ) -> None:
         """`pace` times the steps (the shell's monotonic clock; a simulation's own)."""
         self.pace = pace
-        self.store = store
+        self.outbox = outbox
+        self.signals = signals
         self.provider = provider
         self.pools = list(pools)
         self.relay = relay
@@ -124,10 +121,10 @@ class SignalPump:
         n = self.relay()
         if n:
             self.relayed.inc(n)
-        self.backlog.set(self.store.outbox_size())
+        self.backlog.set(self.outbox.outbox_size())
 
     def _check_stamp(self) -> None:
-        stamp = self.store.signal_stamp()
+        stamp = self.signals.signal_stamp()
         before = self._stamp
         self._stamp = stamp
         # Exclusions and intents change plans at once. Scores (an hour of history, every
@@ -141,16 +138,16 @@ class SignalPump:
     def _ages(self) -> None:
         ids = [p.id for p in self.pools]
         track_pool_ages(
-            self.store,
+            self.signals,
             ids,
             self.provider.headroom(ids),
-            self.store.live_per_pool(),
+            self.signals.live_per_pool(),
             self.clock.now(),
         )
 
     def _headroom(self) -> None:
         sample_headroom(
-            self.provider, self.store, self.pools, self.clock.now(), self.config.headroom_every_s
+            self.provider, self.outbox, self.pools, self.clock.now(), self.config.headroom_every_s
         )
 
     # ------------------------------------------------------------ thread

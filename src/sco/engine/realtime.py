@@ -1,29 +1,24 @@
-"""The controllers against a real provider, on the wall clock: what every runner shares.
+"""The controllers of a process cycled a round at a time, on the wall clock.
 
-`ControllerKit` builds a partition's controller from what the controllers of
-one process share (provider, node plane, fleet state, demand, the fleet's
-signals). `RealtimeRunner.round` cycles every partition once, each on its own
-thread, and returns when all are done: a dry run looks once, and tests step
-the cloud round by round. A deployment (`sco run`) runs partitions
-independently in time (`sco.engine.loops`, `sco.engine.replicas`).
+`RealtimeRunner.round` cycles every partition once, each on its own thread, and
+returns when all are done: a dry run looks once, and tests step the cloud round
+by round. A deployment (`sco run`) runs partitions independently in time
+(`sco.engine.loops`, `sco.engine.replicas`). Runners are made by
+`sco.engine.builder`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from sco.decide.policies import Policy
-from sco.domain.demand import Partition
-from sco.engine.calls import INLINE
-from sco.engine.clock import IdSource, UuidIds
-from sco.engine.controller import ControllerConfig, CycleReport, PartitionController
+from sco.engine.controller import PartitionController
+from sco.engine.cycle import CycleReport
 from sco.engine.metrics import PlacementMetrics
 from sco.engine.signals import FleetSignals
-from sco.engine.tokens import TokenIssuer
-from sco.ports import Clock, DemandSource, FleetStore, Provider, SchedulerCluster
+from sco.ports import Clock
 
 log = logging.getLogger(__name__)
 
@@ -35,79 +30,23 @@ class RoundReport:
     provider_degraded: str = ""
 
 
-@dataclass
-class ControllerKit:
-    """What every partition controller of one process shares; `controller` makes a
-    fresh one (it loads the partition's records and adopts servers on its first
-    cycle)."""
-
-    provider: Provider
-    nodes: SchedulerCluster
-    store: FleetStore
-    demand: DemandSource
-    policy: Callable[[], Policy]
-    clock: Clock
-    config: ControllerConfig | None = None
-    ids: IdSource = field(default_factory=UuidIds)
-    signals_refresh_s: float = 0.5
-    tokens: Mapping[str, TokenIssuer] = field(default_factory=dict)  # partitions with agents
-    # The signals the controllers share: default, a reader of the store's; a simulation
-    # passes its own, refreshed on its clock.
-    shared_signals: FleetSignals | None = None
-    # Where the controllers' creates and deletes run: at once, on the cycle's thread,
-    # unless a deployment gives its workers (sco.engine.calls).
-    calls: Executor = INLINE
-    signals: FleetSignals = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.signals = self.shared_signals or FleetSignals(
-            self.store, self.provider.pools(), refresh_s=self.signals_refresh_s
-        )
-
-    def controller(self, partition: Partition) -> PartitionController:
-        return PartitionController(
-            partition,
-            provider=self.provider,
-            nodes=self.nodes,
-            store=self.store,
-            demand=self.demand,
-            policy=self.policy(),
-            clock=self.clock,
-            ids=self.ids,
-            signals=self.signals,
-            config=self.config,
-            tokens=self.tokens.get(partition.name),
-            calls=self.calls,
-        )
-
-
 class RealtimeRunner:
-    """One controller per partition of `demand`, cycled a round at a time."""
+    """One controller per partition, cycled a round at a time."""
 
     def __init__(
         self,
         *,
-        provider: Provider,
-        nodes: SchedulerCluster,
-        store: FleetStore,
-        demand: DemandSource,
-        policy: Callable[[], Policy],
+        controllers: Sequence[PartitionController],
+        signals: FleetSignals,
         clock: Clock,
-        config: ControllerConfig | None = None,
         degraded: Callable[[], str] = lambda: "",
         metrics: PlacementMetrics | None = None,
-        tokens: Mapping[str, TokenIssuer] | None = None,
     ) -> None:
         self.clock = clock
-        self.store = store
         self.metrics = metrics
         self._degraded = degraded
-        store.upsert_pools(list(provider.pools()))
-        kit = ControllerKit(
-            provider, nodes, store, demand, policy, clock, config, tokens=dict(tokens or {})
-        )
-        self.signals = kit.signals
-        self.controllers = [kit.controller(p) for p in demand.partitions()]
+        self.signals = signals
+        self.controllers = list(controllers)
 
     def round(self) -> RoundReport:
         """One cycle of every partition, at once; returns when all are done."""

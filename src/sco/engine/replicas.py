@@ -15,6 +15,9 @@ exclusion or score generation lands.
 When the database cannot be reached the replica cannot prove its leases, so
 it stops all its controllers; it takes the leases up again (the same tokens,
 if they did not expire meanwhile) when the database is back.
+
+Runners are made by `sco.engine.builder` only, which gives each the controllers'
+maker and where their creates and deletes run.
 """
 
 from __future__ import annotations
@@ -24,47 +27,20 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Protocol
 
-from sco.decide.policies import Policy
 from sco.domain.demand import Partition
-from sco.engine.clock import IdSource
-from sco.engine.controller import ControllerConfig, CycleReport, PartitionController
+from sco.engine.controller import PartitionController
+from sco.engine.cycle import CycleReport
 from sco.engine.loops import PartitionLoops, describe
 from sco.engine.metrics import PlacementMetrics
 from sco.engine.pump import SignalPump
-from sco.engine.realtime import ControllerKit
 from sco.engine.signals import FleetSignals
-from sco.engine.tokens import TokenIssuer
-from sco.ports import (
-    Clock,
-    DemandSource,
-    FencedOut,
-    FleetStore,
-    Lease,
-    LeaseManager,
-    Provider,
-    SchedulerCluster,
-)
+from sco.ports import Clock, Fence, FencedOut, Lease, LeaseStore
 
 log = logging.getLogger(__name__)
-
-
-class FencedStore(FleetStore, Protocol):
-    fence: Callable[[str], int]
-
-    def claim_fence(self, partition: str, holder: str, token: int) -> int: ...
-
-
-class Membership(LeaseManager, Protocol):
-    def heartbeat(self, name: str, ttl_s: float, now: float) -> None: ...
-
-    def live_replicas(self, now: float) -> list[str]: ...
-
-    def forget_replica(self, name: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +53,6 @@ class ReplicaConfig:
     heartbeat_ttl_s: float | None = None  # default: a third of the lease TTL
     act_margin_s: float = 5.0  # a cycle starts only with this much lease left
     stuck_after_s: float = 300.0  # a cycle running this long means the replica is stuck
-    calls_in_flight: int = 2  # creates and deletes with the cloud at once (sco.engine.calls)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -86,8 +61,6 @@ class ReplicaConfig:
             raise ValueError("act_margin_s must be in (0, lease_ttl_s)")
         if not 0 < self.lease_every_s < self.lease_ttl_s - self.act_margin_s:
             raise ValueError("lease_every_s must leave the margin: < lease_ttl_s - act_margin_s")
-        if self.calls_in_flight < 1:
-            raise ValueError("calls_in_flight must be >= 1")
 
 
 FENCED_STALL = 3  # a partition refused this many times in a row makes the replica unready
@@ -121,47 +94,40 @@ class ReplicaRunner:
         self,
         *,
         config: ReplicaConfig,
-        leases: Membership,
-        provider: Provider,
-        nodes: SchedulerCluster,
-        store: FencedStore,
-        demand: DemandSource,
-        policy: Callable[[], Policy],
+        leases: LeaseStore,
+        partitions: Sequence[Partition],
+        controller: Callable[[Partition, Fence], PartitionController],
+        signals: FleetSignals,
         clock: Clock,
         interval_s: float,
-        controller: ControllerConfig | None = None,
+        calls: Executor,
         metrics: PlacementMetrics | None = None,
         on_report: Callable[[CycleReport], None] | None = None,
         pump: Callable[[Callable[[], None]], SignalPump] | None = None,
         cycles: int | None = None,
-        tokens: Mapping[str, TokenIssuer] | None = None,
-        ids: IdSource | None = None,
     ) -> None:
-        """`pump(wake)` builds this replica's signal pump, given what wakes its loops;
-        `cycles` ends each partition's loop after that many cycles (one-shot runs);
-        `ids` names new instances and requests (default: random UUIDs)."""
+        """`controller(partition, fence)` makes a partition's controller when its lease
+        is taken, writing with `fence`; `calls` runs the controllers' creates and
+        deletes (shut down when `run` ends); `pump(wake)` builds this replica's signal
+        pump, given what wakes its loops; `cycles` ends each partition's loop after that
+        many cycles (one-shot runs)."""
         self.config = config
         self.metrics = metrics
         self.leases = leases
-        self.store = store
         self.clock = clock
         self.interval_s = interval_s
+        self.calls = calls
+        self._controller = controller
+        self._signals = signals
         self._on_report = on_report
-        self.partitions: dict[str, Partition] = {p.name: p for p in demand.partitions()}
+        self.partitions: dict[str, Partition] = {p.name: p for p in partitions}
         self.held: dict[str, Lease] = {}
-        self._fences: dict[str, int] = {}  # the token each held partition is written with
+        self._fences: dict[str, Fence] = {}  # the token each held partition is written with
         self._taken_at: dict[str, float] = {}  # when each held lease was taken
         self.fenced: dict[str, int] = {}  # partition -> times its writes were refused
         self._fenced_run: dict[str, int] = {}  # ... since its last cycle that ended well
         self.controllers: dict[str, PartitionController] = {}
         self._lock = threading.Lock()
-        store.fence = self.token
-        store.upsert_pools(list(provider.pools()))
-        self._kit = ControllerKit(
-            provider, nodes, store, demand, policy, clock, controller, tokens=dict(tokens or {})
-        )
-        if ids is not None:
-            self._kit.ids = ids
         self.loops = PartitionLoops(
             interval_s,
             on_report=self._report,
@@ -178,17 +144,18 @@ class ReplicaRunner:
 
     @property
     def signals(self) -> FleetSignals:
-        return self._kit.signals
+        return self._signals
 
     def _signals_moved(self) -> None:
         """New exclusions or intents: every partition reads them and cycles now."""
-        self._kit.signals.invalidate()
+        self._signals.invalidate()
         self.loops.wake_all()
 
     def token(self, partition: str) -> int:
         """The fencing token this replica writes `partition` with (0: none)."""
         with self._lock:
-            return self._fences.get(partition, 0) if partition in self.held else 0
+            fence = self._fences.get(partition)
+            return fence.token if fence is not None and partition in self.held else 0
 
     def _report(self, report: CycleReport) -> None:
         self._fenced_run.pop(report.partition, None)
@@ -299,7 +266,7 @@ class ReplicaRunner:
                 continue
             # With leases kept elsewhere (Kubernetes) the database learns the token here,
             # and a Lease that counts from 1 again writes above what it has seen.
-            fence = self.store.claim_fence(name, self.config.name, lease.token)
+            fence = self.leases.claim_fence(name, self.config.name, lease.token)
             if fence != lease.token:
                 log.info(
                     "replica %s: %s's lease has token %d, the database has seen larger: "
@@ -311,14 +278,14 @@ class ReplicaRunner:
                 )
             with self._lock:
                 self.held[name] = lease
-                self._fences[name] = fence
+                self._fences[name] = Fence(name, fence)
             self._taken_at[name] = now
             taken.append((name, _why_taken(known.get(name), orphan, share, now)))
         # Room left, and leases held elsewhere: look again when the first of them
         # expires (a dead replica's), not a tend interval later.
         self._next_expiry = min(others.values(), default=None) if held_elsewhere else None
         for name, why in taken:
-            controller = self._kit.controller(self.partitions[name])
+            controller = self._controller(self.partitions[name], self._fences[name])
             with self._lock:
                 self.controllers[name] = controller
             self._note(name, "acquired", self.token(name), why)
@@ -336,7 +303,10 @@ class ReplicaRunner:
     def _drop(self, name: str, event: str, why: str) -> None:
         with self._lock:
             lease = self.held.pop(name, None)
-            fence = self._fences.pop(name, 0)
+            held = self._fences.pop(name, None)
+            fence = held.token if held is not None else 0
+            if held is not None:
+                held.revoke()  # a cycle still under way writes nothing more
             self.controllers.pop(name, None)
         self.loops.stop(name)
         if self.metrics is not None:
@@ -396,15 +366,6 @@ class ReplicaRunner:
         it leads has done that many): leases tended every `lease_every_s` on this
         thread, each partition on a thread of its own, the signal pump on another."""
         self._threads = True
-        workers = None
-        if self.loops.cycles is None:
-            # Creates and deletes on workers: a cycle waits for the cloud's listing, not
-            # for its own calls (sco.engine.calls). One-shot runs keep them inline, so
-            # that they end with every answer recorded.
-            workers = ThreadPoolExecutor(
-                max_workers=self.config.calls_in_flight, thread_name_prefix="sco-calls"
-            )
-            self._kit.calls = workers
         self.tend_leases()
         with self._lock:
             held = dict(self.controllers)
@@ -424,10 +385,9 @@ class ReplicaRunner:
             self.loops.stop_all(wait_s=self.config.lease_ttl_s)
             if self.pump is not None:
                 self.pump.stop()
-            if workers is not None:
-                # Calls not yet sent are dropped: their records are REQUESTED (or
-                # TERMINATING), which the next leader's listing settles.
-                workers.shutdown(wait=False, cancel_futures=True)
+            # Calls not yet sent are dropped: their records are REQUESTED (or
+            # TERMINATING), which the next leader's listing settles.
+            self.calls.shutdown(wait=False, cancel_futures=True)
 
     def health(self) -> tuple[bool, str]:
         """Live while no partition's cycle has been running for `stuck_after_s` (API

@@ -19,26 +19,9 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Protocol
-
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion, ExclusionState, PoolScore
-
-
-class SignalReader(Protocol):
-    """What FleetSignals reads of fleet state (of its signal and intent roles)."""
-
-    def signal_stamp(self) -> tuple[int, int, float, int]: ...
-
-    def exclusions(self) -> dict[PoolId, Exclusion]: ...
-
-    def latest_scores(self) -> dict[PoolId, PoolScore]: ...
-
-    def reclaims_since(self, since: float) -> list[tuple[PoolId, str, float]]: ...
-
-    def pool_ages(self) -> dict[PoolId, float | None]: ...
-
-    def intents(self) -> dict[str, str]: ...
+from sco.ports import IntentStore, PoolAgeStore, SignalStore
 
 
 class FleetSignals:
@@ -49,7 +32,8 @@ class FleetSignals:
 
     def __init__(
         self,
-        store: SignalReader,
+        store: SignalStore,
+        intents: IntentStore,
         pools: Iterable[Pool],
         *,
         window_s: float = 3600.0,
@@ -57,6 +41,7 @@ class FleetSignals:
         lookback_s: float = 60.0,
     ) -> None:
         self.store = store
+        self.intent_store = intents
         self.window_s = window_s
         self.refresh_s = refresh_s
         self.lookback_s = lookback_s
@@ -107,7 +92,7 @@ class FleetSignals:
         if before is None or stamp[2] != before[2]:
             self._ages = self.store.pool_ages()
         if before is None or stamp[3] != before[3]:
-            self._intents = self.store.intents()
+            self._intents = self.intent_store.intents()
         if moved:
             self.changes += 1
         return moved
@@ -189,12 +174,6 @@ class FleetSignals:
     def ages(self) -> dict[PoolId, float | None]:
         """Every pool's age as last read."""
         return dict(self._ages)
-
-
-class PoolAgeStore(Protocol):
-    def pool_ages(self) -> dict[PoolId, float | None]: ...
-
-    def set_pool_age(self, pool: PoolId, up_since: float | None) -> bool: ...
 
 
 def track_pool_ages(

@@ -29,10 +29,11 @@ from sco.decide.policies import Policy, policy_named
 from sco.decide.scorer import ScorerConfig
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion, PoolScore
+from sco.engine import builder
+from sco.engine.builder import FleetState, Ports, fleet_signals
 from sco.engine.clock import CountingIds, ManualClock
-from sco.engine.controller import ControllerConfig, PartitionController
-from sco.engine.realtime import ControllerKit
-from sco.engine.signals import FleetSignals
+from sco.engine.controller import PartitionController
+from sco.engine.cycle import ControllerConfig
 from sco.engine.signals_jobs import (
     HistoryLoader,
     ScoringJob,
@@ -278,8 +279,16 @@ class Simulation:
         store, event_log = _state(state_url, keep_changes=copy_to is not None)
         try:
             store.upsert_pools(pools)
-            ids = CountingIds()
-            signals = FleetSignals(store, pools)
+            ports = Ports(
+                provider=region,
+                nodes=region if self.side is None else self.side.attach(region, clock),
+                demand=self.demand,
+                state=FleetState.of(store),
+                clock=clock,
+                ids=CountingIds(),
+                events=event_log,
+            )
+            signals = fleet_signals(ports)
             timeline = SignalTimeline()
             watcher = ExclusionWatcher(event_log, store, pools, on_change=timeline.excluded)
             scorer = ScoringJob(
@@ -290,18 +299,9 @@ class Simulation:
                 self.spec.score_every_s,
                 timeline.scored,
             )
-            kit = ControllerKit(
-                provider=region,
-                nodes=region if self.side is None else self.side.attach(region, clock),
-                store=store,
-                demand=self.demand,
-                policy=self.spec.new_policy,
-                clock=clock,
-                config=self.spec.controller,
-                ids=ids,
-                shared_signals=signals,
+            controllers = builder.controllers(
+                ports, self.spec.new_policy, self.spec.controller, signals
             )
-            controllers = [kit.controller(p) for p in self.demand.partitions()]
             loop = SignalJobs(
                 watcher,
                 scorer,

@@ -1,19 +1,38 @@
-"""Ports: the narrow interfaces the engine needs from the outside world, by role
-(provider, scheduler, fleet state, event log, leases, secrets).
+"""Ports: the narrow interfaces the engine needs from the outside world, by role:
+the cloud (`provider`), the schedulers (`scheduler`), fleet state (`state`), the
+event log (`events`), leases with membership and fencing (`leases`), node
+contracts and their tokens (`contracts`), pool history (`history`), the
+reclaimer's view of the cloud (`reclaim`) and secrets (`secrets`).
 
-Each adapter package implements some of these; the controller knows only these.
-Errors are typed by what the caller should do next.
+Each adapter package implements some of these, each lab twin the same ones, and
+`tests/conformance/` holds every implementation of a port to one suite. The
+engine knows only these. Errors are typed by what the caller should do next.
 """
 
 from __future__ import annotations
 
+from sco.ports.contracts import (
+    AckReader,
+    ContractFeed,
+    Contracts,
+    Listener,
+    TokenAdmin,
+    TokenCourier,
+    TokenLedger,
+)
 from sco.ports.events import (
     EventLog,
     LogRecord,
 )
+from sco.ports.history import PoolHistory
 from sco.ports.leases import (
+    Fence,
+    Fencing,
     Lease,
-    LeaseManager,
+    Leases,
+    LeaseStore,
+    LeaseTable,
+    Membership,
 )
 from sco.ports.provider import (
     Clock,
@@ -27,6 +46,7 @@ from sco.ports.provider import (
     ServerStatus,
     ServerView,
 )
+from sco.ports.reclaim import ReclaimCloud, ReclaimFleet
 from sco.ports.scheduler import (
     DemandSource,
     NodeView,
@@ -34,15 +54,13 @@ from sco.ports.scheduler import (
     SchedulerUnavailable,
 )
 from sco.ports.secrets import (
-    AckReader,
     Credential,
     Secret,
     SecretSource,
-    TokenCourier,
-    TokenLedger,
 )
 from sco.ports.state import (
     FencedOut,
+    FleetAudit,
     FleetCounts,
     FleetStore,
     HistoryRow,
@@ -51,6 +69,7 @@ from sco.ports.state import (
     NewRequest,
     Outbox,
     PlanStore,
+    PoolAgeStore,
     PoolRecord,
     Reservation,
     SignalStore,
@@ -60,11 +79,16 @@ from sco.ports.state import (
 __all__ = [
     "AckReader",
     "Clock",
+    "ContractFeed",
+    "Contracts",
     "CreateResult",
     "Credential",
     "DemandSource",
     "EventLog",
+    "Fence",
     "FencedOut",
+    "Fencing",
+    "FleetAudit",
     "FleetCounts",
     "FleetStore",
     "HistoryRow",
@@ -72,17 +96,25 @@ __all__ = [
     "InsufficientCapacity",
     "IntentStore",
     "Lease",
-    "LeaseManager",
+    "LeaseStore",
+    "LeaseTable",
+    "Leases",
+    "Listener",
     "LogRecord",
+    "Membership",
     "NewRequest",
     "NodeView",
     "Outbox",
     "PermanentProviderError",
     "PlanStore",
+    "PoolAgeStore",
+    "PoolHistory",
     "PoolRecord",
     "Provider",
     "ProviderError",
     "QuotaExceeded",
+    "ReclaimCloud",
+    "ReclaimFleet",
     "Reservation",
     "RetryableProviderError",
     "SchedulerCluster",
@@ -93,6 +125,7 @@ __all__ = [
     "ServerView",
     "SignalStore",
     "StateConflict",
+    "TokenAdmin",
     "TokenCourier",
     "TokenLedger",
 ]

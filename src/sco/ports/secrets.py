@@ -1,4 +1,4 @@
-"""Credentials from a secret store, and node tokens: issued, delivered, acknowledged."""
+"""Credentials from a secret store, and secret values that do not print."""
 
 from __future__ import annotations
 
@@ -54,30 +54,4 @@ class Credential:
 class SecretSource(Protocol):
     def credential(self) -> Credential:
         """A credential valid now; the caller asks again before `expires_at`."""
-        ...
-
-
-class TokenCourier(Protocol):
-    """Hands a node its token through its server (metadata the node can read)."""
-
-    def deliver_token(self, server_id: str, token: Secret) -> None:
-        """Raises ProviderError when the server could not be given it."""
-        ...
-
-
-class TokenLedger(Protocol):
-    """Where node tokens are kept (as digests) with their contracts."""
-
-    def untokened(self, partition: str, renew_before: float) -> list[tuple[str, str]]:
-        """(instance id, server id) of live contracts with no token, or one that
-        expires before `renew_before`."""
-        ...
-
-    def set_token(self, instance_id: str, token_hash: str, expires_at: float) -> bool: ...
-
-
-class AckReader(Protocol):
-    def drained_servers(self, partition: str) -> set[str]:
-        """Servers whose agent said its node is out of its scheduler (drained or
-        left), answering the contract version that told it to leave."""
         ...

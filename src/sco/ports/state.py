@@ -1,6 +1,8 @@
 """Fleet state, by role: instances and reservations, plans, signals, intents and the
 outbox; a `FleetStore` is all of them. Writes are compare-and-swap; a lost one raises
-`StateConflict` (reload and retry), one made with a stale fencing token `FencedOut`."""
+`StateConflict` (reload and retry). A partition's records, reservations and plans
+are written with the fencing token of its leader's lease (`fence`); one made with a
+stale token raises `FencedOut` (`sco.ports.leases`)."""
 
 from __future__ import annotations
 
@@ -85,18 +87,24 @@ class InstanceStore(Protocol):
         """Non-terminal records of `partition`."""
         ...
 
-    def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
+    def record(
+        self, changes: Sequence[Change], settle: Mapping[str, int] | None = None, fence: int = 0
+    ) -> None:
         """Persist changes with compare-and-swap and one history row each, atomically,
-        with reservations settled (request id -> count still pending) in the same transaction.
+        with reservations settled (request id -> count still pending) in the same transaction,
+        and the event of each change in the outbox.
 
-        Raises StateConflict if any record's version moved; nothing is written then.
+        Raises StateConflict if any record's version moved, or one is created twice;
+        FencedOut if `fence` is below its partition's fencing token. Nothing is written
+        then.
         """
         ...
 
-    def reserve(self, request: NewRequest) -> None:
+    def reserve(self, request: NewRequest, fence: int = 0) -> None:
         """Write a reservation and its REQUESTED records, if the pool's version still matches.
 
-        Raises StateConflict when another writer reserved in the pool meanwhile.
+        Raises StateConflict when another writer reserved in the pool meanwhile,
+        FencedOut as `record` does.
         """
         ...
 
@@ -120,8 +128,9 @@ class PlanStore(Protocol):
 
     def latest_plan(self, partition: str) -> Plan | None: ...
 
-    def save_plan(self, plan: Plan) -> None:
-        """Store a new generation; raises StateConflict if that generation exists."""
+    def save_plan(self, plan: Plan, fence: int = 0) -> None:
+        """Store a new generation; raises StateConflict if that generation exists,
+        FencedOut as `InstanceStore.record` does."""
         ...
 
 
@@ -179,6 +188,12 @@ class SignalStore(Protocol):
     def live_per_pool(self) -> dict[PoolId, int]: ...
 
 
+class PoolAgeStore(Protocol):
+    def pool_ages(self) -> dict[PoolId, float | None]: ...
+
+    def set_pool_age(self, pool: PoolId, up_since: float | None) -> bool: ...
+
+
 class IntentStore(Protocol):
     """What operators ask of partitions: one intent each."""
 
@@ -187,6 +202,22 @@ class IntentStore(Protocol):
     def put_intent(self, partition: str, intent: str, at: float, by: str) -> None: ...
 
     def drop_intent(self, partition: str) -> bool: ...
+
+
+class FleetAudit(Protocol):
+    """Fleet state's rows as they stand, for an auditor (the swarm's invariant checks),
+    not for the control plane: every instance record's server and state, gone ones
+    included. Every transition in the order written is `InstanceStore.history()`."""
+
+    def history(self, instance_id: str | None = None) -> list[HistoryRow]: ...
+
+    def lives(self) -> list[tuple[str, str | None, str]]:
+        """(instance, server id, state) of every instance record."""
+        ...
+
+    def state_of_server(self, server_id: str) -> str | None:
+        """The state of the record that names `server_id`, if one does."""
+        ...
 
 
 class FleetStore(InstanceStore, PlanStore, Outbox, SignalStore, IntentStore, Protocol):

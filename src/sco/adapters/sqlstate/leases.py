@@ -13,7 +13,7 @@ from sqlalchemy import Engine, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from sco.adapters.sqlstate import schema as t
-from sco.ports import Lease
+from sco.ports import Lease, StateConflict
 
 # Built once: every replica renews every lease each second, and building a statement
 # costs more than running it on SQLite.
@@ -55,7 +55,10 @@ _LIVE = select(_R.name).where(_R.expires_at >= bindparam("now")).order_by(_R.nam
 
 
 class SqlLeases:
-    """`sco.ports.LeaseManager` on the `leases` table, plus replica heartbeats."""
+    """`sco.ports.LeaseStore` on the fleet-state database: leases on the `leases` table,
+    replica heartbeats on `replicas`, and fencing (the `leases` table's tokens are what
+    the fencing triggers compare every write with). With leases kept in Kubernetes, its
+    fencing still serves (`claim_fence`)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -119,6 +122,50 @@ class SqlLeases:
                 Lease(r.partition, r.holder, int(r.token), float(r.expires_at))
                 for r in conn.execute(select(t.leases).order_by(t.leases.c.partition))
             ]
+
+    def claim_fence(self, partition: str, holder: str, token: int) -> int:
+        """The fencing token `holder` writes `partition` with, now that it has taken the
+        partition's lease with `token`: that token when the database has seen none as
+        large (leases kept here: the lease row is this one, and is the holder's
+        already), else one past the largest the database has seen. A lease kept
+        elsewhere may count from 1 again (a Kubernetes Lease recreated, or leases moved
+        from the database to Kubernetes) while the database still refuses every token
+        below the largest it saw: a new holder must write above it, and every older
+        holder stays refused. The triggers of migration 0003 refuse any write of the
+        partition's rows below what this returns."""
+        row = t.leases.c
+        with self.engine.begin() as conn:
+            seen = conn.execute(
+                select(row.token, row.holder).where(row.partition == partition)
+            ).first()
+            if seen is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            insert(t.leases).values(
+                                partition=partition,
+                                holder=holder,
+                                token=token,
+                                acquired_at=0.0,
+                                expires_at=-1.0,
+                            )
+                        )
+                    return token
+                except IntegrityError:  # another holder's claim came first: above it
+                    seen = conn.execute(
+                        select(row.token, row.holder).where(row.partition == partition)
+                    ).one()
+            if seen.holder == holder and int(seen.token) >= token:
+                return int(seen.token)  # its own: the lease row, or its earlier claim
+            fence = max(token, int(seen.token) + 1)
+            claimed = conn.execute(
+                update(t.leases)
+                .where(row.partition == partition, row.token == seen.token)
+                .values(token=fence, holder=holder)
+            )
+            if claimed.rowcount != 1:
+                raise StateConflict(f"the fence of {partition} moved while {holder} claimed it")
+            return fence
 
     # ------------------------------------------------------------ replicas
 

@@ -69,20 +69,12 @@ class SqlFleetStore(SqlSignals):
     """Fleet state behind the FleetStore port: records, reservations, plans and the
     outbox here, the pools' signals and operators' intents in `SqlSignals`."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        run_migrations: bool = True,
-        fence: Callable[[str], int] | None = None,
-        contracts: bool = True,
-    ) -> None:
-        """`fence(partition)` is the fencing token this writer holds for a partition;
-        every partition-owned row it writes carries it, and the database refuses a
-        token older than the partition's current lease (`FencedOut`). Without
+    def __init__(self, url: str, *, run_migrations: bool = True, contracts: bool = True) -> None:
+        """Every partition-owned row a write makes (records, reservations, plans)
+        carries the write's fencing token, and the database refuses one older than the
+        partition's current lease (`FencedOut`, migration 0003's triggers). Without
         `contracts` (a simulation: no node reads one) transitions write none."""
         self.url = url
-        self.fence = fence or _no_fence
         self.write_contracts = contracts
         self.engine = open_engine(url)
         if run_migrations:
@@ -155,20 +147,22 @@ class SqlFleetStore(SqlSignals):
             r = conn.execute(select(t.instances).where(t.instances.c.id == instance_id)).first()
             return rows.instance_of(r) if r else None
 
-    def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
+    def record(
+        self, changes: Sequence[Change], settle: Mapping[str, int] | None = None, fence: int = 0
+    ) -> None:
         if not changes and not settle:
             return
-        with _fenced(taken_is_conflict=True), self.engine.begin() as conn:
+        with fenced(taken_is_conflict=True), self.engine.begin() as conn:
             if changes:
-                _record(conn, changes, self.fence, self.write_contracts)
+                _record(conn, changes, fence, self.write_contracts)
             for request_id, count in (settle or {}).items():
                 _settle(conn, request_id, count)
 
     # ------------------------------------------------------------ reservations
 
-    def reserve(self, request: NewRequest) -> None:
+    def reserve(self, request: NewRequest, fence: int = 0) -> None:
         res = request.reservation
-        with _fenced(taken_is_conflict=True), self.engine.begin() as conn:
+        with fenced(taken_is_conflict=True), self.engine.begin() as conn:
             bumped = conn.execute(
                 update(t.pools)
                 .where(t.pools.c.id == res.pool, t.pools.c.version == request.pool_version)
@@ -177,14 +171,12 @@ class SqlFleetStore(SqlSignals):
             if bumped.rowcount != 1:
                 raise StateConflict(f"pool {res.pool} changed since version {request.pool_version}")
             conn.execute(
-                insert(t.reservations).values(
-                    **rows.reservation_row(res), fence=self.fence(res.partition)
-                )
+                insert(t.reservations).values(**rows.reservation_row(res), fence=fence)
             )
             _record(
                 conn,
                 [created(i, i.reason, code=i.reason) for i in request.instances],
-                self.fence,
+                fence,
                 self.write_contracts,
             )
 
@@ -200,49 +192,6 @@ class SqlFleetStore(SqlSignals):
         with self.engine.begin() as conn:
             gone = conn.execute(delete(t.reservations).where(t.reservations.c.expires_at <= now))
             return int(gone.rowcount or 0)
-
-    def claim_fence(self, partition: str, holder: str, token: int) -> int:
-        """The fencing token `holder` writes `partition` with, now that it has taken the
-        partition's lease with `token`: that token when the database has seen none as
-        large (leases kept here: the lease row is this one, and is the holder's
-        already), else one past the largest the database has seen. A lease kept
-        elsewhere may count from 1 again (a Kubernetes Lease recreated, or leases moved
-        from the database to Kubernetes) while the database still refuses every token
-        below the largest it saw: a new holder must write above it, and every older
-        holder stays refused. The triggers refuse anything below what this returns."""
-        row = t.leases.c
-        with _fenced(), self.engine.begin() as conn:
-            seen = conn.execute(
-                select(row.token, row.holder).where(row.partition == partition)
-            ).first()
-            if seen is None:
-                try:
-                    with conn.begin_nested():
-                        conn.execute(
-                            insert(t.leases).values(
-                                partition=partition,
-                                holder=holder,
-                                token=token,
-                                acquired_at=0.0,
-                                expires_at=-1.0,
-                            )
-                        )
-                    return token
-                except IntegrityError:  # another holder's claim came first: above it
-                    seen = conn.execute(
-                        select(row.token, row.holder).where(row.partition == partition)
-                    ).one()
-            if seen.holder == holder and int(seen.token) >= token:
-                return int(seen.token)  # its own: the lease row, or its earlier claim
-            fence = max(token, int(seen.token) + 1)
-            claimed = conn.execute(
-                update(t.leases)
-                .where(row.partition == partition, row.token == seen.token)
-                .values(token=fence, holder=holder)
-            )
-            if claimed.rowcount != 1:
-                raise StateConflict(f"the fence of {partition} moved while {holder} claimed it")
-            return fence
 
     # ------------------------------------------------------------ plans
 
@@ -268,21 +217,21 @@ class SqlFleetStore(SqlSignals):
             terms={k: float(v) for k, v in json.loads(r.terms).items()},
         )
 
-    def save_plan(self, plan: Plan) -> None:
-        self.save_plans([plan])
+    def save_plan(self, plan: Plan, fence: int = 0) -> None:
+        self.save_plans([plan], fence)
 
-    def save_plans(self, plans: Sequence[Plan]) -> None:
+    def save_plans(self, plans: Sequence[Plan], fence: int = 0) -> None:
         """Plans in one transaction (a lab run's copy writes thousands)."""
         if not plans:
             return
         try:
-            with _fenced(), self.engine.begin() as conn:
-                conn.execute(insert(t.plans), [self._plan_row(p) for p in plans])
+            with fenced(), self.engine.begin() as conn:
+                conn.execute(insert(t.plans), [self._plan_row(p, fence) for p in plans])
         except IntegrityError:
             which = ", ".join(f"{p.generation} of {p.partition}" for p in plans[:3])
             raise StateConflict(f"plan generation {which} exists") from None
 
-    def _plan_row(self, plan: Plan) -> dict[str, Any]:
+    def _plan_row(self, plan: Plan, fence: int) -> dict[str, Any]:
         return {
             "partition": plan.partition,
             "generation": plan.generation,
@@ -292,7 +241,7 @@ class SqlFleetStore(SqlSignals):
             "notes": json.dumps(list(plan.notes)),
             "pools": json.dumps({p: w.to_json() for p, w in plan.pools.items()}, sort_keys=True),
             "terms": json.dumps(dict(plan.terms), sort_keys=True),
-            "fence": self.fence(plan.partition),
+            "fence": fence,
         }
 
     # ------------------------------------------------------------ reading back
@@ -303,6 +252,17 @@ class SqlFleetStore(SqlSignals):
             q = q.where(t.instance_history.c.instance_id == instance_id)
         with self.engine.connect() as conn:
             return [rows.history_row(r) for r in conn.execute(q)]
+
+    def lives(self) -> list[tuple[str, str | None, str]]:
+        i = t.instances.c
+        with self.engine.connect() as conn:
+            return [(r[0], r[1], r[2]) for r in conn.execute(select(i.id, i.server_id, i.state))]
+
+    def state_of_server(self, server_id: str) -> str | None:
+        i = t.instances.c
+        with self.engine.connect() as conn:
+            state = conn.execute(select(i.state).where(i.server_id == server_id)).scalar()
+        return str(state) if state is not None else None
 
     def recent_history(self, limit: int) -> list[HistoryRow]:
         """The last `limit` transitions, newest first."""
@@ -378,12 +338,8 @@ class SqlFleetStore(SqlSignals):
 # ---------------------------------------------------------------- writes
 
 
-def _no_fence(_partition: str) -> int:
-    return 0
-
-
 @contextmanager
-def _fenced(taken_is_conflict: bool = False) -> Iterator[None]:
+def fenced(taken_is_conflict: bool = False) -> Iterator[None]:
     """Turn the fencing trigger's refusal into FencedOut, and (`taken_is_conflict`) a
     row whose key another write took first into StateConflict: a record created twice
     is a lost race like a stale version."""
@@ -401,7 +357,7 @@ def _fenced(taken_is_conflict: bool = False) -> Iterator[None]:
 def _record(
     conn: Connection,
     changes: Sequence[Change],
-    fence: Callable[[str], int],
+    fence: int,
     contracts: bool = True,
 ) -> None:
     history: list[dict[str, Any]] = []
@@ -409,7 +365,7 @@ def _record(
     updates: list[dict[str, Any]] = []
     for ch in changes:
         row = rows.instance_row(ch.after)
-        row["fence"] = fence(ch.after.partition)
+        row["fence"] = fence
         if ch.before is None:
             inserts.append(row)
         else:

@@ -87,7 +87,7 @@ def reclaim(
     servers of HALL/FLAVOR by least harm within a disruption budget, set their
     `sco:reclaim-at`, and delete them at the deadline."""
     from sco.apps import logs
-    from sco.apps.run import scope_warning, start_openstack
+    from sco.assembly.controllers import scope_warning, start_openstack
     from sco.assembly.wiring import require
     from sco.decide.reclaim import Budget
     from sco.engine.clock import SystemClock

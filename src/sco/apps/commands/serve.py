@@ -105,7 +105,7 @@ def run(
     )
     with start_errors():
         n = run_controllers(
-            settings, replica=replica, cycles=cycles, dry_run=dry_run, verbose=verbose_level()
+            settings, replica=replica, cycles=cycles, dry_run_only=dry_run, verbose=verbose_level()
         )
     click.echo(f"sco run: {n} cycles", err=True)
 

@@ -5,33 +5,56 @@ operator's orders, and the checks that need the whole world (dry runs, the floor
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from sco.adapters.sqlstate.leases import SqlLeases
+from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import ScoPolicy
 from sco.decide.reclaim import Budget
+from sco.domain.demand import HANDBACK
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import HAS_SERVER, State
-from sco.engine.controller import HANDBACK, ControllerConfig
-from sco.engine.dryrun import DryRunNodes, DryRunProvider
-from sco.engine.realtime import ControllerKit
+from sco.engine import builder
+from sco.engine.builder import FleetState, Ports
+from sco.engine.clock import ManualClock
+from sco.engine.cycle import ControllerConfig
 from sco.engine.reclaimer import Reclaimer
 from sco.engine.routing import NodeRouter
+from sco.lab.region import SimRegion
+from sco.lab.swarm.checks import Ledger
+from sco.lab.swarm.faults import Schedule
 from sco.lab.swarm.slurm import SimSlurm
-from sco.lab.swarm.spec import START_S, Fault, Kind
-from sco.lab.swarm.world import BLUE, LEASE_TTL_S, Installation, fresh_state
-
-if TYPE_CHECKING:
-    from sco.lab.swarm.run import Swarm
+from sco.lab.swarm.spec import START_S, Fault, Kind, WorldSpec
+from sco.lab.swarm.world import BLUE, LEASE_TTL_S, Installation, Replica, fresh_state
+from sco.lab.twins.fleet import MemoryFleetStore
 
 # A partition below its floor this long after the world last moved (a fault, a
 # reclaim, a restart) has had time for guaranteed capacity to be created and join.
 FLOOR_GRACE_S = 2 * 70.0 + 4 * 30.0 + LEASE_TTL_S + 60.0
 
 
+class Arena(Protocol):
+    """What the adversary needs of the running swarm (`sco.lab.swarm.run.Swarm`)."""
+
+    spec: WorldSpec
+    clock: ManualClock
+    region: SimRegion
+    schedule: Schedule
+    ledger: Ledger
+    notes: list[str]
+    blue: Installation
+
+    def slow(self, seconds: float) -> None: ...
+
+    def guard(self, inst: Installation, r: Replica, fn: Callable[[], object]) -> bool:
+        """Run a replica's step as its process would; False when it failed or died."""
+        ...
+
+    def cycle(self, inst: Installation, r: Replica, name: str) -> None: ...
+
+
 class Adversary:
-    def __init__(self, swarm: Swarm) -> None:
+    def __init__(self, swarm: Arena) -> None:
         self.swarm = swarm
         self.rng = random.Random(swarm.spec.seed * 7919 + 1)
         self.fenced: dict[tuple[str, str], float] = {}  # (slot, partition) -> refused at
@@ -66,7 +89,7 @@ class Adversary:
         self._handback(s)
         self._workload()
 
-    def _instant(self, s: Any) -> None:
+    def _instant(self, s: Schedule) -> None:
         for kind, act in (
             (Kind.NOTICE, self._notice),
             (Kind.RECLAIM, self._reclaim),
@@ -77,7 +100,7 @@ class Adversary:
                 act(fault)
                 self.disturbed = self.now
 
-    def _handback(self, s: Any) -> None:
+    def _handback(self, s: Schedule) -> None:
         store = self.swarm.blue.store
         for name in self.swarm.blue.plans:
             on = s.active(Kind.HANDBACK, name) is not None
@@ -164,7 +187,7 @@ class Adversary:
     def _token_reset(self, f: Fault) -> None:
         blue = self.swarm.blue
         if blue.lease_kind == "kubernetes":
-            blue.memory_leases.recreate(f.target)
+            blue.kube_leases.recreate(f.target)
             return
         # Leases move from the database to Kubernetes (the chart's default): a redeploy.
         blue.lease_kind = "kubernetes"
@@ -184,12 +207,12 @@ class Adversary:
         # The victim stalls past its TTL: its heartbeat lapses, its lease expires.
         self.swarm.slow(LEASE_TTL_S + 1.0)
         if blue.lease_kind == "database":
-            SqlLeases(blue.store.engine).lapse(r.name)
+            blue.lapse(r.name)
         else:
-            blue.memory_leases.expire(r.name, self.now)
-            blue.memory_leases.forget_replica(r.name)
+            blue.kube_leases.expire(r.name, self.now)
+            blue.kube_leases.forget_replica(r.name)
         self.disturbed = self.now
-        self.swarm._guard(blue, other, other.runner.tend_leases)
+        self.swarm.guard(blue, other, other.runner.tend_leases)
         if partition in other.runner.controllers:
             self.swarm.cycle(blue, other, partition)
 
@@ -199,23 +222,26 @@ class Adversary:
         """`sco run --dry-run`'s round against the world: it must change nothing."""
         blue = self.swarm.blue
         before = self._fingerprint()
-        url = fresh_state(blue.folder / "dry-run.sqlite")
-        from sco.adapters.sqlstate.store import SqlFleetStore
-
-        scratch = SqlFleetStore(url, run_migrations=False)
+        if blue.url is None:
+            scratch: MemoryFleetStore | SqlFleetStore = MemoryFleetStore()
+        else:
+            scratch = SqlFleetStore(fresh_state(blue.folder / "dry-run.sqlite"), run_migrations=False)
         try:
-            acting = DryRunProvider(blue.tenant)
             demand, planes = blue._schedulers(blue.tenant.list, _Wall(self))
-            nodes = DryRunNodes(NodeRouter(planes, blue.tenant), acting.intents)
-            scratch.upsert_pools(self.swarm.region.pools())
-            kit = ControllerKit(
-                acting, nodes, scratch, demand, ScoPolicy, self.swarm.clock, ControllerConfig()
+            ports = Ports(
+                provider=blue.tenant,
+                nodes=NodeRouter(planes, blue.tenant),
+                demand=demand,
+                state=FleetState.of(scratch),
+                clock=self.swarm.clock,
             )
-            for partition in demand.partitions():
+            dry = builder.dry_run(ports, FleetState.of(scratch), ScoPolicy, ControllerConfig())
+            # One partition after another, not the round's threads: a seed must replay.
+            for controller in dry.runner.controllers:
                 try:
-                    kit.controller(partition).cycle()
+                    controller.cycle()
                 except Exception as e:
-                    self.swarm.notes.append(f"dry run of {partition.name}: {e}")
+                    self.swarm.notes.append(f"dry run of {controller.partition.name}: {e}")
         finally:
             scratch.close()
         after = self._fingerprint()

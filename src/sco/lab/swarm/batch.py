@@ -32,6 +32,7 @@ class Trial:
     kinds: tuple[Kind, ...] = ALL_KINDS
     keep: tuple[int, ...] | None = None
     kube: bool = True
+    state: str = "memory"  # fleet state: the in-memory twin, or "sqlite"
 
     def spec(self) -> WorldSpec:
         spec = world_of(self.seed, self.kinds, self.kube)
@@ -46,16 +47,20 @@ class Trial:
             parts.append(f"--faults {','.join(self.kinds)}")
         if self.keep is not None:
             parts.append(f"--keep {','.join(map(str, self.keep)) or 'none'}")
+        if self.state != "memory":
+            parts.append(f"--state {self.state}")
         return " ".join(parts)
 
 
 def _run(trial: Trial) -> SeedResult:
-    return run_seed(trial.spec())
+    return run_seed(trial.spec(), trial.state)
 
 
-def trials(seeds: int, first: int = 0, kinds: Sequence[Kind] = ALL_KINDS) -> list[Trial]:
+def trials(
+    seeds: int, first: int = 0, kinds: Sequence[Kind] = ALL_KINDS, state: str = "memory"
+) -> list[Trial]:
     kube = client_installed()
-    return [Trial(s, tuple(kinds), None, kube) for s in range(first, first + seeds)]
+    return [Trial(s, tuple(kinds), None, kube, state) for s in range(first, first + seeds)]
 
 
 def run_trials(
@@ -123,9 +128,11 @@ class Tally:
     failing: list[tuple[Trial, SeedResult]] = dataclasses.field(default_factory=list)
     misses: dict[str, int] = dataclasses.field(default_factory=dict)
     checked: dict[str, int] = dataclasses.field(default_factory=dict)
+    state: str = "memory"
 
     def add(self, trial: Trial, result: SeedResult) -> None:
         self.seeds += 1
+        self.state = result.state
         self.simulated_s += result.simulated_s
         self.faults += result.faults
         self.cycles += result.cycles
@@ -140,6 +147,7 @@ class Tally:
     def line(self) -> dict[str, object]:
         return {
             "seeds": self.seeds,
+            "state": self.state,
             "simulated_days": round(self.simulated_s / 86400.0, 2),
             "faults_injected": self.faults,
             "cycles": self.cycles,

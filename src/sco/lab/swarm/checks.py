@@ -12,10 +12,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sco.adapters.sqlstate import audit
-from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import EDGES, HAS_SERVER, State, Trigger
+from sco.ports import FleetAudit
 
 INVARIANTS = (
     "reclaim_reaches_scheduler",  # a notice's drain and requeue reach the node in time
@@ -188,9 +187,9 @@ class Ledger:
                 self.violate("no_leak", now, f"server {sid} ({partition}) listed, no record")
 
 
-def check_history(ledger: Ledger, store: SqlFleetStore, now: float) -> None:
+def check_history(ledger: Ledger, store: FleetAudit, now: float) -> None:
     """Every transition is an edge of the table, and every server has a life."""
-    rows = audit.transitions(store)
+    rows = [(h.instance_id, h.from_state, h.to_state, h.trigger) for h in store.history()]
     ledger.checked["transitions_on_table"] += len(rows)
     last: dict[str, str] = {}
     for inst, before, after, trigger in rows:
@@ -209,11 +208,11 @@ def check_history(ledger: Ledger, store: SqlFleetStore, now: float) -> None:
 
 
 def check_lives(
-    ledger: Ledger, store: SqlFleetStore, created: set[str], alive: set[str], now: float
+    ledger: Ledger, store: FleetAudit, created: set[str], alive: set[str], now: float
 ) -> None:
     """Each server sco created reads back from its record: one record names it, and the
     record is over (gone) once the server is."""
-    rows = audit.lives(store)
+    rows = store.lives()
     by_server: dict[str, list[tuple[str, str]]] = {}
     for inst, sid, state in rows:
         if sid:

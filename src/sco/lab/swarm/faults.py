@@ -10,16 +10,17 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.pools import Pool, PoolId
 from sco.lab.swarm.spec import Fault, Kind
 from sco.ports import (
     CreateResult,
     FencedOut,
+    FleetStore,
     InsufficientCapacity,
     Lease,
+    LeaseStore,
     NodeView,
     RetryableProviderError,
     SchedulerCluster,
@@ -213,17 +214,32 @@ _READS = (
     "live_per_pool",
     "sweep_reservations",
     "set_pool_age",
-    "claim_fence",
+)
+# What passes through untouched (the swarm's own reads, and what no fault reaches).
+_PASSED = (
+    "upsert_pools",
+    "history",
+    "counts",
+    "relay_outbox",
+    "outbox_size",
+    "save_scores",
+    "put_intent",
+    "drop_intent",
 )
 
 
-class StoreFaults(SqlFleetStore):
+class StoreFaults:
     """Fleet state as one replica reaches it: a database outage, lost compare-and-swaps,
-    the replica's death between two writes, and every refused fence, told."""
+    the replica's death between two writes, and every refused fence, told. Over any
+    fleet state: a database of the replica's own connection, or the in-memory twin
+    every replica shares."""
 
-    stage: Stage
-    replica: str
     lost_races = 0  # writes the swarm's conflicts refused
+
+    def __init__(self, inner: FleetStore, stage: Stage, replica: str) -> None:
+        self.inner = inner
+        self.stage = stage
+        self.replica = replica
 
     def _reach(self) -> None:
         if self.stage.schedule.active(Kind.DATABASE_DOWN):
@@ -246,7 +262,7 @@ class StoreFaults(SqlFleetStore):
 def _reading(name: str) -> Callable[..., Any]:
     def call(self: StoreFaults, *args: Any, **kwargs: Any) -> Any:
         self._reach()
-        return getattr(SqlFleetStore, name)(self, *args, **kwargs)
+        return getattr(self.inner, name)(*args, **kwargs)
 
     return call
 
@@ -256,10 +272,17 @@ def _writing(name: str) -> Callable[..., Any]:
         self._reach()
         self._write(_partition_of(args))
         try:
-            return getattr(SqlFleetStore, name)(self, *args, **kwargs)
+            return getattr(self.inner, name)(*args, **kwargs)
         except FencedOut:
             self.stage.refused_write(self.replica, _partition_of(args))
             raise
+
+    return call
+
+
+def _passing(name: str) -> Callable[..., Any]:
+    def call(self: StoreFaults, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.inner, name)(*args, **kwargs)
 
     return call
 
@@ -278,29 +301,45 @@ for _name in _READS:
     setattr(StoreFaults, _name, _reading(_name))
 for _name in _WRITES:
     setattr(StoreFaults, _name, _writing(_name))
+for _name in _PASSED:
+    setattr(StoreFaults, _name, _passing(_name))
+
+
+def faulty(store: FleetStore, stage: Stage, replica: str) -> tuple[FleetStore, StoreFaults]:
+    """`store` as `replica` reaches it, typed as the port (the wrapper's methods are
+    made above, one per method of the port), and the wrapper for what it counts."""
+    wrapper = StoreFaults(store, stage, replica)
+    return cast(FleetStore, wrapper), wrapper
 
 
 class LeaseFaults:
-    """Leases as a replica reaches them: kept in fleet state, an outage reaches them too."""
+    """Leases as a replica reaches them: kept in fleet state, an outage reaches them too;
+    fencing is always fleet state's."""
 
-    def __init__(self, inner: Any, stage: Stage, in_database: bool) -> None:
+    def __init__(self, inner: LeaseStore, stage: Stage, in_database: bool) -> None:
         self.inner = inner
         self.stage = stage
         self.in_database = in_database
 
     def _reach(self) -> None:
-        if self.in_database and self.stage.schedule.active(Kind.DATABASE_DOWN):
+        if self.in_database:
+            self._reach_database()
+
+    def _reach_database(self) -> None:
+        if self.stage.schedule.active(Kind.DATABASE_DOWN):
             raise DatabaseDown("could not connect to the database")
+
+    def claim_fence(self, partition: str, holder: str, token: int) -> int:
+        self._reach_database()
+        return self.inner.claim_fence(partition, holder, token)
 
     def acquire(self, partition: str, holder: str, ttl_s: float, now: float) -> Lease | None:
         self._reach()
-        lease: Lease | None = self.inner.acquire(partition, holder, ttl_s, now)
-        return lease
+        return self.inner.acquire(partition, holder, ttl_s, now)
 
     def renew(self, lease: Lease, ttl_s: float, now: float) -> Lease | None:
         self._reach()
-        renewed: Lease | None = self.inner.renew(lease, ttl_s, now)
-        return renewed
+        return self.inner.renew(lease, ttl_s, now)
 
     def release(self, lease: Lease) -> None:
         self._reach()

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sco.adapters.sqlstate.audit import state_of_server
 from sco.domain.lifecycle import State
 from sco.engine.clock import ManualClock
 from sco.lab.swarm.adversary import Adversary
@@ -55,6 +54,7 @@ class SeedResult:
     cycles: int
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    state: str = "memory"  # what fleet state it ran on
 
     @property
     def ok(self) -> bool:
@@ -64,8 +64,9 @@ class SeedResult:
 class Swarm:
     """One world (see `sco.lab.swarm.world`), run from its spec."""
 
-    def __init__(self, spec: WorldSpec, folder: Path) -> None:
+    def __init__(self, spec: WorldSpec, folder: Path, state: str = "memory") -> None:
         self.spec = spec
+        self.state = state
         self.clock = ManualClock(START_S)
         self.region = region_of(spec)
         self.schedule = Schedule(spec.faults, START_S, self.clock.now)
@@ -73,7 +74,7 @@ class Swarm:
         self.cycles = 0
         self.notes: list[str] = []
         self.blue = Installation(
-            BLUE, spec, spec.partitions, self.region, self.clock, self, folder, spec.replicas
+            BLUE, spec, spec.partitions, self.region, self.clock, self, folder, spec.replicas, state
         )
         self.green: Installation | None = None
         if spec.second_installation:
@@ -81,7 +82,7 @@ class Swarm:
             first = spec.partitions[0]
             plan = type(first)(first.name, "static", 1, 3, ((0.0, 2),), ())
             self.green = Installation(
-                GREEN, spec, [plan], self.region, self.clock, self, folder, ("r1",)
+                GREEN, spec, [plan], self.region, self.clock, self, folder, ("r1",), state
             )
         self.adversary = Adversary(self)
         # server -> (partition, installation, reclaim told at, its node joined at)
@@ -168,6 +169,7 @@ class Swarm:
             cycles=self.cycles,
             wall_s=time.perf_counter() - wall,
             notes=self.notes,
+            state=self.state,
         )
 
     def step(self, t: float) -> None:
@@ -192,10 +194,10 @@ class Swarm:
         now = self.clock.now()
         if now >= r.next_tend:
             r.next_tend = now + r.runner.config.lease_every_s
-            if not self._guard(inst, r, r.runner.tend_leases):
+            if not self.guard(inst, r, r.runner.tend_leases):
                 return
             if r.runner.pump is not None:
-                self._guard(inst, r, r.runner.pump.step)
+                self.guard(inst, r, r.runner.pump.step)
         for name in sorted(r.runner.controllers):
             if now < r.next_cycle.get(name, 0.0) or r.slot not in inst.replicas:
                 continue
@@ -223,7 +225,7 @@ class Swarm:
             nonlocal report
             report = r.runner.cycle_once(name)
 
-        self._guard(inst, r, once)
+        self.guard(inst, r, once)
         r.cloud.partition = ""
         self.cycles += 1
         now = self.clock.now()
@@ -248,7 +250,7 @@ class Swarm:
         if not report.degraded and (moved or len(log) % 4 == 0):
             self._after_cycle(name)
 
-    def _guard(self, inst: Installation, r: Replica, fn: Callable[[], object]) -> bool:
+    def guard(self, inst: Installation, r: Replica, fn: Callable[[], object]) -> bool:
         """Run a replica's step as its process would: a failure is logged and the next
         turn comes; a kill ends the process."""
         self.ledger.checked["cycles_do_not_crash"] += 1
@@ -277,7 +279,7 @@ class Swarm:
         if self.schedule.active(Kind.DATABASE_DOWN) or now < self._next_signals:
             return
         self._next_signals = now + 15.0
-        if inst.events.absorb_outbox():
+        if inst.relay():
             inst.watcher.poll(limit=100_000)
         if inst.scorer.due(now):
             inst.scorer.run(now)
@@ -326,7 +328,7 @@ class Swarm:
         came: its node was told to leave before, and is drained or past its deadline."""
         if self.region.is_deleting(server_id):
             return True
-        state = state_of_server(self.blue.store, server_id)
+        state = self.blue.store.state_of_server(server_id)
         return state in ("terminating", "failed", "gone")
 
     def _boot(self, inst: Installation) -> None:
@@ -427,7 +429,7 @@ class Swarm:
                 )
 
 
-def run_seed(spec: WorldSpec) -> SeedResult:
+def run_seed(spec: WorldSpec, state: str = "memory") -> SeedResult:
     """Run one world to its end in a scratch folder (in memory where the machine has
     a tmpfs), sco's own logging held back: the result says what went wrong."""
     shm = Path("/dev/shm")
@@ -437,7 +439,7 @@ def run_seed(spec: WorldSpec) -> SeedResult:
     quiet.setLevel(logging.CRITICAL)
     try:
         with tempfile.TemporaryDirectory(prefix=f"sco-swarm-{spec.seed}-", dir=where) as folder:
-            return Swarm(spec, Path(folder)).run()
+            return Swarm(spec, Path(folder), state).run()
     finally:
         quiet.setLevel(level)
 

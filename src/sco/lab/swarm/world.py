@@ -1,10 +1,13 @@
 """The swarm's world: one simulated region, the schedulers of its partitions, and an
 installation of sco (two replicas on one fleet state, the signal jobs) with the real
-controller, node planes, signal pump, watcher, scorer and lease logic; perhaps a
+controller, node planes, signal pump, watcher, scorer and lease logic, each replica
+made by the one builder (`sco.engine.builder`) as `sco run` makes its own; perhaps a
 second installation in the same project.
 
-Everything runs on one simulated clock, on one thread, in an order fixed by the
-seed: a run can be repeated exactly.
+Fleet state is the in-memory twin by default, or a SQLite database (`state`
+"sqlite"): both are held to one conformance suite, and a seed gives the same
+result on either. Everything runs on one simulated clock, on one thread, in an
+order fixed by the seed: a run can be repeated exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from sco.adapters.demandfile.intake import FileDemandSource, PartitionDemand, UnitSeries
 from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec
@@ -29,29 +32,43 @@ from sco.decide.policies import ScoPolicy
 from sco.decide.scorer import ScorerConfig
 from sco.domain.demand import Partition, SchedulerKind
 from sco.domain.pools import Pool, PoolId
+from sco.engine import builder
+from sco.engine.builder import FleetState, Ports, Pumping
 from sco.engine.clock import CountingIds, ManualClock
-from sco.engine.controller import ControllerConfig
-from sco.engine.pump import PumpConfig, SignalPump
+from sco.engine.cycle import ControllerConfig
+from sco.engine.leases import PairedLeases
+from sco.engine.pump import PumpConfig
 from sco.engine.replicas import ReplicaConfig, ReplicaRunner
 from sco.engine.routing import DemandRouter, NodeRouter
 from sco.engine.signals_jobs import HistoryLoader, ScoringJob
 from sco.engine.watcher import ExclusionWatcher
 from sco.lab.history import WindowedHistory
 from sco.lab.region import SimConfig, SimRegion
-from sco.lab.swarm.faults import CloudFaults, LeaseFaults, NodeFaults, Stage, StoreFaults
+from sco.lab.swarm.faults import CloudFaults, LeaseFaults, NodeFaults, Stage, StoreFaults, faulty
 from sco.lab.swarm.kube import SimKube
-from sco.lab.swarm.leases import MemoryLeases
 from sco.lab.swarm.slurm import SimSlurm
+from sco.lab.twins.eventlog import MemoryEventLog
+from sco.lab.twins.fleet import MemoryFleetStore
+from sco.lab.twins.leases import KubeLeases
 from sco.lab.swarm.spec import START_S, PartitionPlan, WorldSpec
 from sco.lab.traces import RegionSpec, Series, TraceSet
 from sco.ports import (
     Clock,
     CreateResult,
     DemandSource,
+    FleetAudit,
+    FleetStore,
+    LeaseStore,
     NodeView,
     SchedulerCluster,
     ServerView,
 )
+
+STATES = ("memory", "sqlite")  # what fleet state a world runs on
+
+
+class SwarmStore(FleetStore, FleetAudit, Protocol):
+    """Fleet state as the swarm keeps it: every role, and what its checks audit."""
 
 BLUE = "blue"  # the installation under test
 GREEN = "green"  # another sco in the same project, with a partition of the same name
@@ -121,6 +138,7 @@ class Replica:
     nodes: NodeFaults
     store: StoreFaults
     clock: SkewedClock
+    connection: SqlFleetStore | None  # its own connection to the database, if any
     next_tend: float = 0.0
     next_cycle: dict[str, float] = field(default_factory=dict)
 
@@ -205,7 +223,10 @@ class Installation:
         stage: Stage,
         folder: Path,
         slots: Sequence[str],
+        state: str = "memory",
     ) -> None:
+        if state not in STATES:
+            raise ValueError(f"state: one of {', '.join(STATES)}, not {state!r}")
         self.name = name
         self.spec = spec
         self.plans = {p.name: p for p in plans}
@@ -213,16 +234,30 @@ class Installation:
         self.clock = clock
         self.stage = stage
         self.folder = folder
-        self.url = fresh_state(folder / f"{name}.sqlite")
-        self.store = SqlFleetStore(self.url, run_migrations=False)
+        self.state = state
+        self.url: str | None = None
+        self.store: SwarmStore
+        self.events: SqlEventLog | MemoryEventLog
+        self.lease_table: LeaseStore  # the database's (leases kept there, and fencing)
+        # What a holder that died without a word leaves in the database's leases.
+        self.lapse: Callable[[str], None]
+        if state == "sqlite":
+            self.url = fresh_state(folder / f"{name}.sqlite")
+            sql = SqlFleetStore(self.url, run_migrations=False)
+            self.store, self.events, self._close = sql, SqlEventLog(sql.engine), sql.close
+            table = SqlLeases(sql.engine)
+            self.lease_table, self.lapse = table, table.lapse
+        else:
+            memory = MemoryFleetStore()
+            self.store, self.events, self._close = memory, MemoryEventLog(memory), memory.close
+            self.lease_table, self.lapse = memory.leases, memory.leases.lapse
         self.store.upsert_pools(region.pools())
         self.tenant = Tenant(region, name)
         self.twins: dict[str, SimSlurm | SimKube] = {
             p.name: twin_of(p, clock, name) for p in plans if p.kind != "static"
         }
-        self.memory_leases = MemoryLeases()
+        self.kube_leases = KubeLeases()
         self.lease_kind = spec.leases
-        self.events = SqlEventLog(self.store.engine)
         pools = list(region.pools())
         self.watcher = ExclusionWatcher(self.events, self.store, pools)
         scorer = ScorerConfig()
@@ -239,6 +274,10 @@ class Installation:
         for slot in slots:
             self.start(slot)
 
+    def relay(self) -> int:
+        """The outbox into the event log; returns how many events were new to it."""
+        return self.events.absorb_outbox()
+
     def partitions(self) -> list[Partition]:
         return [
             Partition(
@@ -252,56 +291,56 @@ class Installation:
     # ------------------------------------------------------------ a replica
 
     def start(self, slot: str) -> Replica:
-        """A new `sco run` process in `slot`: nothing in memory, its own connection."""
+        """A new `sco run` process in `slot`: nothing in memory, its own connection (or,
+        on the twin, the one fleet state every process shares)."""
         gen = self.generation[slot] = self.generation.get(slot, 0) + 1
         name = f"{self.name}-{slot}.{gen}"
-        store = StoreFaults(self.url, run_migrations=False)
-        store.stage, store.replica = self.stage, slot
+        connection = None
+        table: LeaseStore = self.lease_table
+        if self.url is not None:
+            connection = SqlFleetStore(self.url, run_migrations=False)
+            table = SqlLeases(connection.engine)
+        state, store = faulty(connection or self.store, self.stage, slot)
         cloud = CloudFaults(self.tenant, self.stage, slot)
         clock = SkewedClock(self.clock)
         listing = _Listing(cloud)
         demand, planes = self._schedulers(listing, clock)
         nodes = NodeFaults(NodeRouter(planes, cloud), self.stage, slot)
-        leases: Any
         if self.lease_kind == "database":
-            leases = LeaseFaults(SqlLeases(store.engine), self.stage, in_database=True)
+            leases = LeaseFaults(table, self.stage, in_database=True)
         else:
-            leases = LeaseFaults(self.memory_leases, self.stage, in_database=False)
-        pools = list(self.region.pools())
-        runner = ReplicaRunner(
-            config=ReplicaConfig(
-                name, lease_ttl_s=LEASE_TTL_S, lease_every_s=10.0, act_margin_s=10.0
-            ),
-            leases=leases,
+            leases = LeaseFaults(PairedLeases(self.kube_leases, table), self.stage, False)
+        ports = Ports(
             provider=cloud,
             nodes=nodes,
-            store=store,
             demand=demand,
-            policy=ScoPolicy,
+            state=FleetState.of(state),
             clock=clock,
-            interval_s=self.spec.interval_s,
+            ids=CountingIds(f"{self.name}-{slot}.{gen}-"),
+            leases=leases,
+            events=self.events,
+            relay=self.relay,
+        )
+        runner = builder.replica(
+            ports,
+            ReplicaConfig(name, lease_ttl_s=LEASE_TTL_S, lease_every_s=10.0, act_margin_s=10.0),
+            ScoPolicy,
+            self.spec.interval_s,
             controller=ControllerConfig(),
-            pump=lambda wake: SignalPump(
-                store=store,
-                provider=cloud,
-                pools=pools,
-                relay=self.events.absorb_outbox,
-                clock=clock,
-                on_signals=wake,
-                config=PumpConfig(relay_every_s=15.0, ages_every_s=60.0, stamp_every_s=15.0),
+            pumping=Pumping(
+                PumpConfig(relay_every_s=15.0, ages_every_s=60.0, stamp_every_s=15.0),
                 pace=clock.now,
             ),
-            ids=CountingIds(f"{self.name}-{slot}.{gen}-"),
         )
-        replica = Replica(slot, name, self.name, runner, cloud, nodes, store, clock)
+        replica = Replica(slot, name, self.name, runner, cloud, nodes, store, clock, connection)
         self.replicas[slot] = replica
         return replica
 
     def stop(self, slot: str) -> None:
         """The process is gone (killed: nothing handed back)."""
         replica = self.replicas.pop(slot, None)
-        if replica is not None:
-            replica.store.close()
+        if replica is not None and replica.connection is not None:
+            replica.connection.close()
 
     def _schedulers(
         self, listing: Callable[[str], Sequence[ServerView]], clock: Clock
@@ -332,7 +371,7 @@ class Installation:
     def close(self) -> None:
         for slot in list(self.replicas):
             self.stop(slot)
-        self.store.close()
+        self._close()
 
 
 class _Listing:

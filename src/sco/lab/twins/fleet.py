@@ -1,11 +1,13 @@
 """Fleet state in memory: the FleetStore port without a database.
 
-What the SQL adapter's rows and constraints promise, this keeps with dicts:
-compare-and-swap on every record's and pool's version (a batch is all or
-nothing), one history row per transition in the order written, reservations
-that expire, an outbox read oldest first and cleared only after its events were
-handed on, exclusions and plans that refuse a second writer. Nothing is copied
-on the way in or out: records, plans and scores are frozen values.
+What the SQL adapter's rows, constraints and triggers promise, this keeps with
+dicts: compare-and-swap on every record's and pool's version (a batch is all or
+nothing), a partition's rows refused to a write whose fencing token is below the
+partition's (its lease table, `MemoryLeaseTable`), one history row per
+transition in the order written, reservations that expire, an outbox read
+oldest first and cleared only after its events were handed on, exclusions and
+plans that refuse a second writer. Nothing is copied on the way in or out:
+records, plans and scores are frozen values.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sco.domain.lifecycle import LIVE, State, Trigger
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion, PoolScore
+from sco.lab.twins.leases import MemoryLeaseTable
 from sco.ports import (
     FleetCounts,
     HistoryRow,
@@ -44,9 +47,11 @@ class _PoolRow:
 class MemoryFleetStore:
     """Fleet state behind the FleetStore port, in this process only."""
 
-    def __init__(self, keep_changes: bool = False) -> None:
+    def __init__(self, keep_changes: bool = False, leases: MemoryLeaseTable | None = None) -> None:
         """`keep_changes`: keep every change recorded, in order, for `changes()` (a copy
-        into a database replays them)."""
+        into a database replays them); `leases`: the lease table whose tokens fence its
+        writes (default: one of its own, `self.leases`)."""
+        self.leases = leases if leases is not None else MemoryLeaseTable()
         self._changes: list[Change] | None = [] if keep_changes else None
         self._pools: dict[PoolId, _PoolRow] = {}
         self._instances: dict[str, Instance] = {}
@@ -98,11 +103,18 @@ class MemoryFleetStore:
     def instance(self, instance_id: str) -> Instance | None:
         return self._instances.get(instance_id)
 
-    def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
+    def record(
+        self, changes: Sequence[Change], settle: Mapping[str, int] | None = None, fence: int = 0
+    ) -> None:
         if not changes and not settle:
             return
         if changes:
+            # As the database: records created are fenced as they are inserted, before
+            # their keys are checked; an update fires the fence only on the version it
+            # matched.
+            self.leases.check({ch.after.partition for ch in changes if ch.before is None}, fence)
             self._check(changes)
+            self.leases.check({ch.after.partition for ch in changes}, fence)
             self._apply(changes)
         for request_id, count in (settle or {}).items():
             self._settle(request_id, count)
@@ -165,11 +177,12 @@ class MemoryFleetStore:
 
     # ------------------------------------------------------------ reservations
 
-    def reserve(self, request: NewRequest) -> None:
+    def reserve(self, request: NewRequest, fence: int = 0) -> None:
         res = request.reservation
         row = self._pools.get(res.pool)
         if row is None or row.version != request.pool_version:
             raise StateConflict(f"pool {res.pool} changed since version {request.pool_version}")
+        self.leases.check({res.partition, *(i.partition for i in request.instances)}, fence)
         if res.request_id in self._reservations:
             raise StateConflict(f"reservation {res.request_id} exists")
         changes = [created(i, i.reason, code=i.reason) for i in request.instances]
@@ -212,7 +225,8 @@ class MemoryFleetStore:
         plans = self._plans.get(partition)
         return plans[max(plans)] if plans else None
 
-    def save_plan(self, plan: Plan) -> None:
+    def save_plan(self, plan: Plan, fence: int = 0) -> None:
+        self.leases.check({plan.partition}, fence)
         plans = self._plans.setdefault(plan.partition, {})
         if plan.generation in plans:
             raise StateConflict(f"plan generation {plan.generation} of {plan.partition} exists")
@@ -224,6 +238,15 @@ class MemoryFleetStore:
         if instance_id is None:
             return list(self._history)
         return [h for h in self._history if h.instance_id == instance_id]
+
+    def lives(self) -> list[tuple[str, str | None, str]]:
+        return [(i.id, i.server_id, i.state.value) for i in self._instances.values()]
+
+    def state_of_server(self, server_id: str) -> str | None:
+        for i in self._instances.values():
+            if i.server_id == server_id:
+                return i.state.value
+        return None
 
     def counts(self) -> FleetCounts:
         by_state = Counter(i.state.value for i in self._instances.values())

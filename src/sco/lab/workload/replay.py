@@ -23,7 +23,7 @@ from typing import Any
 
 from sco.decide.acquirer import ActConfig
 from sco.domain.lifecycle import Timeouts
-from sco.engine.partition_state import ControllerConfig
+from sco.engine.cycle import ControllerConfig
 from sco.lab.region import COLD_START_S, SimConfig
 from sco.lab.simulation import Simulation, SimulationInputError, SimulationSpec
 from sco.lab.traces import TraceSet, load_traces, repeated

@@ -1,0 +1,65 @@
+"""Runners for tests, made the one way sco makes them: by `sco.engine.builder`, from a
+bundle of ports. A test that needs a different construction path has found a port
+the product is missing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from sco.decide.policies import Policy, ScoPolicy
+from sco.domain.demand import Partition
+from sco.engine import builder
+from sco.engine.builder import FleetState, NodeTokens, Ports
+from sco.engine.clock import CountingIds, IdSource
+from sco.engine.controller import PartitionController
+from sco.engine.cycle import ControllerConfig
+from sco.engine.signals import FleetSignals
+from sco.ports import (
+    Clock,
+    DemandSource,
+    FleetStore,
+    LeaseStore,
+    Provider,
+    SchedulerCluster,
+)
+
+
+def ports_of(
+    provider: Provider,
+    nodes: SchedulerCluster,
+    store: FleetStore,
+    demand: DemandSource,
+    clock: Clock,
+    *,
+    ids: IdSource | None = None,
+    leases: LeaseStore | None = None,
+    tokens: NodeTokens | None = None,
+    relay: Callable[[], int] | None = None,
+    calls: int | Executor = 0,
+) -> Ports:
+    return Ports(
+        provider=provider,
+        nodes=nodes,
+        demand=demand,
+        state=FleetState.of(store),
+        clock=clock,
+        ids=ids or CountingIds(),
+        leases=leases,
+        relay=relay,
+        tokens=tokens,
+        calls=calls,
+    )
+
+
+def controller_of(
+    ports: Ports,
+    policy: Callable[[], Policy] = ScoPolicy,
+    config: ControllerConfig | None = None,
+    partition: Partition | None = None,
+    signals: FleetSignals | None = None,
+) -> PartitionController:
+    """The controller of `partition` (default: the demand's first), as a simulation
+    makes it: no lease, calls as `ports` say."""
+    chosen = partition or ports.demand.partitions()[0]
+    return builder.controllers(ports, policy, config, signals, [chosen])[0]
