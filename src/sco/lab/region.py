@@ -13,16 +13,17 @@ Nothing sleeps: `advance_to(t)` applies every scheduled event up to `t`, and
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TypeVar
 
 from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.domain.pools import CapacityClass, Pool, PoolId
-from sco.lab.region_sides import Kind, RegionSides, Server
+from sco.lab.region_model import COLD_START_S, Kind, Server, SimConfig, SimObserver
+from sco.lab.region_servers import ServerTable, Timeline
+from sco.lab.region_sides import NodeSide, ReclaimerSide
 from sco.lab.traces import TraceSet, hall_names
 from sco.ports import (
     CreateResult,
@@ -34,56 +35,9 @@ from sco.ports import (
     ServerView,
 )
 
-COLD_START_S = 120.0  # a create to its server ACTIVE, unless told otherwise
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """Behaviour of the simulated provider. Times in seconds."""
-
-    api_latency_s: float = 1.0  # a create's servers appear in listings after this
-    cold_start_s: float = COLD_START_S  # create call to server ACTIVE
-    join_s: float = 0.0  # ACTIVE to node joined in its scheduler
-    drain_s: float = 30.0  # a node's drain takes this long
-    delete_s: float = 5.0  # a deleted server holds its capacity this long
-    notice_s: float = 0.0  # reclaim notice lead time; 0: reclaims come unannounced
-    pool_size: int | None = None  # a 1 in a 0/1 trace (None: the region spec's), and
-    # a unit of a count trace (None: 1)
-    unlimited_binary: bool = False  # a 1 in a 0/1 trace means unlimited capacity
-    guaranteed_quota_per_hall: int | None = None  # None: the region spec's
-    error_rate: float = 0.0  # chance a call fails with a retryable 5xx
-    timeout_rate: float = 0.0  # chance a create times out (and took effect half the time)
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("api_latency_s", "cold_start_s", "join_s", "drain_s", "delete_s", "notice_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("error_rate", "timeout_rate"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-
-
-class SimObserver(Protocol):
-    """What the region reports as it happens, for accounting and reports."""
-
-    def held(self, t: float, pool: PoolId, partition: str, delta: int) -> None: ...
-
-    def running(
-        self, t: float, partition: str, pool: PoolId, delta_units: int, created_at: float
-    ) -> None: ...
-
-    def price(self, t: float, pool: PoolId, price_per_h: float) -> None: ...
-
-    def capacity(self, t: float, pool: PoolId, instances: int) -> None: ...
-
-    def reclaimed(
-        self, t: float, partition: str, pool: PoolId, units: int, notice_s: float
-    ) -> None:
-        """A reclaim announced (`notice_s` ahead) or done without notice (0)."""
-        ...
-
-    def created(self, t: float, partition: str, pool: PoolId, count: int) -> None: ...
+# SimConfig, SimObserver and COLD_START_S live in `region_model` (the region's parts
+# import them from there); callers find them here, as before.
+__all__ = ["COLD_START_S", "UNLIMITED", "SimConfig", "SimObserver", "SimRegion"]
 
 
 UNLIMITED = 1_000_000
@@ -99,8 +53,10 @@ def _from(changes: list[tuple[float, V]], start: float) -> list[tuple[float, V]]
 
 
 @dataclass
-class SimRegion(RegionSides):
-    """Provider and SchedulerCluster over a TraceSet, on a virtual clock starting at `start_s`."""
+class SimRegion:
+    """Provider and SchedulerCluster over a TraceSet, on a virtual clock starting at
+    `start_s`; its scheduler's and reclaimer's sides are objects it holds, over its
+    servers (`ServerTable`) and its events (`Timeline`)."""
 
     traces: TraceSet
     config: SimConfig = field(default_factory=SimConfig)
@@ -111,7 +67,6 @@ class SimRegion(RegionSides):
         spec = self.traces.region
         self.now = self.traces.start_s if self.start_s is None else self.start_s
         self._rng = random.Random(self.config.seed)
-        self._seq = itertools.count()
         self.events_applied = 0  # lets a runner tell whether anything happened
         # ... to pools (capacity and notices, then prices: every partition sees those),
         # and to each partition's own servers
@@ -119,20 +74,10 @@ class SimRegion(RegionSides):
         self.price_events = 0
         self.server_events: dict[str, int] = {}
         self._ids = itertools.count(1)
-        self._events: list[tuple[float, int, int, str]] = []
-        self._servers: dict[str, Server] = {}
-        self._tokens: dict[str, Secret] = {}
-        self.reclaims_told: dict[str, float] = {}  # server -> when its node first was
-        # Indexes, insertion-ordered: a server leaves in O(1), a partition is listed
-        # without looking at the others'.
-        self._by_pool: dict[PoolId, dict[str, Server]] = {}
-        self._by_partition: dict[str, dict[str, Server]] = {}
-        # What `list` and `nodes` answer, kept as servers change: a cycle's listing
-        # costs a copy, not a view built per server.
-        self._listed: dict[str, dict[str, ServerView]] = {}
-        self._versions: dict[str, int] = {}
-        self._views_kept: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
-        self._node_views: dict[str, dict[str, NodeView]] = {}
+        self._timeline = Timeline()
+        self._servers = ServerTable()
+        self._node_side = NodeSide(self._servers, self._timeline)
+        self._reclaimer_side = ReclaimerSide(self._servers, self._timeline)
         self._capacity: dict[PoolId, int] = {}
         self._announced: dict[PoolId, list[tuple[float, int]]] = {}
         self._price: dict[PoolId, float] = {}
@@ -184,7 +129,7 @@ class SimRegion(RegionSides):
 
     def _add_pool(self, pool: Pool, price: float) -> None:
         self._pools[pool.id] = pool
-        self._by_pool[pool.id] = {}
+        self._servers.add_pool(pool.id)
         self._price[pool.id] = price
         self._capacity[pool.id] = 0
         self._announced[pool.id] = []
@@ -215,22 +160,22 @@ class SimRegion(RegionSides):
             self._push(t, Kind.PRICE, pool_id)
 
     def _push(self, t: float, kind: Kind, key: str) -> None:
-        heapq.heappush(self._events, (t, int(kind), next(self._seq), key))
+        self._timeline.push(t, kind, key)
 
     # ------------------------------------------------------------ clock
 
     def next_event_time(self) -> float | None:
-        return self._events[0][0] if self._events else None
+        return self._timeline.next_time()
 
     def advance_to(self, t: float) -> None:
         """Apply every event due at or before `t`, then stand at `t`."""
         if t < self.now:
             raise ValueError(f"time runs forward: {t} < {self.now}")
-        while self._events and self._events[0][0] <= t:
-            at, kind, _, key = heapq.heappop(self._events)
+        while (due := self._timeline.pop_due(t)) is not None:
+            at, kind, key = due
             self.now = at
             self.events_applied += 1
-            self._apply(Kind(kind), key)
+            self._apply(kind, key)
         self.now = t
 
     def _apply_due(self) -> None:
@@ -262,22 +207,22 @@ class SimRegion(RegionSides):
     def _apply_server(self, kind: Kind, s: Server) -> None:
         if kind is Kind.LISTED:
             s.listed = True
-            self._relist(s)
+            self._servers.relist(s)
         elif kind is Kind.ACTIVE and not s.deleting:
             s.status = ServerStatus.ACTIVE
             s.active_at = self.now
-            self._relist(s)
+            self._servers.relist(s)
             self._push(self.now + self.config.join_s, Kind.JOINED, s.server_id)
         elif kind is Kind.JOINED and not s.deleting and not s.draining:
             s.joined = True
             s.joined_at = self.now
-            self._renode(s)
+            self._servers.renode(s)
             self._set_running(s, True)
         elif kind is Kind.DRAIN_START and not s.deleting:
             self._set_running(s, False)
         elif kind is Kind.DRAINED:
             s.drained = True
-            self._renode(s)
+            self._servers.renode(s)
         elif kind is Kind.RECLAIM or kind is Kind.DELETED:
             self._remove(s)
 
@@ -318,7 +263,7 @@ class SimRegion(RegionSides):
         )
         for s in fresh[:excess]:
             s.notice_deadline = at
-            self._relist(s)
+            self._servers.relist(s)
             self._push(at, Kind.RECLAIM, s.server_id)
             if self.observer:
                 self.observer.reclaimed(
@@ -326,7 +271,7 @@ class SimRegion(RegionSides):
                 )
 
     def _holding(self, pool_id: PoolId) -> list[Server]:
-        return list(self._by_pool[pool_id].values())
+        return self._servers.holding(pool_id)
 
     def _effective_capacity(self, pool_id: PoolId) -> int:
         """Capacity now, lowered by any drop already announced: it is not ours to give."""
@@ -351,13 +296,8 @@ class SimRegion(RegionSides):
         if s.server_id not in self._servers:
             return
         self._set_running(s, False)
-        del self._servers[s.server_id]
-        self._tokens.pop(s.server_id, None)
-        del self._by_pool[s.pool.id][s.server_id]
-        del self._by_partition[s.partition][s.server_id]
-        self._listed[s.partition].pop(s.server_id, None)
-        self._views_changed(s.partition)
-        del self._node_views[s.partition][s.server_id]
+        self._servers.remove(s)
+        self._node_side.forget(s.server_id)
         if self.observer:
             self.observer.held(self.now, s.pool.id, s.partition, -1)
 
@@ -372,7 +312,7 @@ class SimRegion(RegionSides):
 
     def headroom(self, pools: Sequence[PoolId]) -> Mapping[PoolId, int]:
         return {
-            p: max(0, self._effective_capacity(p) - len(self._by_pool[p]))
+            p: max(0, self._effective_capacity(p) - self._servers.held_in(p))
             for p in pools
             if p in self._pools
         }
@@ -416,12 +356,7 @@ class SimRegion(RegionSides):
         sid = f"srv-{next(self._ids):07d}"
         s = Server(sid, partition, self._pools[pool_id], request_id, gen, self.now)
         s.installation = installation
-        self._servers[sid] = s
-        self._by_pool[pool_id][sid] = s
-        self._by_partition.setdefault(partition, {})[sid] = s
-        self._listed.setdefault(partition, {})
-        self._node_views.setdefault(partition, {})
-        self._renode(s)
+        self._servers.add(s)
         self._push(self.now + self.config.api_latency_s, Kind.LISTED, sid)
         self._push(self.now + self.config.cold_start_s, Kind.ACTIVE, sid)
         if self.observer:
@@ -443,28 +378,12 @@ class SimRegion(RegionSides):
     ) -> Sequence[ServerView]:
         """The partition's servers of `installation` (others may share the region)."""
         self._fault("list")
-        views = self._kept("list", partition, installation, self._listed.get(partition, {}))
+        views = self._servers.listing(partition, installation)
         return list(views.values())  # the caller's own, as a listing from the cloud is
 
     def installation_of(self, server_id: str) -> str | None:
         s = self._servers.get(server_id)
         return s.installation if s is not None else None
-
-    def _relist(self, s: Server) -> None:
-        """The server's listing changed: build its view again (once listed)."""
-        if s.listed:
-            self._views_changed(s.partition)
-            self._listed[s.partition][s.server_id] = ServerView(
-                server_id=s.server_id,
-                partition=s.partition,
-                pool=s.pool.id,
-                request_id=s.request_id,
-                plan_generation=s.plan_generation,
-                status=s.status,
-                created_at=s.created_at,
-                notice_deadline=s.notice_deadline,
-                active_at=s.active_at,
-            )
 
     # ------------------------------------------------------------ inspection
 
@@ -478,7 +397,59 @@ class SimRegion(RegionSides):
         return self._capacity[pool]
 
     def held_in(self, pool: PoolId) -> int:
-        return len(self._by_pool[pool])
+        return self._servers.held_in(pool)
 
     def server_count(self) -> int:
         return len(self._servers)
+
+    def is_deleting(self, server_id: str) -> bool:
+        """Whether a delete was sent for the server."""
+        s = self._servers.get(server_id)
+        return s is not None and s.deleting
+
+    # ------------------------------------------------------------ SchedulerCluster
+
+    def deliver_token(self, server_id: str, token: Secret) -> None:
+        """Kept for the simulated server's agent (`node_token`)."""
+        self._node_side.deliver_token(server_id, token)
+
+    def node_token(self, server_id: str) -> Secret | None:
+        return self._node_side.node_token(server_id)
+
+    def nodes(
+        self, partition: str, installation: str = DEFAULT_INSTALLATION
+    ) -> Mapping[str, NodeView]:
+        return self._node_side.nodes(partition, installation)
+
+    def tend(self, partition: str, servers: Sequence[ServerView] | None) -> None:
+        """Nothing keeps time on a simulated node's side: its drain is scheduled."""
+
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
+        """The node starts leaving in time to be out by `drain_by`, serving until then;
+        told again with a sooner deadline, it leaves by that one."""
+        self._node_side.drain(partition, server_id, drain_by, reason, self.now, self.config.drain_s)
+
+    def is_draining(self, server_id: str) -> bool:
+        """Whether the server's node was told to leave."""
+        return self._node_side.is_draining(server_id)
+
+    def reclaim_told_at(self, server_id: str) -> float | None:
+        """When the server's node was first told to leave for a reclaim (kept after the
+        server is gone)."""
+        return self._node_side.reclaim_told_at(server_id)
+
+    @property
+    def reclaims_told(self) -> Mapping[str, float]:
+        """Server -> when its node was first told to leave for a reclaim."""
+        return self._node_side.reclaims_told
+
+    # ------------------------------------------------------------ the reclaimer's side
+
+    def all_servers(self) -> Sequence[ServerView]:
+        """Every listed server, of every partition (what a reclaimer chooses from)."""
+        return self._reclaimer_side.all_servers()
+
+    def give_notice(self, server_id: str, deadline: float) -> float:
+        """The reclaim-notice contract: the server goes at `deadline`, or at the sooner
+        deadline it was given before; returns the deadline in force."""
+        return self._reclaimer_side.give_notice(server_id, deadline, self.now, self.observer)

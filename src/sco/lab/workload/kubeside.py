@@ -21,7 +21,7 @@ from sco.lab.region import SimRegion
 from sco.lab.workload.kubecluster import KubeCluster, PodLedger
 from sco.lab.workload.kubefile import KubeWorkload
 from sco.lab.workload.outcomes import bounded_slowdown, pct, rounded
-from sco.lab.workload.side import WorkloadSide
+from sco.lab.workload.side import RegionLink, WorkloadFeed
 from sco.ports import DemandSource, SchedulerCluster, ServerView
 
 
@@ -47,7 +47,27 @@ class _Attached:
         return None
 
 
-class KubeSide(WorkloadSide):
+class KubeRoster:
+    """A Kubernetes cluster's nodes: the kubelet registers a Node named by its server,
+    labelled with its capacity class."""
+
+    def __init__(self, cluster: KubeCluster) -> None:
+        self.cluster = cluster
+
+    def join(self, server: ServerView, capacity_class: str) -> str:
+        name = f"node-{server.server_id}"
+        self.cluster.register(name, server.server_id, {CLASS_LABEL: capacity_class})
+        return name
+
+    def counts(self) -> tuple[int, int, int]:
+        c = self.cluster
+        pending = sum(not p["spec"].get("nodeName") for p in c.pods.values())
+        up = [n for n, node in c.nodes_by_name.items() if _ready(node)]
+        running = {p["spec"].get("nodeName") for p in c.pods.values()}
+        return pending, len(up), sum(n in running for n in up)
+
+
+class KubeSide:
     """The cluster, its pods' controllers and its node plane, on the simulation's clock."""
 
     def __init__(
@@ -60,27 +80,44 @@ class KubeSide(WorkloadSide):
         fixed: DemandSource | None = None,
     ) -> None:
         pods = workload.pods
-        super().__init__(spec.partition.name, pods, [p.start_s for p in pods], start_s)
         self.workload = workload
         self.spec = spec
         self.grace_s = grace_s
-        self.cluster: KubeCluster = KubeCluster(
-            dict(spec.kube.labels), dict(spec.kube.allocatable), self._now, checkpoint_s, start_s
+        self.link = RegionLink(start_s)
+        self.cluster = KubeCluster(
+            dict(spec.kube.labels),
+            dict(spec.kube.allocatable),
+            self.link.now,
+            checkpoint_s,
+            start_s,
+        )
+        self.feed = WorkloadFeed(
+            spec.partition.name,
+            pods,
+            [p.start_s for p in pods],
+            self.link,
+            self.cluster,
+            KubeRoster(self.cluster),
         )
         self._intake = _Attached(spec)
         self.demand: DemandSource = fixed or self._intake
 
+    @property
+    def samples(self) -> list[tuple[float, int, int, int]]:
+        """(when, pending, nodes up, nodes busy), every `SAMPLE_S`."""
+        return self.feed.samples
+
     # ------------------------------------------------------------ SchedulerSide
 
     def attach(self, region: SimRegion, clock: ManualClock) -> SchedulerCluster:
-        self._attach(region, clock)
+        self.link.attach(region, clock)
         pools = list(region.pools())
         c = self.cluster
         self._intake.source = KubernetesDemandSource(
             c.pod_informer,  # type: ignore[arg-type]
             c.node_informer,  # type: ignore[arg-type]
             [self.spec],
-            listing=self._listing,
+            listing=self.link.listing,
             pools=pools,
         )
         return KubernetesNodes(
@@ -90,21 +127,15 @@ class KubeSide(WorkloadSide):
             clock,
             self.grace_s,
             {self.spec.partition.name: self.spec.kube},
-            self._listing,
+            self.link.listing,
             pools,
         )
 
-    def _counts(self) -> tuple[int, int, int]:
-        c = self.cluster
-        pending = sum(not p["spec"].get("nodeName") for p in c.pods.values())
-        up = [n for n, node in c.nodes_by_name.items() if _ready(node)]
-        running = {p["spec"].get("nodeName") for p in c.pods.values()}
-        return pending, len(up), sum(n in running for n in up)
+    def next_event_time(self) -> float | None:
+        return self.feed.next_event_time()
 
-    def _join(self, server: ServerView, capacity_class: str) -> str:
-        name = f"node-{server.server_id}"
-        self.cluster.register(name, server.server_id, {CLASS_LABEL: capacity_class})
-        return name
+    def advance(self, t: float) -> bool:
+        return self.feed.advance(t)
 
     # ------------------------------------------------------------ what users felt
 

@@ -59,41 +59,63 @@ class LabCluster(Protocol):
     def server_gone(self, name: str) -> None: ...
 
 
-class WorkloadSide:
-    """What a replay's scheduler side does whatever the scheduler: work arrives at its
-    times, nodes register when their servers join and go with them, and the queue
-    and nodes are sampled for the report. `cluster` is set by the subclass."""
+class Roster(Protocol):
+    """What a replay's side does by its scheduler's ways as nodes come: how a joined
+    server's node registers, and what the report samples of the queue and nodes."""
 
-    cluster: LabCluster
+    def join(self, server: ServerView, capacity_class: str) -> str:
+        """Register the server's node; returns its name."""
+        ...
+
+    def counts(self) -> tuple[int, int, int]:
+        """(pending, nodes up, nodes busy) now."""
+        ...
+
+
+class RegionLink:
+    """The region and the clock a replay's side works on, once attached; before that,
+    time stands at `start_s` and the region lists nothing."""
+
+    def __init__(self, start_s: float) -> None:
+        self.start_s = start_s
+        self.region: SimRegion | None = None
+        self._clock: ManualClock | None = None
+        self.spot: dict[str, bool] = {}  # pool id -> spot (the region's pools, at attach)
+
+    def attach(self, region: SimRegion, clock: ManualClock) -> None:
+        self.region, self._clock = region, clock
+        self.spot = {p.id: p.is_spot for p in region.pools()}
+
+    def now(self) -> float:
+        return self._clock.now() if self._clock is not None else self.start_s
+
+    def listing(self, partition: str) -> Sequence[ServerView]:
+        return self.region.list(partition) if self.region is not None else ()
+
+
+class WorkloadFeed:
+    """What a replay's scheduler side does whatever the scheduler: work arrives at its
+    times, nodes register (by `roster`) when their servers join and go with them, and
+    the queue and nodes are sampled for the report."""
 
     def __init__(self, partition: str, work: Sequence[Any], arrivals: Sequence[float],
-                 start_s: float) -> None:  # fmt: skip
+                 link: RegionLink, cluster: LabCluster, roster: Roster) -> None:  # fmt: skip
         self.partition_name = partition
         self.work = work
         self.arrivals = arrivals  # each piece of work's, from the start, in order
-        self.start_s = start_s
-        self._clock: ManualClock | None = None
-        self._region: SimRegion | None = None
+        self.start_s = link.start_s
+        self._link = link
+        self._cluster = cluster
+        self._roster = roster
         self._next = 0  # the next piece of work to submit
         # (when, pending, nodes up, nodes busy) every `SAMPLE_S`, for the report
         self.samples: list[tuple[float, int, int, int]] = []
-        self._next_sample = start_s
+        self._next_sample = self.start_s
         self._registered: dict[str, str] = {}  # server id -> its node, once registered
         self._server_events = -1
-        self._spot: dict[str, bool] = {}  # pool id -> spot (the region's pools, at attach)
-
-    def _now(self) -> float:
-        return self._clock.now() if self._clock is not None else self.start_s
-
-    def _listing(self, partition: str) -> Sequence[ServerView]:
-        return self._region.list(partition) if self._region is not None else ()
-
-    def _attach(self, region: SimRegion, clock: ManualClock) -> None:
-        self._region, self._clock = region, clock
-        self._spot = {p.id: p.is_spot for p in region.pools()}
 
     def next_event_time(self) -> float | None:
-        times = [self.cluster.next_event_time()]
+        times = [self._cluster.next_event_time()]
         if self._next < len(self.arrivals):
             times.append(self.start_s + self.arrivals[self._next])
         return min((t for t in times if t is not None), default=None)
@@ -101,27 +123,19 @@ class WorkloadSide:
     def advance(self, t: float) -> bool:
         moved = False
         while self._next < len(self.arrivals) and self.start_s + self.arrivals[self._next] <= t:
-            self.cluster.submit(self.work[self._next])
+            self._cluster.submit(self.work[self._next])
             self._next += 1
             moved = True
         moved = self._nodes() or moved
-        moved = self.cluster.step() or moved
+        moved = self._cluster.step() or moved
         if t >= self._next_sample:
-            self.samples.append((t, *self._counts()))
+            self.samples.append((t, *self._roster.counts()))
             self._next_sample = t + SAMPLE_S
         return moved
 
-    def _counts(self) -> tuple[int, int, int]:
-        """(pending, nodes up, nodes busy) now."""
-        raise NotImplementedError
-
-    def _join(self, server: ServerView, capacity_class: str) -> str:
-        """Register the server's node; returns its name."""
-        raise NotImplementedError
-
     def _nodes(self) -> bool:
         """Nodes register when their servers join, and go with their servers."""
-        region = self._region
+        region = self._link.region
         assert region is not None
         name = self.partition_name
         events = region.server_events.get(name, 0)
@@ -130,17 +144,41 @@ class WorkloadSide:
         self._server_events = events
         servers = {v.server_id: v for v in region.list(name)}
         views = region.nodes(name)
+        spot = self._link.spot
         for sid, node in views.items():
             server = servers.get(sid)
             if node.joined and sid not in self._registered and server is not None:
-                cls = "spot" if self._spot.get(server.pool, False) else "guaranteed"
-                self._registered[sid] = self._join(server, cls)
+                cls = "spot" if spot.get(server.pool, False) else "guaranteed"
+                self._registered[sid] = self._roster.join(server, cls)
         for sid in [s for s in self._registered if s not in views]:
-            self.cluster.server_gone(self._registered.pop(sid))
+            self._cluster.server_gone(self._registered.pop(sid))
         return True
 
 
-class BatchSide(WorkloadSide):
+class SlurmRoster:
+    """A batch queue's nodes: slurmd registers a node by its server, with the features
+    its server boots it with."""
+
+    def __init__(self, cluster: BatchCluster, spec: SlurmDemandSpec) -> None:
+        self.cluster = cluster
+        self.spec = spec
+
+    def join(self, server: ServerView, capacity_class: str) -> str:
+        slurm = self.spec.slurm
+        partition = self.spec.partition.name
+        features = node_features(partition, capacity_class, server.pool, slurm.installation)
+        name = node_name(server.server_id)
+        self.cluster.register(name, frozenset(features))
+        return name
+
+    def counts(self) -> tuple[int, int, int]:
+        c = self.cluster
+        pending = sum(q.state == "PENDING" for q in c.live.values())
+        up = [n for n in c.nodes_by_name.values() if n.state != "down"]
+        return pending, len(up), sum(n.state == "allocated" for n in up)
+
+
+class BatchSide:
     """The queue, its cluster and its node plane, on the simulation's clock."""
 
     def __init__(
@@ -152,44 +190,49 @@ class BatchSide(WorkloadSide):
         fixed_nodes: int | None = None,
     ) -> None:
         jobs = workload.jobs
-        super().__init__(spec.partition.name, jobs, [j.submit_s for j in jobs], start_s)
         self.workload = workload
         self.spec = spec
-        self.cluster: BatchCluster = BatchCluster(
+        self.link = RegionLink(start_s)
+        self.cluster = BatchCluster(
             spec.partition.name,
             spec.slurm.shape,
-            self._now,
+            self.link.now,
             spec.slurm.feature,
             SLURM_PARTITION,
             checkpoint_s,
         )
+        self.feed = WorkloadFeed(
+            spec.partition.name,
+            jobs,
+            [j.submit_s for j in jobs],
+            self.link,
+            self.cluster,
+            SlurmRoster(self.cluster, spec),
+        )
         self.view = SlurmView(self.cluster, [SLURM_PARTITION], ttl_s=0.0)  # type: ignore[arg-type]
         self.demand: DemandSource = (
-            SlurmDemandSource(self.view, [spec], self._listing)
+            SlurmDemandSource(self.view, [spec], self.link.listing)
             if fixed_nodes is None
             else FixedDemand(spec.partition, fixed_nodes)
         )
 
+    @property
+    def samples(self) -> list[tuple[float, int, int, int]]:
+        """(when, pending, nodes up, nodes busy), every `SAMPLE_S`."""
+        return self.feed.samples
+
     # ------------------------------------------------------------ SchedulerSide
 
     def attach(self, region: SimRegion, clock: ManualClock) -> SchedulerCluster:
-        self._attach(region, clock)
+        self.link.attach(region, clock)
         slurm = {self.spec.partition.name: self.spec.slurm}
-        return SlurmNodes(self.view, slurm, self._listing, clock)
+        return SlurmNodes(self.view, slurm, self.link.listing, clock)
 
-    def _counts(self) -> tuple[int, int, int]:
-        c = self.cluster
-        pending = sum(q.state == "PENDING" for q in c.live.values())
-        up = [n for n in c.nodes_by_name.values() if n.state != "down"]
-        return pending, len(up), sum(n.state == "allocated" for n in up)
+    def next_event_time(self) -> float | None:
+        return self.feed.next_event_time()
 
-    def _join(self, server: ServerView, capacity_class: str) -> str:
-        features = node_features(
-            self.partition_name, capacity_class, server.pool, self.spec.slurm.installation
-        )
-        name = node_name(server.server_id)
-        self.cluster.register(name, frozenset(features))
-        return name
+    def advance(self, t: float) -> bool:
+        return self.feed.advance(t)
 
     # ------------------------------------------------------------ what users felt
 
