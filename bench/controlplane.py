@@ -40,7 +40,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sco.engine.controller import PHASES
+from sco.engine.cycle import PHASES
 from sco_harness.chaos import audit
 from sco_harness.controlplane import (
     REPLICAS,

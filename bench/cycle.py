@@ -25,8 +25,9 @@ from pathlib import Path
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.policies import ScoPolicy
+from sco.engine import builder
+from sco.engine.builder import FleetState, Ports
 from sco.engine.clock import CountingIds, ManualClock
-from sco.engine.controller import PartitionController
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco_harness.builders import write_json_trace, write_yaml
@@ -79,10 +80,8 @@ def run(folder: Path, url: str, args: argparse.Namespace) -> dict[str, object]:
     store = SqlFleetStore(url)
     store.upsert_pools(region.pools())
     source = FileDemandSource.load(demand, "traces", 0.0)
-    controller = PartitionController(
-        source.partitions()[0], provider=region, nodes=region, store=store, demand=source,
-        policy=ScoPolicy(), clock=clock, ids=CountingIds(),
-    )  # fmt: skip
+    ports = Ports(region, region, source, FleetState.of(store), clock, CountingIds())
+    (controller,) = builder.controllers(ports, ScoPolicy)
     t = 0.0
     fill = 0
     started = time.perf_counter()

@@ -36,9 +36,10 @@ from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.adapters.standalone import ServersAsNodes
 from sco.decide.acquirer import ActConfig
 from sco.decide.policies import policy_named
+from sco.engine import builder
+from sco.engine.builder import FleetState, Ports
 from sco.engine.clock import SystemClock
-from sco.engine.controller import ControllerConfig
-from sco.engine.realtime import RealtimeRunner
+from sco.engine.cycle import ControllerConfig
 from sco.ports import ProviderError, ServerStatus
 from sco_harness.openstack_stack import (
     NovaStack,
@@ -111,14 +112,15 @@ def boot_benchmark(folder: Path, servers: int) -> dict[str, Any]:
                 }
             )
         )
-        runner = RealtimeRunner(
+        ports = Ports(
             provider=provider,
             nodes=ServersAsNodes(provider.last_listing),
-            store=SqlFleetStore(sqlite_url(folder / "state.sqlite")),
             demand=FileDemandSource.load(demand, "bench", clock.now()),
-            policy=lambda: policy_named("sco"),
+            state=FleetState.of(SqlFleetStore(sqlite_url(folder / "state.sqlite"))),
             clock=clock,
-            config=ControllerConfig(act=ActConfig(max_batch=SLOTS)),
+        )
+        runner = builder.round_runner(
+            ports, lambda: policy_named("sco"), ControllerConfig(act=ActConfig(max_batch=SLOTS))
         )
         started = time.monotonic()
         rounds = list_errors = 0

@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from sco.engine.controller import PHASES
+from sco.engine.cycle import PHASES
 from sco_harness.kafka_broker import TansuBroker
 from sco_harness.openstack_stack import NovaStack
 from sco_harness.patroni import PatroniCluster

@@ -19,13 +19,13 @@ from sco.decide.policies import ScoPolicy
 from sco.domain.contracts import AckStatus, NodeState, terms_of, token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
-from sco.engine.clock import CountingIds, ManualClock
-from sco.engine.controller import PartitionController
-from sco.engine.tokens import TokenIssuer
+from sco.engine.builder import NodeTokens
+from sco.engine.clock import ManualClock
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco.ports import StateConflict
 from sco_harness.builders import instance, spot_pool, write_json_trace, write_yaml
+from sco_harness.runners import controller_of, ports_of
 
 POOL = spot_pool(zone="a")
 
@@ -144,11 +144,9 @@ def test_servers_get_tokens_that_rotate(tmp_path: Path) -> None:
     store = SqlFleetStore(sqlite_url(db))
     store.upsert_pools(region.pools())
     source = FileDemandSource.load(demand, "traces", 0.0)
-    c = PartitionController(
-        source.partitions()[0], provider=region, nodes=region, store=store, demand=source,
-        policy=ScoPolicy(HedgeConfig(max_spare=0)), clock=clock, ids=CountingIds(),
-        tokens=TokenIssuer(store.contracts, region, ttl_s=86400),
-    )  # fmt: skip
+    tokens = NodeTokens(store.contracts, region, 86400.0, frozenset({"p1"}))
+    ports = ports_of(region, region, store, source, clock, tokens=tokens)
+    c = controller_of(ports, lambda: ScoPolicy(HedgeConfig(max_spare=0)))
     for t in (0.0, 150.0):
         region.advance_to(t)
         clock.set(t)

@@ -31,8 +31,9 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.events import LifecycleEvent
 from sco.domain.signals import Exclusion, ExclusionState, PoolScore
+from sco.engine import builder
 from sco.engine.clock import ManualClock, UuidIds
-from sco.engine.controller import CycleReport, PartitionController
+from sco.engine.cycle import CycleReport
 from sco.engine.loops import PartitionLoops
 from sco.engine.pump import PumpConfig, SignalPump
 from sco.engine.replicas import ReplicaConfig, ReplicaRunner
@@ -41,6 +42,7 @@ from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco_harness.builders import write_json_trace, write_yaml
 from sco_harness.fakes import RecordingProvider
+from sco_harness.runners import ports_of
 
 # ---------------------------------------------------------------- sco config check
 
@@ -328,21 +330,19 @@ class World:
         self.url = url
         self.demand = FileDemandSource.load(demand, "traces", 0.0)
         self.pools = [p for p in self.region.pools() if p.is_spot]
+        self.stores: dict[str, SqlFleetStore] = {}  # each replica's own connection
 
-    def replica(self, name: str, **kw: object) -> ReplicaRunner:
+    def replica(self, name: str) -> ReplicaRunner:
         """A new process: its own connection, nothing in memory."""
-        store = SqlFleetStore(self.url)
-        return ReplicaRunner(
-            config=ReplicaConfig(name, lease_ttl_s=15, lease_every_s=1, act_margin_s=5),
-            leases=SqlLeases(store.engine),
-            provider=self.region,
-            nodes=self.region,
-            store=store,
-            demand=self.demand,
-            policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
-            clock=self.clock,
-            interval_s=5,
-            **kw,  # type: ignore[arg-type]
+        store = self.stores[name] = SqlFleetStore(self.url)
+        ports = ports_of(
+            self.region, self.region, store, self.demand, self.clock, leases=SqlLeases(store.engine)
+        )
+        return builder.replica(
+            ports,
+            ReplicaConfig(name, lease_ttl_s=15, lease_every_s=1, act_margin_s=5),
+            lambda: ScoPolicy(HedgeConfig(max_spare=0)),
+            5,
         )
 
     def step(self, dt: float, replicas: list[ReplicaRunner]) -> None:
@@ -371,11 +371,13 @@ def test_replicas_and_a_restarted_replica_act_on_the_same_exclusion(
     assert len(r1.held) == 2
     assert len(r2.held) == 2
     bad = w.pools[0].id
-    exclude(r1.store, bad, w.clock.now(), w.clock.now() + 3600)  # the watcher's word
+    exclude(
+        w.stores[r1.config.name], bad, w.clock.now(), w.clock.now() + 3600
+    )  # the watcher's word
     w.step(10, [r1, r2])
     for r in (r1, r2):
         for name in r.held:
-            plan = r.store.latest_plan(name)
+            plan = w.stores[r.config.name].latest_plan(name)
             assert plan is not None
             assert "excluded" in plan.pools[bad].flags, (r.config.name, name)
             assert plan.spot.get(bad, 0) <= plan.pools[bad].held  # nothing new goes there
@@ -387,7 +389,7 @@ def test_replicas_and_a_restarted_replica_act_on_the_same_exclusion(
     assert r3.held, "the new replica leads partitions"
     before = {name: w.region.held_in(bad) for name in r3.held}
     for name in r3.held:
-        plan = r3.store.latest_plan(name)
+        plan = w.stores[r3.config.name].latest_plan(name)
         assert plan is not None
         assert "excluded" in plan.pools[bad].flags
     assert w.region.held_in(bad) <= max(before.values())
@@ -398,7 +400,7 @@ def test_recent_reclaims_of_every_partition_reach_every_controller(tmp_path: Pat
     w = World(tmp_path, url, partitions=2)
     store = SqlFleetStore(url)
     store.upsert_pools(w.region.pools())
-    signals = [FleetSignals(store, w.region.pools()) for _ in range(2)]  # two processes
+    signals = [FleetSignals(store, store, w.region.pools()) for _ in range(2)]  # two processes
     mine, other = signals
     pool = w.pools[1].id
     mine.note_reclaim(pool, "inst-1", 100.0)  # seen by this process's controller
@@ -439,20 +441,9 @@ def test_a_blocked_create_holds_up_only_its_own_partition(tmp_path: Path) -> Non
             cycles[report.partition] += 1
 
     loops = PartitionLoops(0.02, on_report=on_report)
-    for partition in w.demand.partitions():
-        loops.start(
-            partition.name,
-            PartitionController(
-                partition,
-                provider=provider,
-                nodes=w.region,
-                store=store,
-                demand=w.demand,
-                policy=ScoPolicy(HedgeConfig(max_spare=0)),
-                clock=w.clock,
-                ids=UuidIds(),
-            ),
-        )
+    ports = ports_of(provider, w.region, store, w.demand, w.clock, ids=UuidIds())
+    for controller in builder.controllers(ports, lambda: ScoPolicy(HedgeConfig(max_spare=0))):
+        loops.start(controller.partition.name, controller)
     try:
         assert provider.wait_blocked("p0", timeout_s=30), "p0's create never started"
         deadline = time.monotonic() + 60
@@ -483,7 +474,8 @@ def test_pump_relays_the_outbox_and_wakes_on_new_signals(tmp_path: Path) -> None
     log = SqlEventLog(store.engine)
     woken: list[int] = []
     pump = SignalPump(
-        store=store,
+        outbox=store,
+        signals=store,
         provider=w.region,
         pools=w.region.pools(),
         relay=log.absorb_outbox,
@@ -520,7 +512,8 @@ def test_pump_relays_the_outbox_and_wakes_on_new_signals(tmp_path: Path) -> None
     log.read("t", 100)  # what came before
     for _ in range(2):
         SignalPump(
-            store=store,
+            outbox=store,
+            signals=store,
             provider=w.region,
             pools=w.region.pools(),
             relay=log.absorb_outbox,
@@ -584,24 +577,24 @@ def test_handback_drains_everything_and_cancel_takes_it_back(tmp_path: Path) -> 
     w = World(tmp_path, url, partitions=2)
     r = w.replica("solo")
     w.step(60, [r])
-    assert len(r.store.instances("p0")) >= 3
+    assert len(w.stores[r.config.name].instances("p0")) >= 3
     out = sco("handback", "--state", tmp_path / "state.db", "p0", "--no-wait")
     assert out.returncode == 0, out.stderr
     w.step(120, [r])  # drains (30 s), then deletes
-    assert r.store.instances("p0") == []
-    assert len(r.store.instances("p1")) >= 3, "the other partition is untouched"
-    plan = r.store.latest_plan("p0")
+    assert w.stores[r.config.name].instances("p0") == []
+    assert len(w.stores[r.config.name].instances("p1")) >= 3, "the other partition is untouched"
+    plan = w.stores[r.config.name].latest_plan("p0")
     assert plan is not None
     assert plan.targets() == {}
-    reasons = {h.trigger for h in r.store.history() if h.partition == "p0"}
+    reasons = {h.trigger for h in w.stores[r.config.name].history() if h.partition == "p0"}
     assert "drain_requested" in reasons
     w.step(30, [r])
-    assert r.store.instances("p0") == [], "nothing comes back while handed back"
+    assert w.stores[r.config.name].instances("p0") == [], "nothing comes back while handed back"
     out = sco("handback", "--state", tmp_path / "state.db", "p0", "--cancel")
     assert out.returncode == 0, out.stderr
     assert "back in service" in out.stdout
     w.step(60, [r])
-    assert len(r.store.instances("p0")) >= 3
+    assert len(w.stores[r.config.name].instances("p0")) >= 3
 
 
 def test_score_writes_a_generation_and_fails_when_history_is_unreachable(tmp_path: Path) -> None:
@@ -637,7 +630,7 @@ def test_a_new_exclusion_is_read_at_once_when_the_pump_says_so(tmp_path: Path) -
     w = World(tmp_path, url)
     store = SqlFleetStore(url)
     store.upsert_pools(w.region.pools())
-    signals = FleetSignals(store, w.region.pools(), refresh_s=10.0)
+    signals = FleetSignals(store, store, w.region.pools(), refresh_s=10.0)
     pool = w.pools[0].id
     signals.refresh(100.0)
     exclude(store, pool, 100.5, 900.0)

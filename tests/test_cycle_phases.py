@@ -14,12 +14,13 @@ from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.engine.clock import CountingIds, ManualClock
-from sco.engine.controller import PHASES, CycleReport, PartitionController
+from sco.engine.cycle import PHASES, CycleReport
 from sco.engine.metrics import PlacementMetrics
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco_harness.builders import write_json_trace, write_yaml
 from sco_harness.controlplane import histogram_quantile
+from sco_harness.runners import controller_of, ports_of
 
 
 def _reports(tmp: Path) -> list[CycleReport]:
@@ -33,10 +34,8 @@ def _reports(tmp: Path) -> list[CycleReport]:
     store.upsert_pools(region.pools())
     source = FileDemandSource.load(demand, "traces", 0.0)
     clock = ManualClock(0.0)
-    controller = PartitionController(
-        source.partitions()[0], provider=region, nodes=region, store=store, demand=source,
-        policy=ScoPolicy(HedgeConfig()), clock=clock, ids=CountingIds(),
-    )  # fmt: skip
+    ports = ports_of(region, region, store, source, clock, ids=CountingIds())
+    controller = controller_of(ports, lambda: ScoPolicy(HedgeConfig()))
     out = []
     for t in range(0, 300, 30):
         region.advance_to(float(t))

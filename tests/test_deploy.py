@@ -166,7 +166,7 @@ def test_the_placement_alert_reads_the_decision_not_the_boot() -> None:
     by interpolation), and no boot in it."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from sco.engine.controller import CycleReport, Placement
+    from sco.engine.cycle import CycleReport, Placement
     from sco.engine.metrics import PlacementMetrics
 
     rule = next(r for r in rules() if r["alert"] == "ScoPlacementSlow")

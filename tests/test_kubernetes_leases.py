@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sco.adapters.kubernetes.leases import KubernetesLeases, lease_name
 from sco.adapters.sqlstate.engine import sqlite_url
+from sco.adapters.sqlstate.leases import SqlLeases
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.instances import created
 from sco.domain.lifecycle import State
@@ -137,15 +138,18 @@ def test_the_database_fences_tokens_taken_on_kubernetes(tmp_path: Path) -> None:
     leases = KubernetesLeases(FakeCoordination(), "sco")
     old = leases.acquire("p1", "old", 15, now=0)
     assert old is not None
-    old_fence = store.claim_fence("p1", "old", old.token)
+    fencing = SqlLeases(store.engine)
+    old_fence = fencing.claim_fence("p1", "old", old.token)
     assert old_fence == old.token
-    store.fence = lambda p: old_fence
-    store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "ok")])
+    store.record(
+        [created(instance(pool, State.ACTIVE, partition_name="p1"), "ok")], fence=old_fence
+    )
     new = leases.acquire("p1", "new", 15, now=100)
     assert new is not None
-    assert store.claim_fence("p1", "new", new.token) == new.token
+    assert fencing.claim_fence("p1", "new", new.token) == new.token
+    stale = created(instance(pool, State.ACTIVE, partition_name="p1"), "stale")
     with pytest.raises(FencedOut):
-        store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "stale")])
+        store.record([stale], fence=old_fence)
     store.close()
 
 
@@ -158,25 +162,26 @@ def test_a_lease_that_counts_from_one_again_writes_above_what_the_database_saw(
     store = SqlFleetStore(sqlite_url(tmp_path / "fleet.db"))
     pool = spot_pool(zone="a")
     store.upsert_pools([pool])
+    fencing = SqlLeases(store.engine)
     for token in (1, 2, 7):  # the database-kept leases counted to 7
-        store.claim_fence("p1", f"db-{token}", token)
+        fencing.claim_fence("p1", f"db-{token}", token)
     stale = FakeCoordination()
     leases = KubernetesLeases(stale, "sco")
     lease = leases.acquire("p1", "r1", 15, now=0)
     assert lease is not None
     assert lease.token == 1
-    fence = store.claim_fence("p1", "r1", lease.token)
+    fence = fencing.claim_fence("p1", "r1", lease.token)
     assert fence == 8, "above everything the database refused nothing for"
-    store.fence = lambda p: fence
-    store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "ok")])
-    assert store.claim_fence("p1", "r1", lease.token) == 8, "its own claim, kept"
+    store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "ok")], fence=fence)
+    assert fencing.claim_fence("p1", "r1", lease.token) == 8, "its own claim, kept"
     del stale.leases["sco-p1"]  # the Lease is recreated: it counts from 1 again
     other = leases.acquire("p1", "r2", 15, now=1)
     assert other is not None
     assert other.token == 1
-    assert store.claim_fence("p1", "r2", other.token) == 9
+    assert fencing.claim_fence("p1", "r2", other.token) == 9
+    stale = created(instance(pool, State.ACTIVE, partition_name="p1"), "stale")
     with pytest.raises(FencedOut):  # r1 is an older holder now: refused
-        store.record([created(instance(pool, State.ACTIVE, partition_name="p1"), "stale")])
+        store.record([stale], fence=fence)
     store.close()
 
 

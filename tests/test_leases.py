@@ -70,32 +70,31 @@ def test_the_database_refuses_writes_with_a_stale_token(fleet_url: str) -> None:
     leases = SqlLeases(old_store.engine)
     old = leases.acquire("p1", "old", ttl_s=15, now=100)
     assert old is not None
-    old_store.fence = lambda p: old.token if p == "p1" else 0
     inst = instance(POOL, State.ACTIVE, partition_name="p1")
-    old_store.record([created(inst, "mine")])  # token 1 is current: accepted
+    old_store.record([created(inst, "mine")], fence=old.token)  # token 1 is current: accepted
 
     new = leases.acquire("p1", "new", ttl_s=15, now=200)  # the old holder paused; taken over
     assert new is not None
     assert new.token == 2
     new_store = SqlFleetStore(fleet_url)
-    new_store.fence = lambda p: new.token if p == "p1" else 0
     try:
         moved = step(inst, Trigger.NODE_JOINED, 201, "joined")
         with pytest.raises(FencedOut, match="stale fencing token"):
-            old_store.record([moved])
+            old_store.record([moved], fence=old.token)
         with pytest.raises(FencedOut):
-            old_store.save_plan(Plan("p1", 1, 201.0, {POOL.id: 1}, {}))
+            old_store.save_plan(Plan("p1", 1, 201.0, {POOL.id: 1}, {}), fence=old.token)
         res = Reservation("req-old", POOL.id, "p1", 1, 201, 500)
+        version = old_store.pool_records()[POOL.id].version
         with pytest.raises(FencedOut):
-            old_store.reserve(NewRequest(res, (), old_store.pool_records()[POOL.id].version))
+            old_store.reserve(NewRequest(res, (), version), fence=old.token)
         # nothing of it landed, and the new holder writes on
         assert new_store.instances("p1") == [inst]
         assert new_store.reservations() == []
-        new_store.record([moved])
-        new_store.save_plan(Plan("p1", 1, 202.0, {POOL.id: 1}, {}))
+        new_store.record([moved], fence=new.token)
+        new_store.save_plan(Plan("p1", 1, 202.0, {POOL.id: 1}, {}), fence=new.token)
         # a partition without a lease is not fenced
         other = instance(POOL, State.ACTIVE, partition_name="p2")
-        old_store.record([created(other, "unleased partition")])
+        old_store.record([created(other, "unleased partition")], fence=old.token)
     finally:
         old_store.close()
         new_store.close()

@@ -9,7 +9,7 @@ import threading
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sco.engine.controller import CycleReport
+from sco.engine.cycle import CycleReport
 from sco.engine.loops import PartitionLoops, next_start, spread_phase
 
 

@@ -41,13 +41,13 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy, policy_named
 from sco.domain.lifecycle import State
 from sco.engine.clock import SystemClock
-from sco.engine.controller import ControllerConfig
-from sco.engine.realtime import RealtimeRunner
+from sco.engine.cycle import ControllerConfig
 from sco_harness.controlplane import (
     wait_for,
 )
 from sco_harness.fakes import RecordingProvider
 from sco_harness.openstack_stack import ROOT, NovaStack, echo, region_spec
+from sco_harness.runners import Rounds, ports_of, rounds_of
 
 CLOUD = "sco-test"
 MICROVERSION = "2.90"
@@ -192,14 +192,15 @@ def test_controller_shrinks_batches_the_scheduler_refuses(clean: Cloud, tmp_path
     overstated = _Overstated(provider)
     state = tmp_path / "state.sqlite"
     clock = SystemClock()
-    runner = RealtimeRunner(
-        provider=overstated,
-        nodes=ServersAsNodes(provider.last_listing),
-        store=SqlFleetStore(sqlite_url(state)),
-        demand=FileDemandSource.load(_demand(tmp_path, "shrink", 12), "lab", clock.now()),
-        policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
-        clock=clock,
-        config=ControllerConfig(list_grace_s=5.0),
+    ports = ports_of(
+        overstated,  # type: ignore[arg-type]
+        ServersAsNodes(provider.last_listing),
+        SqlFleetStore(sqlite_url(state)),
+        FileDemandSource.load(_demand(tmp_path, "shrink", 12), "lab", clock.now()),
+        clock,
+    )
+    runner = rounds_of(
+        ports, lambda: ScoPolicy(HedgeConfig(max_spare=0)), ControllerConfig(list_grace_s=5.0)
     )
     _until(runner, provider, lambda: len(_ready(runner, "shrink")) >= 8, 180, "8 ready")
     overstated.honest = True  # the cache catches up: what was refused goes, nothing new
@@ -245,26 +246,26 @@ def _demand(folder: Path, name: str, target: int) -> Path:
     return path
 
 
-def _runner(provider: OpenStackProvider, state: Path, demand: Path) -> RealtimeRunner:
+def _runner(provider: OpenStackProvider, state: Path, demand: Path) -> Rounds:
     clock = SystemClock()
-    return RealtimeRunner(
-        provider=provider,
-        nodes=ServersAsNodes(provider.last_listing),
-        store=SqlFleetStore(sqlite_url(state)),
-        demand=FileDemandSource.load(demand, "lab", clock.now()),
-        policy=lambda: policy_named("sco"),
-        clock=clock,
-        config=ControllerConfig(list_grace_s=5.0),
-        degraded=provider.degraded,
+    ports = ports_of(
+        provider,
+        ServersAsNodes(provider.last_listing),
+        SqlFleetStore(sqlite_url(state)),
+        FileDemandSource.load(demand, "lab", clock.now()),
+        clock,
+    )
+    return rounds_of(
+        ports, lambda: policy_named("sco"), ControllerConfig(list_grace_s=5.0), provider.degraded
     )
 
 
-def _ready(runner: RealtimeRunner, partition: str) -> list[Any]:
+def _ready(runner: Rounds, partition: str) -> list[Any]:
     return [i for i in runner.store.instances(partition) if i.state is State.READY and i.is_spot]
 
 
 def _until(
-    runner: RealtimeRunner,
+    runner: Rounds,
     provider: OpenStackProvider,
     done: Callable[[], bool],
     timeout: float,

@@ -4,6 +4,7 @@ the cloud is away, a refused write after a drain."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +17,11 @@ from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.contracts import terms_of
+from sco.domain.demand import HANDBACK
 from sco.domain.instances import Change, Instance
 from sco.domain.lifecycle import State
-from sco.engine.clock import CountingIds, ManualClock
-from sco.engine.controller import HANDBACK, ControllerConfig, PartitionController
+from sco.engine.clock import ManualClock
+from sco.engine.cycle import ControllerConfig
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco.ports import (
@@ -30,6 +32,7 @@ from sco.ports import (
     StateConflict,
 )
 from sco_harness.builders import write_json_trace, write_yaml
+from sco_harness.runners import controller_of, ports_of
 
 
 @dataclass
@@ -74,11 +77,13 @@ class Refusing(SqlFleetStore):
 
     refusal: StateConflict | None = None
 
-    def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
+    def record(
+        self, changes: Sequence[Change], settle: Mapping[str, int] | None = None, fence: int = 0
+    ) -> None:
         if self.refusal is not None and changes:
             refusal, self.refusal = self.refusal, None
             raise refusal
-        super().record(changes, settle)
+        super().record(changes, settle, fence)
 
 
 class World:
@@ -104,16 +109,15 @@ class World:
         self.store = Refusing(sqlite_url(tmp / "state.db"))
         self.store.upsert_pools(self.region.pools())
         self.demand = FileDemandSource.load(demand, "traces", 0.0)
-        self.controller = PartitionController(
-            self.demand.partitions()[0],
-            provider=self.provider,  # type: ignore[arg-type]
-            nodes=self.nodes,
-            store=self.store,
-            demand=self.demand,
-            policy=ScoPolicy(HedgeConfig(max_spare=0)),
-            clock=self.clock,
-            ids=CountingIds(),
-            config=ControllerConfig(),
+        self.ports = ports_of(
+            self.provider,  # type: ignore[arg-type]
+            self.nodes,
+            self.store,
+            self.demand,
+            self.clock,
+        )
+        self.controller = controller_of(
+            self.ports, lambda: ScoPolicy(HedgeConfig(max_spare=0)), ControllerConfig()
         )
 
     def at(self, t: float) -> None:
@@ -248,21 +252,22 @@ def test_a_replica_fenced_out_stops_the_partition_and_says_so(tmp_path: Path) ->
     from prometheus_client import CollectorRegistry
 
     from sco.adapters.sqlstate.leases import SqlLeases
+    from sco.engine import builder
+    from sco.engine.leases import PairedLeases
     from sco.engine.metrics import PlacementMetrics
-    from sco.engine.replicas import FENCED_STALL, ReplicaConfig, ReplicaRunner
+    from sco.engine.replicas import FENCED_STALL, ReplicaConfig
+    from sco.lab.twins.leases import KubeLeases
 
     w = World(tmp_path)
     registry = CollectorRegistry()
-    runner = ReplicaRunner(
-        config=ReplicaConfig("r1", lease_ttl_s=15, lease_every_s=1, act_margin_s=5),
-        leases=SqlLeases(w.store.engine),
-        provider=w.provider,  # type: ignore[arg-type]
-        nodes=w.nodes,
-        store=w.store,
-        demand=w.demand,
-        policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
-        clock=w.clock,
-        interval_s=5,
+    fencing = SqlLeases(w.store.engine)
+    # Leases kept elsewhere (Kubernetes), fencing in the database.
+    ports = dataclasses.replace(w.ports, leases=PairedLeases(KubeLeases(), fencing))
+    runner = builder.replica(
+        ports,
+        ReplicaConfig("r1", lease_ttl_s=15, lease_every_s=1, act_margin_s=5),
+        lambda: ScoPolicy(HedgeConfig(max_spare=0)),
+        5,
         metrics=PlacementMetrics(registry),
     )
     runner.tend_leases()
@@ -270,15 +275,13 @@ def test_a_replica_fenced_out_stops_the_partition_and_says_so(tmp_path: Path) ->
     w.store.put_intent("p1", HANDBACK, 0.0, "test")  # every cycle now has writes to make
     for k in range(FENCED_STALL):
         assert runner.ready()[0]
-        # Another writer claims a newer token (its lease kept elsewhere).
-        w.store.claim_fence("p1", "intruder", 100 + k)
-        w.at(w.clock.now() + 30)
-        runner.tend_leases()
+        w.at(w.clock.now() + 5)
+        runner.tend_leases()  # its lease (kept elsewhere) renews, or is taken again
         assert "p1" in runner.held
-        w.store.fence = lambda _p, k=k: 99 + k  # what the runner held before the claim
-        assert runner.cycle_once("p1") is None
+        # Another writer claims a newer token in the database (with its own lease).
+        fencing.claim_fence("p1", "intruder", 100 + k)
+        assert runner.cycle_once("p1") is None  # its write is refused
         assert "p1" not in runner.held
-        w.store.fence = runner.token
     assert runner.fenced == {"p1": FENCED_STALL}
     assert registry.get_sample_value("sco_partition_fenced_total", {"partition": "p1"}) == 3
     assert w.nodes.drains == [], "no scheduler was told anything by a fenced controller"

@@ -34,11 +34,11 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.lifecycle import Timeouts
 from sco.engine.clock import SystemClock
-from sco.engine.controller import ControllerConfig
-from sco.engine.realtime import RealtimeRunner
+from sco.engine.cycle import ControllerConfig
 from sco_harness.chaos import audit
 from sco_harness.controlplane import wait_for
 from sco_harness.openstack_stack import ROOT, NovaStack, echo, free_port
+from sco_harness.runners import Rounds, ports_of, rounds_of
 from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
 
 CLOUD = "sco-test"
@@ -118,7 +118,7 @@ def _config(tmp: Path, stack: NovaStack, cluster: SlurmCluster, **part: Any) -> 
 
 def _runner(
     tmp: Path, stack: NovaStack, cluster: SlurmCluster, timeouts: Timeouts | None = None
-) -> tuple[RealtimeRunner, OpenStackProvider]:
+) -> tuple[Rounds, OpenStackProvider]:
     settings = load(_config(tmp, stack, cluster))
     region = RegionSpec.model_validate(stack.region())
     provider = open_provider(region, CLOUD, SystemClock(), str(stack.clouds_yaml))
@@ -126,14 +126,11 @@ def _runner(
     provider.refresh()
     clock = SystemClock()
     plane = scheduler_plane(settings, "lab", clock.now(), provider.last_listing, clock)
-    runner = RealtimeRunner(
-        provider=provider,
-        nodes=plane.nodes,
-        store=SqlFleetStore(settings.state.url),
-        demand=plane.demand,
-        policy=lambda: ScoPolicy(HedgeConfig(max_spare=0)),
-        clock=clock,
-        config=ControllerConfig(
+    store = SqlFleetStore(settings.state.url)
+    runner = rounds_of(
+        ports_of(provider, plane.nodes, store, plane.demand, clock),
+        lambda: ScoPolicy(HedgeConfig(max_spare=0)),
+        ControllerConfig(
             list_grace_s=10,
             act=ActConfig(timeouts=timeouts or Timeouts(), drain_s=600),
         ),
@@ -142,7 +139,7 @@ def _runner(
 
 
 def _rounds(
-    runner: RealtimeRunner,
+    runner: Rounds,
     provider: OpenStackProvider,
     done: Callable[[], Any],
     timeout_s: float,
@@ -160,7 +157,7 @@ def _rounds(
         time.sleep(0.5)
 
 
-def _live(runner: RealtimeRunner) -> list[Any]:
+def _live(runner: Rounds) -> list[Any]:
     return [i for i in runner.store.instances("hpc") if i.is_live]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from sco.adapters.sqlstate.engine import sqlite_url
+from sco.assembly.state import sqlite_url
 
 EXIT_BAD_INPUT = 2
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")

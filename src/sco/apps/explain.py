@@ -17,9 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sco.adapters.sqlstate import DatabaseError
-from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.happened import WINDOW_S, Happened, happened
+from sco.assembly.state import StateUnreadable, reading
 from sco.domain.plans import Plan
 from sco.domain.signals import Exclusion
 from sco.domain.times import utc
@@ -59,22 +58,20 @@ class Explanation:
 
 
 def explain(url: str, partition: str, now: float) -> Explanation:
-    store = SqlFleetStore(url, run_migrations=False)
     try:
-        plan = store.latest_plan(partition)
-        if plan is None:
-            raise NothingToExplain(f"no plan for partition {partition!r} in {_where(url)}")
-        held = Counter(str(i.state) for i in store.instances(partition))
-        exclusions = {
-            pool: ex for pool, ex in store.exclusions().items() if ex.active(plan.created_at)
-        }
-        intent = store.intents().get(partition)
-        since = now - WINDOW_S
-        lately = happened(store.history_since(since), since).get(partition, Happened(since))
-    except DatabaseError as e:
-        raise NothingToExplain(f"cannot read fleet state: {type(e).__name__}") from None
-    finally:
-        store.close()
+        with reading(url, _where(url)) as store:
+            plan = store.latest_plan(partition)
+            if plan is None:
+                raise NothingToExplain(f"no plan for partition {partition!r} in {_where(url)}")
+            held = Counter(str(i.state) for i in store.instances(partition))
+            exclusions = {
+                pool: ex for pool, ex in store.exclusions().items() if ex.active(plan.created_at)
+            }
+            intent = store.intents().get(partition)
+            since = now - WINDOW_S
+            lately = happened(store.history_since(since), since).get(partition, Happened(since))
+    except StateUnreadable as e:
+        raise NothingToExplain(str(e)) from None
     return Explanation(plan, dict(held), exclusions, intent, lately)
 
 

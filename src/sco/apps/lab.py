@@ -13,8 +13,7 @@ import click
 from sco.apps.common import BadInput
 
 if TYPE_CHECKING:
-    from sco.lab.swarm.batch import Tally, Trial
-    from sco.lab.swarm.spec import Kind
+    from sco.assembly.lab import Kind, Tally, Trial
 
 # Exit codes of `sco lab swarm`: 0 every invariant held, 1 a violation was found.
 EXIT_VIOLATION = 1
@@ -72,8 +71,7 @@ def swarm(
     are checked. A failing seed prints the command that replays it exactly, and its
     schedule shrunk to the fewest faults that still fail. Exit 0 when every invariant
     held, 1 when one broke, 2 on bad options."""
-    from sco.lab.swarm.batch import Tally, fault_names, run_trials, shrink, trials
-    from sco.lab.swarm.spec import ALL_KINDS
+    from sco.assembly.lab import ALL_KINDS, Tally, fault_names, run_trials, shrink, trials
 
     if list_faults:
         for kind in ALL_KINDS:

@@ -7,20 +7,14 @@ written on (wall time in production, trace time after a simulation).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from sco.adapters.sqlstate import DatabaseError
-from sco.adapters.sqlstate.store import SqlFleetStore
+from sco.assembly.state import reading
 from sco.domain.signals import Exclusion, PoolScore
 from sco.domain.times import utc
-
-
-class StateUnreadable(ValueError):
-    """The fleet state cannot be read; the message says where and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +45,9 @@ class PoolRow:
 def load_rows(url: str, where: str = "--state") -> list[PoolRow]:
     """Scored pools best first, then pools with an exclusion but no score; `where`
     names the setting or option the URL came from, for the errors."""
-    path = url.removeprefix("sqlite:///").partition("?")[0]
-    if url.startswith("sqlite:///") and not Path(path).is_file():  # opening creates it empty
-        raise StateUnreadable(f"{where}: {path}: no such file")
-    store = SqlFleetStore(url, run_migrations=False)
-    try:
+    with reading(url, where) as store:
         scores = store.latest_scores()
         exclusions = store.exclusions()
-    except DatabaseError as e:
-        raise StateUnreadable(f"{where}: cannot read fleet state: {e.__class__.__name__}") from e
-    finally:
-        store.close()
     ranked = sorted(scores.values(), key=lambda s: (-s.value, s.pool))
     as_of = max((s.computed_at for s in ranked), default=None)
     if as_of is None and exclusions:

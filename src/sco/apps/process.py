@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 from sco.apps import logs
 from sco.apps.common import BadInput
 from sco.apps.listen import name_process, refusal
+from sco.assembly.http import Check, HttpEndpoints, endpoints
 from sco.assembly.settings import Settings
-from sco.engine.service import Check, HttpEndpoints
 
 log = logging.getLogger(__name__)
 _PORT_KEYS = {"history-load": "history"}  # the http.*_port a component's port is
@@ -45,9 +45,8 @@ def process(component: str, settings: Settings, port: int, verbose: int = 0) -> 
     name_process(proc.registry, component)
     _stop_on_signals(proc)
     if port:
-        proc.http = HttpEndpoints(proc.registry)
         try:
-            proc.port = proc.http.serve(settings.http.bind, port)
+            proc.http, proc.port = endpoints(proc.registry, settings.http.bind, port)
         except OSError as e:
             key = f"http.{_PORT_KEYS.get(component, component)}_port"
             raise BadInput(refusal(e, settings.http.bind, port, key, component)) from None

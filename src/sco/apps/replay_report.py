@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sco.apps.report import figure_png, html_page
-from sco.lab.workload.replay import Replayed
+from sco.assembly.lab import Replayed
 
 HOUR_S = 3600.0
 COLUMNS = (

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sco.lab.simulation import SimulationResult
+from sco.assembly.lab import SimulationResult
 
 DAY_S = 86400.0
 

@@ -10,10 +10,8 @@ import socket
 import click
 
 from sco.apps.process import process
-from sco.assembly.controllers import controllers, dry_run
+from sco.assembly.controllers import CycleReport, controllers, dry_run, line, summary
 from sco.assembly.settings import Settings
-from sco.engine.cycle import CycleReport
-from sco.engine.realtime import line, summary
 
 log = logging.getLogger(__name__)
 
@@ -33,29 +31,30 @@ def run_controllers(
         return _dry_run(settings)
     name = replica or default_replica_name()
     done: list[CycleReport] = []
-    with controllers(settings) as world:
-        with process("run", settings, settings.http.run_port, verbose) as proc:
-            if world.warning:
-                log.warning("%s", world.warning)
+    with (
+        controllers(settings) as world,
+        process("run", settings, settings.http.run_port, verbose) as proc,
+    ):
+        if world.warning:
+            log.warning("%s", world.warning)
 
-            def on_report(report: CycleReport) -> None:
-                done.append(report)
-                refresh()
-                if report.transitions or report.degraded or report.created:
-                    click.echo(line(report), err=True)
+        def on_report(report: CycleReport) -> None:
+            done.append(report)
+            refresh()
+            if report.transitions or report.degraded or report.created:
+                click.echo(line(report), err=True)
 
-            runner, refresh = world.replica(name, proc.registry, on_report, cycles)
-            proc.checks(live=runner.health, ready=runner.ready)
-            click.echo(
-                f"sco run: replica {name}, {len(runner.partitions)} partitions, "
-                f"{world.describe}",
-                err=True,
-            )
-            world.start()
-            try:
-                runner.run(proc.stop)
-            finally:
-                runner.shutdown()
+        runner, refresh = world.replica(name, proc.registry, on_report, cycles)
+        proc.checks(live=runner.health, ready=runner.ready)
+        click.echo(
+            f"sco run: replica {name}, {len(runner.partitions)} partitions, {world.describe}",
+            err=True,
+        )
+        world.start()
+        try:
+            runner.run(proc.stop)
+        finally:
+            runner.shutdown()
     return len(done)
 
 

@@ -28,9 +28,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.templating import Jinja2Templates
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.happened import WINDOW_S, Happened, happened
 from sco.apps.listen import name_process
+from sco.assembly.state import Fleet
 from sco.domain.lifecycle import State
 from sco.domain.times import utc
 
@@ -38,7 +38,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 EVENTS = 50  # recent transitions shown
 
 
-def status_of(store: SqlFleetStore, now: float, events: int = EVENTS) -> dict[str, Any]:
+def status_of(store: Fleet, now: float, events: int = EVENTS) -> dict[str, Any]:
     """Everything the page shows, as plain data."""
     pools = {p.id: p for p in store.pools()}
     exclusions = store.exclusions()
@@ -136,7 +136,7 @@ def status_of(store: SqlFleetStore, now: float, events: int = EVENTS) -> dict[st
     }
 
 
-def _contracts(store: SqlFleetStore, partition: str) -> list[dict[str, Any]]:
+def _contracts(store: Fleet, partition: str) -> list[dict[str, Any]]:
     """What each node of the partition is told (not yet gone), and its agent's answer
     to that version; nodes that must leave first."""
     out = [
@@ -161,7 +161,7 @@ def _int(v: float | None) -> int | None:
     return None if v is None else int(v)
 
 
-def create_app(store: SqlFleetStore, clock: Callable[[], float]) -> FastAPI:
+def create_app(store: Fleet, clock: Callable[[], float]) -> FastAPI:
     """The FastAPI app; `clock()` is the wall clock in seconds."""
     app = FastAPI(title="sco status", docs_url=None, redoc_url=None)
     templates = Jinja2Templates(directory=str(TEMPLATES))

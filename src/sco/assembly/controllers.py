@@ -38,12 +38,24 @@ from sco.engine.clock import SystemClock
 from sco.engine.cycle import CycleReport
 from sco.engine.dryrun import Intent
 from sco.engine.metrics import CredentialMetrics, PlacementMetrics
-from sco.engine.realtime import RoundReport
+from sco.engine.realtime import RoundReport, line, summary
 from sco.engine.replicas import ReplicaConfig, ReplicaRunner
 from sco.ports import PlanStore, ProviderError
 
 if TYPE_CHECKING:  # an extra: imported when a command uses it
     from sco.adapters.openstack.provider import OpenStackProvider
+
+__all__ = [
+    "Controllers",
+    "CycleReport",
+    "Look",
+    "controllers",
+    "dry_run",
+    "line",
+    "scope_warning",
+    "start_openstack",
+    "summary",
+]
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +248,10 @@ def dry_run(settings: Settings) -> Look:
                     settings.policy.controller,
                     degraded=provider.degraded,
                 )
-                report = dry.runner.round()
+                try:
+                    report = dry.runner.round()
+                finally:
+                    dry.runner.close()
                 plans = _plans(store, [c.partition.name for c in dry.runner.controllers])
             finally:
                 store.close()

@@ -179,7 +179,12 @@ def round_runner(
     signals = fleet_signals(ports, refresh_s=0.5)
     made = controllers(ports, policy, config, signals)
     return RealtimeRunner(
-        controllers=made, signals=signals, clock=ports.clock, degraded=degraded, metrics=metrics
+        controllers=made,
+        signals=signals,
+        clock=ports.clock,
+        threads=ThreadPoolExecutor(max_workers=max(len(made), 1), thread_name_prefix="sco-round"),
+        degraded=degraded,
+        metrics=metrics,
     )
 
 

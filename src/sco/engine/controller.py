@@ -243,7 +243,9 @@ class PartitionController:
             tally.reclaims[(ch.after.pool, kind)] += 1
             if ch.after.is_spot:
                 self.signals.note_reclaim(ch.after.pool, ch.after.id, ch.at)
-                if ch.before is not None and ch.before.state in LIVE:  # capacity it was: a replacement is owed
+                if (
+                    ch.before is not None and ch.before.state in LIVE
+                ):  # capacity it was: a replacement is owed
                     self.acquirer.owed += 1
 
     def _snapshot(

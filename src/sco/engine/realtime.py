@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from sco.engine.controller import PartitionController
@@ -39,10 +39,13 @@ class RealtimeRunner:
         controllers: Sequence[PartitionController],
         signals: FleetSignals,
         clock: Clock,
+        threads: Executor,
         degraded: Callable[[], str] = lambda: "",
         metrics: PlacementMetrics | None = None,
     ) -> None:
+        """`threads` runs the partitions' cycles of a round side by side."""
         self.clock = clock
+        self.threads = threads
         self.metrics = metrics
         self._degraded = degraded
         self.signals = signals
@@ -52,19 +55,21 @@ class RealtimeRunner:
         """One cycle of every partition, at once; returns when all are done."""
         at = self.clock.now()
         reports: list[CycleReport] = []
-        with ThreadPoolExecutor(max_workers=max(len(self.controllers), 1)) as pool:
-            futures = [pool.submit(c.cycle) for c in self.controllers]
-            for controller, future in zip(self.controllers, futures, strict=True):
-                try:
-                    report = future.result()
-                except Exception:
-                    # A bug in one partition's cycle must not stop the others.
-                    log.exception("partition %s: cycle failed", controller.partition.name)
-                    continue
-                reports.append(report)
-                if self.metrics is not None:
-                    self.metrics.observe(report)
+        futures = [self.threads.submit(c.cycle) for c in self.controllers]
+        for controller, future in zip(self.controllers, futures, strict=True):
+            try:
+                report = future.result()
+            except Exception:
+                # A bug in one partition's cycle must not stop the others.
+                log.exception("partition %s: cycle failed", controller.partition.name)
+                continue
+            reports.append(report)
+            if self.metrics is not None:
+                self.metrics.observe(report)
         return RoundReport(at, tuple(reports), self._degraded())
+
+    def close(self) -> None:
+        self.threads.shutdown(wait=True)
 
 
 def summary(report: RoundReport) -> Sequence[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
+
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion, ExclusionState, PoolScore
 from sco.ports import IntentStore, PoolAgeStore, SignalStore

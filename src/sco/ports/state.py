@@ -6,7 +6,7 @@ stale token raises `FencedOut` (`sco.ports.leases`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -202,6 +202,33 @@ class IntentStore(Protocol):
     def put_intent(self, partition: str, intent: str, at: float, by: str) -> None: ...
 
     def drop_intent(self, partition: str) -> bool: ...
+
+
+class FleetReads(Protocol):
+    """What operators read of fleet state (`sco status`, `sco explain`, `sco slurm
+    usage`), never the control plane."""
+
+    def pools(self) -> list[Pool]: ...
+
+    def partitions(self) -> list[str]:
+        """Every partition with instances or a plan."""
+        ...
+
+    def history_since(self, since: float) -> list[HistoryRow]:
+        """Every transition at or after `since`, oldest first."""
+        ...
+
+    def recent_history(self, limit: int) -> list[HistoryRow]:
+        """The last `limit` transitions, newest first."""
+        ...
+
+    def server_ids(self, instance_ids: Iterable[str]) -> dict[str, str]:
+        """The server of each instance that had one (gone ones included)."""
+        ...
+
+    def server_classes(self, partition: str) -> dict[str, str]:
+        """Capacity class by server id of every server the partition ever had."""
+        ...
 
 
 class FleetAudit(Protocol):

@@ -24,13 +24,12 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.instances import Change, created
 from sco.engine.clock import CountingIds, ManualClock
-from sco.engine.controller import PartitionController
-from sco.engine.signals import FleetSignals
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco.ports import NewRequest
 from sco_harness.builders import write_json_trace, write_yaml
 from sco_harness.patroni import PatroniCluster
+from sco_harness.runners import controller_of, ports_of
 
 
 class AckedStore(SqlFleetStore):
@@ -40,12 +39,14 @@ class AckedStore(SqlFleetStore):
         super().__init__(url)
         self.acked: list[tuple[str, str, float]] = []
 
-    def record(self, changes: Sequence[Change], settle: Mapping[str, int] | None = None) -> None:
-        super().record(changes, settle)
+    def record(
+        self, changes: Sequence[Change], settle: Mapping[str, int] | None = None, fence: int = 0
+    ) -> None:
+        super().record(changes, settle, fence)
         self.acked.extend((c.after.id, c.after.state.value, c.at) for c in changes)
 
-    def reserve(self, request: NewRequest) -> None:
-        super().reserve(request)
+    def reserve(self, request: NewRequest, fence: int = 0) -> None:
+        super().reserve(request, fence)
         self.acked.extend(
             (c.after.id, c.after.state.value, c.at)
             for c in (created(i, i.reason) for i in request.instances)
@@ -87,17 +88,8 @@ def run_failover(cluster: PatroniCluster, folder: Path, after_s: float = 15.0) -
     store = AckedStore(cluster.url())
     store.upsert_pools(region.pools())
     source = FileDemandSource.load(demand, "traces", 0.0)
-    controller = PartitionController(
-        source.partitions()[0],
-        provider=region,
-        nodes=region,
-        store=store,
-        demand=source,
-        policy=ScoPolicy(HedgeConfig()),
-        clock=clock,
-        ids=CountingIds(),
-        signals=FleetSignals(store, region.pools()),
-    )
+    ports = ports_of(region, region, store, source, clock, ids=CountingIds())
+    controller = controller_of(ports, lambda: ScoPolicy(HedgeConfig()))
     result = FailoverResult()
     stop = threading.Event()
     outage: list[float] = []  # first failure, first success after it
@@ -117,7 +109,7 @@ def run_failover(cluster: PatroniCluster, folder: Path, after_s: float = 15.0) -
                 result.errors.append(type(e).__name__)
                 if not outage:
                     outage.append(time.monotonic())
-                controller._records = None  # reload once it is back
+                controller.records.forget()  # reload once it is back
                 time.sleep(0.2)
             time.sleep(0.05)
 

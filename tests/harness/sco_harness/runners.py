@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import cast
 
 from sco.decide.policies import Policy, ScoPolicy
 from sco.domain.demand import Partition
 from sco.engine import builder
 from sco.engine.builder import FleetState, NodeTokens, Ports
-from sco.engine.clock import CountingIds, IdSource
+from sco.engine.clock import IdSource, UuidIds
 from sco.engine.controller import PartitionController
 from sco.engine.cycle import ControllerConfig
+from sco.engine.realtime import RealtimeRunner, RoundReport
 from sco.engine.signals import FleetSignals
 from sco.ports import (
     Clock,
@@ -44,7 +47,7 @@ def ports_of(
         demand=demand,
         state=FleetState.of(store),
         clock=clock,
-        ids=ids or CountingIds(),
+        ids=ids or UuidIds(),
         leases=leases,
         relay=relay,
         tokens=tokens,
@@ -63,3 +66,25 @@ def controller_of(
     makes it: no lease, calls as `ports` say."""
     chosen = partition or ports.demand.partitions()[0]
     return builder.controllers(ports, policy, config, signals, [chosen])[0]
+
+
+@dataclass
+class Rounds:
+    """Every partition's controller cycled a round at a time on the wall clock (a real
+    cloud, stepped by a test), and the fleet state they write."""
+
+    runner: RealtimeRunner
+    store: FleetStore
+
+    def round(self) -> RoundReport:
+        return self.runner.round()
+
+
+def rounds_of(
+    ports: Ports,
+    policy: Callable[[], Policy] = ScoPolicy,
+    config: ControllerConfig | None = None,
+    degraded: Callable[[], str] = lambda: "",
+) -> Rounds:
+    runner = builder.round_runner(ports, policy, config, degraded)
+    return Rounds(runner, cast(FleetStore, ports.state.records))

@@ -170,9 +170,7 @@ class SqlFleetStore(SqlSignals):
             )
             if bumped.rowcount != 1:
                 raise StateConflict(f"pool {res.pool} changed since version {request.pool_version}")
-            conn.execute(
-                insert(t.reservations).values(**rows.reservation_row(res), fence=fence)
-            )
+            conn.execute(insert(t.reservations).values(**rows.reservation_row(res), fence=fence))
             _record(
                 conn,
                 [created(i, i.reason, code=i.reason) for i in request.instances],

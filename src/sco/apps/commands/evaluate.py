@@ -15,9 +15,15 @@ from rich.table import Table
 from sco.apps.commands.simulate import input_errors
 from sco.apps.common import BadInput, bundled
 from sco.apps.common import console as make_console
-from sco.lab.crosscheck import evaluate_named, factory, suite
-from sco.lab.crosscheck_setting import Capacity, EvalConfig, window_starts
-from sco.lab.traces import load_traces
+from sco.assembly.lab import (
+    Capacity,
+    EvalConfig,
+    evaluate_named,
+    factory,
+    load_traces,
+    suite,
+    window_starts,
+)
 
 DEFAULT_POLICIES = "optimal,sco,spothedge,round-robin,even-spread,cheapest,all-guaranteed"
 FLEET_POLICIES = "optimal,sco,spothedge,cheapest,all-guaranteed"
@@ -158,7 +164,7 @@ def _evaluate_fleet(
     workers: int,
     as_json: bool,
 ) -> None:
-    from sco.lab.fleet_eval import DAY_S, RESYNC_S, custom_case, evaluate_fleet, fleet_suite
+    from sco.assembly.lab import DAY_S, RESYNC_S, custom_case, evaluate_fleet, fleet_suite
 
     if suite_name not in (None, "fleet"):
         raise BadInput(f"--suite: {suite_name} does not take --demand")

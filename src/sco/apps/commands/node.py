@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
@@ -103,12 +102,10 @@ def agent(
         raise BadInput("give one of --drain-command and --slurm-node")
     drainer = None
     if slurm_node is not None:
-        from sco.adapters.slurm.drain import SlurmDrain
-        from sco.adapters.slurm.tools import ClusterTools, SlurmTools
+        from sco.assembly.slurm import drainer as slurm_drainer
 
-        tools = SlurmTools(ClusterTools("local", slurm_conf))
         lead = parse_duration(requeue_lead, "--requeue-lead")
-        drainer = SlurmDrain(tools, slurm_node, lead, time.time, time.sleep)
+        drainer = slurm_drainer(slurm_conf, slurm_node, lead)
     logs.setup("agent", log_level, "text")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

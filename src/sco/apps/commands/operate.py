@@ -7,7 +7,6 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import click
 import yaml
@@ -15,7 +14,10 @@ import yaml
 from sco.apps.common import BadInput, console, parse_duration, state_url
 from sco.apps.options import config_option, settings_of, start_errors, state_override
 from sco.assembly.settings import load, mask_url, masked
-from sco.assembly.wiring import open_store
+from sco.assembly.state import open_fleet
+from sco.assembly.wiring import StartError
+from sco.domain.demand import HANDBACK
+from sco.ports import InstanceStore
 
 
 @click.command()
@@ -61,12 +63,10 @@ def handback(
 
     The intent is kept in fleet state, so it survives restarts and holds on every
     replica. The running `sco run` does the work; this command waits and reports."""
-    from sco.assembly.wiring import open_store
-
     settings = settings_of(config, {"state.url": state_override(state)})
     limit_s = parse_duration(timeout, "--timeout")
     with start_errors():
-        store = open_store(settings)
+        store = open_fleet(settings)
     try:
         names = {p.name for p in settings.partitions}
         if names and partition not in names:
@@ -77,7 +77,7 @@ def handback(
                 f"{partition}: back in service" if dropped else f"{partition}: was not handed back"
             )
             return
-        store.put_intent(partition, "handback", time.time(), _who())
+        store.put_intent(partition, HANDBACK, time.time(), _who())
         click.echo(f"{partition}: handback recorded; the partition's leader drains it now")
         if wait:
             _wait_empty(store, partition, limit_s)
@@ -92,7 +92,7 @@ def _who() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def _wait_empty(store: Any, partition: str, limit_s: float) -> None:
+def _wait_empty(store: InstanceStore, partition: str, limit_s: float) -> None:
     deadline = time.monotonic() + limit_s
     last = None
     while True:
@@ -156,7 +156,7 @@ def config_migrate(config: Path | None) -> None:
     Every process also migrates at start; with PostgreSQL, one at a time."""
     settings = settings_of(config, {})
     with start_errors():
-        store = open_store(settings)
+        store = open_fleet(settings)
     try:
         revision = store.schema_revision()
     finally:
@@ -176,39 +176,11 @@ def slurm_conf(config: Path | None, partition: str) -> None:
     """The slurm.conf lines PARTITION's dynamic nodes need: a NodeSet on its feature,
     the Slurm partitions taking it, and a FUTURE placeholder per capacity class (with
     its pools' features) so jobs may ask for a class before such a node exists."""
-    from sco.adapters.slurm.nodes import slurm_conf_lines
+    from sco.assembly.slurm import conf_lines
 
     settings = settings_of(config, {})
-    found = [p for p in settings.partitions if p.name == partition and p.slurm is not None]
-    if not found:
-        slurm = [p.name for p in settings.partitions if p.slurm is not None]
-        raise BadInput(
-            f"no partition {partition!r} with demand slurm (those: {', '.join(slurm) or 'none'})"
-        )
-    s = found[0].slurm
-    assert s is not None
-    pools: list[tuple[str, str]] = []
-    if settings.provider.region_file is not None:
-        from sco.adapters.openstack.config import RegionFileError, load_region
-
-        try:
-            region = load_region(settings.provider.region_file)
-        except RegionFileError as e:
-            raise BadInput(f"provider.region_file: {e}") from None
-        pools = [
-            (str(p.capacity_class), p.id)
-            for p in region.domain_pools()
-            if not found[0].flavors or p.flavor in found[0].flavors
-        ]
-    gres = ",".join(f"{g}:{n}" for g, n in sorted(s.gres.items()))
-    click.echo(f"# sco partition {partition}: dynamic nodes (Slurm >= 22.05), see README")
-    click.echo("# Room for every node at once, with some to spare while nodes come and go.")
-    click.echo(f"MaxNodeCount={max(64, found[0].max_units * 2)}")
-    if gres:
-        click.echo(f"GresTypes={','.join(sorted(s.gres))}")
-    lines = slurm_conf_lines(
-        partition, s.partitions, s.cpus, s.memory_mb, pools, gres, settings.installation
-    )
+    with start_errors():
+        lines = conf_lines(settings, partition)
     for line in lines:
         click.echo(line)
 
@@ -224,40 +196,18 @@ def slurm_usage(
 ) -> None:
     """Node-hours PARTITION's jobs used by capacity class (spot, guaranteed), read
     from Slurm's accounting (sacct; needs slurmdbd) and sco's fleet state."""
-    from sco.adapters.slurm.nodes import node_name
-    from sco.adapters.slurm.tools import ClusterTools, SlurmBadOutput, SlurmError, SlurmTools
-    from sco.adapters.slurm.usage import node_hours
-    from sco.assembly.wiring import open_store
+    from sco.assembly.slurm import usage
 
     settings = settings_of(config, {"state.url": state_override(state)})
-    found = [p for p in settings.partitions if p.name == partition and p.slurm is not None]
-    if not found or found[0].slurm is None:
-        raise BadInput(f"no partition {partition!r} with demand slurm")
-    s = found[0].slurm
-    c = settings.slurm[s.cluster]
-    tools = SlurmTools(ClusterTools(s.cluster, c.conf, c.bin_dir, max(c.timeout_s, 60.0)))
-    until = time.time()
-    start = until - parse_duration(since, "--since")
     with start_errors():
-        store = open_store(settings, run_migrations=False)
-    try:
-        classes = {node_name(sid): cls for sid, cls in store.server_classes(partition).items()}
-    finally:
-        store.close()
-    try:
-        runs = tools.allocations(s.partitions, start, until)
-        usage = node_hours(runs, classes, start, until, tools.hostnames)
-    except (SlurmError, SlurmBadOutput) as e:
-        raise BadInput(
-            f"slurm cluster {s.cluster}: {e} (node-hours need Slurm accounting: slurmdbd)"
-        ) from None
+        used = usage(settings, partition, parse_duration(since, "--since"))
     if as_json:
-        click.echo(json.dumps({"partition": partition, **usage.as_dict()}, sort_keys=True))
+        click.echo(json.dumps({"partition": partition, **used.doc}, sort_keys=True))
         return
     click.echo(f"{partition}: node-hours of its jobs over the last {since}")
-    for cls, hours in sorted(usage.node_hours.items()):
-        click.echo(f"  {cls:<12} {hours:10.2f} node-h  {usage.runs[cls]:6d} job runs")
-    if not usage.node_hours:
+    for cls, hours in sorted(used.node_hours.items()):
+        click.echo(f"  {cls:<12} {hours:10.2f} node-h  {used.runs[cls]:6d} job runs")
+    if not used.node_hours:
         click.echo("  (no job ran)")
 
 
@@ -277,11 +227,9 @@ def tokens_rotate(
     """Revoke PARTITION's node tokens (or one instance's): they stop working at once,
     and the partition's leader hands each server a new one on its next cycle; agents
     read their token again when refused."""
-    from sco.assembly.wiring import open_store
-
     settings = settings_of(config, {"state.url": state_override(state)})
     with start_errors():
-        store = open_store(settings)
+        store = open_fleet(settings)
     try:
         n = store.contracts.revoke(partition, instance_id)
     finally:
@@ -304,7 +252,7 @@ def pools(config: Path | None, state: str | None, as_json: bool) -> None:
             (state_url(state), "--state") if state else (load(config).state.url, "state.url")
         )
         rows: list[PoolRow] = load_rows(url, where)
-    except ValueError as e:
+    except (ValueError, StartError) as e:
         raise BadInput(str(e)) from None
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], sort_keys=True))

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sco.apps.common import BadInput, parse_duration
 from sco.apps.options import config_option, settings_of, start_errors, state_override
-from sco.assembly.wiring import open_store
+
+if TYPE_CHECKING:
+    from sco.assembly.reclaim import Budget, Cloud, Plays, Reclaimer
 
 
 @click.command()
@@ -87,11 +89,7 @@ def reclaim(
     servers of HALL/FLAVOR by least harm within a disruption budget, set their
     `sco:reclaim-at`, and delete them at the deadline."""
     from sco.apps import logs
-    from sco.assembly.controllers import scope_warning, start_openstack
-    from sco.assembly.wiring import require
-    from sco.decide.reclaim import Budget
-    from sco.engine.clock import SystemClock
-    from sco.engine.reclaimer import Reclaimer
+    from sco.assembly.reclaim import Budget, operator_cloud, trace_pools
 
     settings = settings_of(config, {"state.url": state_override(state)})
     replaying = trace_dir is not None
@@ -99,7 +97,8 @@ def reclaim(
         hall is None or flavor is None or count is None or count < 1
     ):
         raise BadInput("give --hall, --flavor and --count (>= 1), --trace, or --sweep")
-    plays = _trace_pools(trace_dir, maps, pool_size) if trace_dir is not None else None
+    with start_errors():
+        plays = trace_pools(trace_dir, maps, pool_size) if trace_dir is not None else None
     if speed <= 0:
         raise BadInput("--speed: more than 0")
     if max_fraction is not None and not 0 < max_fraction <= 1:
@@ -107,119 +106,87 @@ def reclaim(
     notice_s = parse_duration(notice, "--notice")
     # The sweep reports what it leaves alone (an unreadable notice) in the log.
     logs.setup("reclaim", settings.log.level, settings.log.format)
-    with start_errors():
-        require(settings, "provider.cloud", "provider.region_file")
-        provider = start_openstack(settings.provider, creates=False)
-        store = open_store(settings, run_migrations=False) if state or config else None
-    if warning := scope_warning(provider):
-        click.echo(f"warning: {warning}", err=True)
-    clock = SystemClock()
-    reclaimer = Reclaimer(provider, clock, store)
+    with start_errors(), operator_cloud(settings, with_state=bool(state or config)) as cloud:
+        _reclaim(cloud, sweep_only, plays, speed, notice_s, hall, flavor, count, wait,
+                 Budget(max_noticed, max_fraction), as_json)  # fmt: skip
+
+
+def _reclaim(
+    cloud: Cloud, sweep_only: bool, plays: Plays | None, speed: float, notice_s: float,
+    hall: str | None, flavor: str | None, count: int | None, wait: bool, budget: Budget,
+    as_json: bool,
+) -> None:  # fmt: skip
+    if cloud.warning:
+        click.echo(f"warning: {cloud.warning}", err=True)
+    reclaimer = cloud.reclaimer
+    deleted = reclaimer.sweep()
+    if sweep_only:
+        _say(
+            as_json,
+            {"deleted": deleted, "foreign": cloud.foreign()},
+            f"deleted {len(deleted)} servers past their notice" + _foreign_note(cloud),
+        )
+        return
+    if plays is not None:
+        _replay(reclaimer, plays, speed, notice_s, budget, as_json)
+        return
+    assert hall is not None
+    assert flavor is not None
+    assert count is not None
     try:
-        deleted = reclaimer.sweep()
-        if sweep_only:
-            _say(
-                as_json,
-                {"deleted": deleted, "foreign": provider.foreign()},
-                f"deleted {len(deleted)} servers past their notice" + _foreign_note(provider),
-            )
-            return
-        if plays is not None:
-            _replay(reclaimer, plays, speed, notice_s, Budget(max_noticed, max_fraction), as_json)
-            return
-        assert hall is not None
-        assert flavor is not None
-        assert count is not None
-        try:
-            done = reclaimer.request(
-                hall, flavor, count, notice_s, Budget(max_noticed, max_fraction)
-            )
-        except ValueError as e:
-            raise BadInput(str(e)) from None
-        for v in done.choice.victims:
-            if not as_json:
-                click.echo(f"{v.server_id} ({v.partition}): {v.why}")
+        done = reclaimer.request(hall, flavor, count, notice_s, budget)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    for v in done.choice.victims:
         if not as_json:
-            click.echo(
-                f"noticed {len(done.choice.victims) - len(done.failed)} of {count}, "
-                f"deadline in {notice_s:.0f} s; short {done.choice.short}"
-                + (
-                    f" (budget held back {dict(done.choice.held_back)})"
-                    if done.choice.held_back
-                    else ""
-                )
+            click.echo(f"{v.server_id} ({v.partition}): {v.why}")
+    if not as_json:
+        click.echo(
+            f"noticed {len(done.choice.victims) - len(done.failed)} of {count}, "
+            f"deadline in {notice_s:.0f} s; short {done.choice.short}"
+            + (
+                f" (budget held back {dict(done.choice.held_back)})"
+                if done.choice.held_back
+                else ""
             )
-        gone: list[str] = []
-        if wait and done.choice.victims:
-            time.sleep(max(0.0, done.deadline - clock.now()) + 0.5)
-            gone = reclaimer.sweep()
-            if not as_json:
-                click.echo(f"deleted {len(gone)} at the deadline")
-        noticed = [v.server_id for v in done.choice.victims if v.server_id not in done.failed]
-        if as_json:
-            click.echo(json.dumps({
-                "noticed": noticed,
-                "why": {v.server_id: v.why for v in done.choice.victims},
-                "failed": list(done.failed), "short": done.choice.short,
-                "held_back": dict(done.choice.held_back), "deadline": done.deadline,
-                "deleted": deleted + gone, "foreign": provider.foreign(),
-            }, sort_keys=True))  # fmt: skip
-        elif provider.foreign():
-            click.echo(_foreign_note(provider).strip("; "))
-    finally:
-        if store is not None:
-            store.close()
+        )
+    gone: list[str] = []
+    if wait and done.choice.victims:
+        time.sleep(max(0.0, done.deadline - cloud.now()) + 0.5)
+        gone = reclaimer.sweep()
+        if not as_json:
+            click.echo(f"deleted {len(gone)} at the deadline")
+    noticed = [v.server_id for v in done.choice.victims if v.server_id not in done.failed]
+    if as_json:
+        click.echo(json.dumps({
+            "noticed": noticed,
+            "why": {v.server_id: v.why for v in done.choice.victims},
+            "failed": list(done.failed), "short": done.choice.short,
+            "held_back": dict(done.choice.held_back), "deadline": done.deadline,
+            "deleted": deleted + gone, "foreign": cloud.foreign(),
+        }, sort_keys=True))  # fmt: skip
+    elif cloud.foreign():
+        click.echo(_foreign_note(cloud).strip("; "))
 
 
-def _foreign_note(provider: Any) -> str:
+def _foreign_note(cloud: Cloud) -> str:
     """The servers of other projects the reclaimer saw and left alone, if any."""
-    counts = provider.foreign_servers()
+    counts = cloud.foreign_servers()
     if not counts:
         return ""
     by = ", ".join(f"{n} in {p}" for p, n in sorted(counts.items()))
     return f"; left alone {sum(counts.values())} servers outside sco's projects ({by})"
 
 
-def _trace_pools(
-    folder: Path, maps: tuple[str, ...], pool_size: int | None
-) -> tuple[list[Any], int]:
-    """The trace's series, each on the spot pool `--map` names, and the pool size."""
-    from sco.lab.reclaim_replay import ReplayPool
-    from sco.lab.traces import TraceError, load_traces
-
-    try:
-        traces = load_traces(folder)
-    except (TraceError, OSError) as e:
-        raise BadInput(f"--trace: {e}") from None
-    by_name = {s.name: s for s in traces.series}
-    if not maps:
-        raise BadInput(f"--trace needs --map SERIES=HALL/FLAVOR (series: {', '.join(by_name)})")
-    pools = []
-    for m in maps:
-        name, _, where = m.partition("=")
-        hall, _, flavor = where.partition("/")
-        if name not in by_name or not hall or not flavor:
-            raise BadInput(
-                f"--map {m!r}: SERIES=HALL/FLAVOR with SERIES one of {', '.join(by_name)}"
-            )
-        pools.append(ReplayPool(by_name[name], hall, flavor))
-    binary = all(p.series.binary for p in pools)
-    size = pool_size if pool_size is not None else (traces.region.pool_size if binary else 1)
-    if size < 1:
-        raise BadInput("--pool-size: at least 1")
-    return pools, size
-
-
 def _replay(
-    reclaimer: Any, plays: tuple[list[Any], int], speed: float, notice_s: float,
-    budget: Any, as_json: bool,
+    reclaimer: Reclaimer, plays: Plays, speed: float, notice_s: float, budget: Budget,
+    as_json: bool,
 ) -> None:  # fmt: skip
     import signal
     import threading
 
-    from sco.lab.reclaim_replay import replay
+    from sco.assembly.reclaim import replay_trace
 
-    pools, size = plays
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -231,8 +198,8 @@ def _replay(
         _say(as_json, doc, f"trace {t:.0f} s: {p.hall}/{p.flavor}: noticed {len(ids)}"
              + (f", short {done.choice.short}" if done.choice.short else ""))  # fmt: skip
 
-    n = replay(
-        reclaimer, pools, pool_size=size, speed=speed, notice_s=notice_s, budget=budget,
+    n = replay_trace(
+        reclaimer, plays, speed=speed, notice_s=notice_s, budget=budget,
         stop=stop.is_set, sleep=stop.wait, on_notice=told,
     )  # fmt: skip
     _say(as_json, {"noticed_total": n}, f"trace replayed: {n} servers noticed")

@@ -13,7 +13,8 @@ from rich.table import Table
 from sco.apps.commands.simulate import input_errors
 from sco.apps.common import bundled
 from sco.apps.common import console as make_console
-from sco.lab.workload.replay import POLICIES, Replayed, ReplaySpec, replay
+from sco.assembly.lab import REPLAY_POLICIES as POLICIES
+from sco.assembly.lab import Replayed, ReplaySpec, replay
 
 DEFAULT_POLICIES = "sco,spot-requeue,power-save-guaranteed,static-guaranteed"
 

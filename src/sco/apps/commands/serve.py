@@ -12,7 +12,7 @@ import click
 from sco.apps.common import BadInput, parse_duration
 from sco.apps.listen import listening
 from sco.apps.options import config_option, settings_of, start_errors, state_override, verbose_level
-from sco.assembly.wiring import open_store
+from sco.assembly.state import open_fleet
 
 
 @click.command()
@@ -201,7 +201,7 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
     except ModuleNotFoundError as e:
         raise BadInput(f"{e.name} is not installed (pip install 'sco[distributor]')") from None
     from sco.apps import logs
-    from sco.assembly.wiring import open_store
+    from sco.assembly.state import open_fleet
 
     settings = settings_of(
         config,
@@ -210,7 +210,7 @@ def distributor(config: Path | None, state: str | None, bind: str | None, port: 
     d = settings.distributor
     logs.setup("distributor", settings.log.level, settings.log.format)
     with start_errors():
-        store = open_store(settings, patient=True)
+        store = open_fleet(settings, patient=True)
     joins = {p.name: _join_of(p) for p in settings.partitions}
     app = create_app(
         store.contracts,
@@ -266,8 +266,9 @@ def status(config: Path | None, state: str | None, bind: str | None, port: int |
         from sco.apps.status import create_app
     except ModuleNotFoundError as e:
         raise BadInput(f"{e.name} is not installed (pip install 'sco[status]')") from None
+    import time
+
     from sco.apps import logs
-    from sco.engine.clock import SystemClock
 
     settings = settings_of(
         config,
@@ -275,13 +276,13 @@ def status(config: Path | None, state: str | None, bind: str | None, port: int |
     )
     logs.setup("status", settings.log.level, settings.log.format)
     with start_errors():
-        store = open_store(settings, patient=True)
+        store = open_fleet(settings, patient=True)
     http = settings.http
     sock = listening(http.status_bind, http.status_port, "http.status_port", "status")
     try:
         uvicorn.Server(
             uvicorn.Config(
-                create_app(store, SystemClock().now),
+                create_app(store, time.time),
                 log_config=None,
                 access_log=False,
                 timeout_graceful_shutdown=5,

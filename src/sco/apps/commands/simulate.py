@@ -15,28 +15,26 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sco.adapters.demandfile.intake import DemandFileError
-from sco.adapters.sqlstate.engine import sqlite_url
 from sco.apps.common import BadInput, bundled, parse_duration
 from sco.apps.common import console as make_console
-from sco.decide.policies import POLICIES, UnknownPolicy
-from sco.lab.accounting import PartitionMetrics
-from sco.lab.fleet import FLEET
-from sco.lab.region import SimConfig
-from sco.lab.simulation import (
+from sco.assembly.lab import (
+    FLEET,
+    INPUT_ERRORS,
+    PartitionMetrics,
+    SimConfig,
     Simulation,
-    SimulationInputError,
     SimulationResult,
     SimulationSpec,
 )
-from sco.lab.traces import TraceError
+from sco.assembly.state import sqlite_url
+from sco.decide.policies import POLICIES, UnknownPolicy
 
 
 @contextmanager
 def input_errors() -> Iterator[None]:
     try:
         yield
-    except (TraceError, DemandFileError, SimulationInputError, ValueError) as e:
+    except INPUT_ERRORS as e:
         raise BadInput(str(e)) from None
     except UnknownPolicy as e:
         raise BadInput(f"--policy: {e}") from None

@@ -225,7 +225,9 @@ class Adversary:
         if blue.url is None:
             scratch: MemoryFleetStore | SqlFleetStore = MemoryFleetStore()
         else:
-            scratch = SqlFleetStore(fresh_state(blue.folder / "dry-run.sqlite"), run_migrations=False)
+            scratch = SqlFleetStore(
+                fresh_state(blue.folder / "dry-run.sqlite"), run_migrations=False
+            )
         try:
             demand, planes = blue._schedulers(blue.tenant.list, _Wall(self))
             ports = Ports(

@@ -47,11 +47,11 @@ from sco.lab.region import SimConfig, SimRegion
 from sco.lab.swarm.faults import CloudFaults, LeaseFaults, NodeFaults, Stage, StoreFaults, faulty
 from sco.lab.swarm.kube import SimKube
 from sco.lab.swarm.slurm import SimSlurm
+from sco.lab.swarm.spec import START_S, PartitionPlan, WorldSpec
+from sco.lab.traces import RegionSpec, Series, TraceSet
 from sco.lab.twins.eventlog import MemoryEventLog
 from sco.lab.twins.fleet import MemoryFleetStore
 from sco.lab.twins.leases import KubeLeases
-from sco.lab.swarm.spec import START_S, PartitionPlan, WorldSpec
-from sco.lab.traces import RegionSpec, Series, TraceSet
 from sco.ports import (
     Clock,
     CreateResult,
@@ -69,6 +69,7 @@ STATES = ("memory", "sqlite")  # what fleet state a world runs on
 
 class SwarmStore(FleetStore, FleetAudit, Protocol):
     """Fleet state as the swarm keeps it: every role, and what its checks audit."""
+
 
 BLUE = "blue"  # the installation under test
 GREEN = "green"  # another sco in the same project, with a partition of the same name

@@ -1,0 +1,117 @@
+"""The operator's Slurm commands from `sco.yaml`: the slurm.conf lines a partition's
+dynamic nodes need (`sco slurm conf`), the node-hours its jobs used by capacity class
+(`sco slurm usage`), and the drainer a node's agent runs (`sco agent --slurm-cluster`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sco.assembly.settings import PartitionSettings, Settings
+from sco.assembly.state import open_fleet
+from sco.assembly.wiring import StartError
+
+if TYPE_CHECKING:  # an extra's adapter, imported when a command uses it
+    from sco.adapters.slurm.drain import SlurmDrain
+
+
+def slurm_partition(settings: Settings, partition: str) -> PartitionSettings:
+    """The partition named `partition` with demand slurm (StartError naming those there
+    are when there is none)."""
+    found = [p for p in settings.partitions if p.name == partition and p.slurm is not None]
+    if not found:
+        slurm = [p.name for p in settings.partitions if p.slurm is not None]
+        raise StartError(
+            f"no partition {partition!r} with demand slurm (those: {', '.join(slurm) or 'none'})"
+        )
+    return found[0]
+
+
+def region_pools(settings: Settings, flavors: list[str]) -> list[tuple[str, str]]:
+    """(capacity class, pool id) of the region file's pools of `flavors` (all, if none);
+    none without a region file."""
+    if settings.provider.region_file is None:
+        return []
+    from sco.adapters.openstack.config import RegionFileError, load_region
+
+    try:
+        region = load_region(settings.provider.region_file)
+    except RegionFileError as e:
+        raise StartError(f"provider.region_file: {e}") from None
+    return [
+        (str(p.capacity_class), p.id)
+        for p in region.domain_pools()
+        if not flavors or p.flavor in flavors
+    ]
+
+
+def conf_lines(settings: Settings, partition: str) -> list[str]:
+    """The slurm.conf lines PARTITION's dynamic nodes need (see `sco slurm conf`)."""
+    from sco.adapters.slurm.nodes import slurm_conf_lines
+
+    found = slurm_partition(settings, partition)
+    s = found.slurm
+    assert s is not None
+    pools = region_pools(settings, list(found.flavors))
+    gres = ",".join(f"{g}:{n}" for g, n in sorted(s.gres.items()))
+    head = [
+        f"# sco partition {partition}: dynamic nodes (Slurm >= 22.05), see README",
+        "# Room for every node at once, with some to spare while nodes come and go.",
+        f"MaxNodeCount={max(64, found.max_units * 2)}",
+    ]
+    if gres:
+        head.append(f"GresTypes={','.join(sorted(s.gres))}")
+    return head + slurm_conf_lines(
+        partition, s.partitions, s.cpus, s.memory_mb, pools, gres, settings.installation
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHours:
+    """Node-hours and job runs by capacity class over a window."""
+
+    node_hours: dict[str, float]
+    runs: dict[str, int]
+    doc: dict[str, object]  # the whole answer, for --json
+
+
+def usage(settings: Settings, partition: str, since_s: float) -> NodeHours:
+    """Node-hours PARTITION's jobs used by capacity class over the last `since_s`, from
+    Slurm's accounting (sacct; needs slurmdbd) and fleet state's record of each server's
+    class."""
+    from sco.adapters.slurm.nodes import node_name
+    from sco.adapters.slurm.tools import ClusterTools, SlurmBadOutput, SlurmError, SlurmTools
+    from sco.adapters.slurm.usage import node_hours
+
+    s = slurm_partition(settings, partition).slurm
+    assert s is not None
+    c = settings.slurm[s.cluster]
+    tools = SlurmTools(ClusterTools(s.cluster, c.conf, c.bin_dir, max(c.timeout_s, 60.0)))
+    until = time.time()
+    start = until - since_s
+    store = open_fleet(settings, run_migrations=False)
+    try:
+        classes = {node_name(sid): cls for sid, cls in store.server_classes(partition).items()}
+    finally:
+        store.close()
+    try:
+        runs = tools.allocations(s.partitions, start, until)
+        found = node_hours(runs, classes, start, until, tools.hostnames)
+    except (SlurmError, SlurmBadOutput) as e:
+        raise StartError(
+            f"slurm cluster {s.cluster}: {e} (node-hours need Slurm accounting: slurmdbd)"
+        ) from None
+    return NodeHours(dict(found.node_hours), dict(found.runs), found.as_dict())
+
+
+def drainer(slurm_conf: Path | None, node: str, requeue_lead_s: float) -> SlurmDrain:
+    """What a node's agent drains its own Slurm node with (`sco agent --slurm-node`):
+    DRAIN, and on a reclaim the jobs that would not end by the deadline requeued
+    `requeue_lead_s` before it."""
+    from sco.adapters.slurm.drain import SlurmDrain
+    from sco.adapters.slurm.tools import ClusterTools, SlurmTools
+
+    tools = SlurmTools(ClusterTools("local", slurm_conf))
+    return SlurmDrain(tools, node, requeue_lead_s, time.time, time.sleep)
