@@ -23,6 +23,7 @@ from sco.domain.contracts import token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.engine.admission import Buckets
+from sco.ports import Contracts
 from sco_harness.builders import instance, spot_pool
 
 POOL = spot_pool(zone="a")
@@ -31,6 +32,7 @@ POOL = spot_pool(zone="a")
 @pytest.fixture
 def store(fleet_url: str) -> Iterator[SqlFleetStore]:
     s = SqlFleetStore(fleet_url)
+    _: Contracts = s.contracts  # mypy holds the SQL adapter to every role of the port
     s.upsert_pools([POOL])
     yield s
     s.close()

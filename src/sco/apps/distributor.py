@@ -42,10 +42,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, Field
 
 from sco.adapters.sqlstate import DatabaseError
-from sco.adapters.sqlstate.contracts import ContractRow, ContractStore, Listener
+from sco.adapters.sqlstate.contracts import ContractStore
 from sco.apps.listen import name_process
-from sco.domain.contracts import AckStatus, Contract, NodeState, token_digest
+from sco.domain.contracts import AckStatus, Contract, NodeState, StoredContract, token_digest
 from sco.engine.admission import Admission
+from sco.ports.contracts import Listener
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +62,15 @@ class Mirror:
 
     def __init__(self, gone_keep_s: float) -> None:
         self.gone_keep_s = gone_keep_s
-        self.rows: dict[str, ContractRow] = {}
+        self.rows: dict[str, StoredContract] = {}
         self._by_digest: dict[str, str] = {}
 
-    def load(self, rows: Iterable[ContractRow]) -> None:
+    def load(self, rows: Iterable[StoredContract]) -> None:
         self.rows.clear()
         self._by_digest.clear()
         self.apply(rows, now=time.time())
 
-    def apply(self, rows: Iterable[ContractRow], now: float) -> None:
+    def apply(self, rows: Iterable[StoredContract], now: float) -> None:
         for row in rows:
             old = self.rows.get(row.instance_id)
             if old is not None and old.version > row.version:
@@ -85,7 +86,7 @@ class Mirror:
             if row.token_hash:
                 self._by_digest[row.token_hash] = row.instance_id
 
-    def by_digest(self, digest: str, now: float) -> ContractRow | None:
+    def by_digest(self, digest: str, now: float) -> StoredContract | None:
         instance_id = self._by_digest.get(digest)
         row = self.rows.get(instance_id) if instance_id else None
         if row is None or row.token_hash != digest:
@@ -183,7 +184,7 @@ class ChangeFeed:
             self._pruned_at = time.time()
             await asyncio.to_thread(self.contracts.prune_changes, time.time() - 3600)
 
-    def learn(self, row: ContractRow) -> None:
+    def learn(self, row: StoredContract) -> None:
         """A row a request read from fleet state itself: newer than this copy, so
         the copy takes it (else the next request, served from the copy, would see
         an older version than this one did)."""
@@ -333,7 +334,9 @@ def create_app(
         metrics.requests.labels(route, str(code)).inc()
         raise HTTPException(code, why, headers=headers)
 
-    async def authenticate(request: Request, route: str, authorization: str | None) -> ContractRow:
+    async def authenticate(
+        request: Request, route: str, authorization: str | None
+    ) -> StoredContract:
         client = request.client.host if request.client else "?"
         scheme, _, token = (authorization or "").partition(" ")
         row = None
@@ -358,7 +361,7 @@ def create_app(
         assert row is not None
         return row
 
-    def body(row: ContractRow) -> dict[str, Any]:
+    def body(row: StoredContract) -> dict[str, Any]:
         contract = Contract(
             instance_id=row.instance_id,
             version=row.version,
@@ -389,7 +392,7 @@ def create_app(
         metrics.requests.labels("contract", "200").inc()
         return JSONResponse(body(row), headers={"ETag": _etag(row.version)})
 
-    async def _wait(row: ContractRow, known: int, wait_s: float) -> ContractRow:
+    async def _wait(row: StoredContract, known: int, wait_s: float) -> StoredContract:
         """Wait for a version other than `known`. The mirror changes only in this
         event loop, and wakes whoever is registered when it does: nothing slips
         between reading it and registering."""

@@ -13,40 +13,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, text, update
 
 from sco.adapters.sqlstate import schema as t
-from sco.domain.contracts import AckStatus, NodeState, Terms, terms_of
+from sco.domain.contracts import AckStatus, NodeState, StoredContract, Terms, terms_of
 from sco.domain.instances import Change
+from sco.ports.contracts import Listener
 
 CHANNEL = "sco_contracts"
 log = logging.getLogger(__name__)
-
-# Runs on a thread of its own until the event is set, calling back on every change.
-Listener = Callable[[Callable[[], None], threading.Event], None]
-
-
-@dataclass(frozen=True, slots=True)
-class ContractRow:
-    instance_id: str
-    version: int
-    terms: Terms
-    server_id: str | None
-    changed_at: float
-    token_expires_at: float | None
-    ack_version: int | None
-    ack_status: AckStatus | None
-    ack_detail: str | None
-    ack_at: float | None
-    token_hash: str | None = None  # the digest, never the token
-
-    @property
-    def acked(self) -> AckStatus | None:
-        """The agent's answer to this very version, if any."""
-        return self.ack_status if self.ack_version == self.version else None
 
 
 def record_contracts(conn: Connection, changes: Sequence[Change]) -> None:
@@ -94,8 +71,8 @@ def _terms_row(terms: Terms) -> dict[str, object]:
     }
 
 
-def _row(r: Any) -> ContractRow:
-    return ContractRow(
+def _row(r: Any) -> StoredContract:
+    return StoredContract(
         instance_id=r.instance_id,
         version=int(r.version),
         terms=Terms(
@@ -119,7 +96,7 @@ def _row(r: Any) -> ContractRow:
 
 
 class ContractStore:
-    """Contracts of one fleet state database."""
+    """Contracts of one fleet state database: every role of `sco.ports.Contracts`."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -150,14 +127,14 @@ class ContractStore:
                 log.warning("distributor: LISTEN %s lost (%s); again in 2 s", CHANNEL, e)
                 stop.wait(2.0)
 
-    def get(self, instance_id: str) -> ContractRow | None:
+    def get(self, instance_id: str) -> StoredContract | None:
         q = select(t.contracts).where(t.contracts.c.instance_id == instance_id)
         with self.engine.connect() as conn:
             r = conn.execute(q).first()
         return _row(r) if r is not None else None
 
-    def get_many(self, instance_ids: Sequence[str]) -> dict[str, ContractRow]:
-        out: dict[str, ContractRow] = {}
+    def get_many(self, instance_ids: Sequence[str]) -> dict[str, StoredContract]:
+        out: dict[str, StoredContract] = {}
         ids = list(instance_ids)
         with self.engine.connect() as conn:
             for k in range(0, len(ids), 1000):
@@ -165,7 +142,7 @@ class ContractStore:
                 out.update((r.instance_id, _row(r)) for r in conn.execute(q))
         return out
 
-    def by_token(self, token_hash: str, now: float) -> ContractRow | None:
+    def by_token(self, token_hash: str, now: float) -> StoredContract | None:
         """The contract whose token hashes to `token_hash`, if the token has not expired."""
         c = t.contracts.c
         q = select(t.contracts).where(c.token_hash == token_hash, c.token_expires_at > now)
@@ -173,7 +150,7 @@ class ContractStore:
             r = conn.execute(q).first()
         return _row(r) if r is not None else None
 
-    def of_partition(self, partition: str) -> list[ContractRow]:
+    def of_partition(self, partition: str) -> list[StoredContract]:
         q = select(t.contracts).where(t.contracts.c.partition == partition)
         with self.engine.connect() as conn:
             return [_row(r) for r in conn.execute(q)]
@@ -245,7 +222,7 @@ class ContractStore:
             )
         return bool(done.rowcount)
 
-    def current(self, gone_since: float) -> list[ContractRow]:
+    def current(self, gone_since: float) -> list[StoredContract]:
         """Every contract a node may still ask for: not gone, or gone since `gone_since`."""
         c = t.contracts.c
         q = select(t.contracts).where(
