@@ -607,7 +607,7 @@ class _Answers:
         return self.created
 
 
-def _fresh(table: dict[str, Any], created: Any = None) -> Any:
+def _fresh(table: dict[str, Any], created: Any = None, installation: str = "default") -> Any:
     from sco.adapters.openstack.config import RegionSpec
     from sco.adapters.openstack.provider import OpenStackProvider
 
@@ -618,7 +618,8 @@ def _fresh(table: dict[str, Any], created: Any = None) -> Any:
             "pools": [{"hall": "h", "flavor": "f", "class": "spot", "price_per_h": 1}],
         }
     )
-    return OpenStackProvider(spec, _Answers(table, created), ManualClock(0))  # type: ignore[arg-type]
+    answers = _Answers(table, created)
+    return OpenStackProvider(spec, answers, ManualClock(0), installation=installation)  # type: ignore[arg-type]
 
 
 GOOD = {
@@ -719,8 +720,7 @@ def test_another_installation_s_servers_are_never_listed_as_ours() -> None:
     theirs = dict(_server("ACTIVE"), id="s-theirs", tags=["sco", "sco:p=p1", "sco:i=green"])
     legacy = dict(_server("ACTIVE"), id="s-legacy", tags=["sco", "sco:p=p1"])
     table = {"/servers/detail": {"servers": [ours, theirs, legacy]}}
-    blue = _fresh(table)
-    blue.installation = "blue"
+    blue = _fresh(table, installation="blue")
     assert [v.server_id for v in blue.list("p1")] == ["s-ours"]
     default = _fresh(table)  # a server tagged before installations had names
     assert [v.server_id for v in default.list("p1")] == ["s-legacy"]

@@ -53,24 +53,31 @@ class Tombstones:
 
 
 class ProjectGuard:
-    """What keeps `OpenStackProvider` to sco's projects (a mixin over its state)."""
+    """What keeps `OpenStackProvider` to sco's projects and its installation: which
+    listed servers are sco's, the foreign ones seen (reported once, never acted on),
+    and the actions by id it refused."""
 
-    client: CloudClient
-    clock: Clock
-    installation: str
-    owned: Ownership | None
-    refused_total: int
-    _lock: threading.Lock
-    _own_ids: dict[str, frozenset[str]]
-    _foreign: dict[str, tuple[float, dict[str, str]]]
-    _warned: set[str]
+    def __init__(self, client: CloudClient, clock: Clock, installation: str) -> None:
+        self.client = client
+        self.clock = clock
+        self.installation = installation
+        # sco's projects, once claimed; None: not established (tests that build a
+        # provider by hand), and then every listed server counts as sco's.
+        self.owned: Ownership | None = None
+        self.refused_total = 0  # actions by id refused on foreign servers
+        self._lock = threading.Lock()
+        self._own_ids: dict[str, frozenset[str]] = {}  # by listing: sco's servers in it
+        # by listing: when, and its foreign servers (id -> project); a listing not
+        # made again for FOREIGN_TTL_S (a partition another replica leads now) is dropped
+        self._foreign: dict[str, tuple[float, dict[str, str]]] = {}
+        self._warned: set[str] = set()
 
-    def _mine(self, records: Records) -> Records:
+    def mine(self, records: Records) -> Records:
         """The records of this installation: another sco's servers in the same project
         (perhaps with a partition of the same name) are never adopted or deleted."""
         return [s for s in records if is_mine(installation_of(s), self.installation)]
 
-    def _ours(self, records: Records, listing: str | None) -> Records:
+    def ours(self, records: Records, listing: str | None) -> Records:
         """The records of sco's projects. The others are foreign: each is reported
         once and left out. `listing` names what was listed (a partition, or `*`), so
         that the foreign servers and sco's own are known per listing; None: a
@@ -124,7 +131,7 @@ class ProjectGuard:
             counts[project] = counts.get(project, 0) + 1
         return counts
 
-    def _refuse_foreign(self, server_ids: Sequence[str], action: str) -> tuple[Ids, Ids]:
+    def refuse_foreign(self, server_ids: Sequence[str], action: str) -> tuple[Ids, Ids]:
         """(sco's, refused): ids of sco's latest listings are sco's; any other is
         looked up, and refused unless Nova says it is in one of sco's projects. A
         server Nova no longer has is in neither (there is nothing to act on)."""
@@ -150,7 +157,7 @@ class ProjectGuard:
         self.refused_total += len(refused)
         return ours, refused
 
-    def _own_only(self, server_id: str, action: str) -> None:
-        _, refused = self._refuse_foreign([server_id], action)
+    def own_only(self, server_id: str, action: str) -> None:
+        _, refused = self.refuse_foreign([server_id], action)
         if refused:
             raise ForeignServer(f"refused to {action} {server_id}: not in sco's projects")

@@ -67,13 +67,7 @@ from sco.adapters.openstack.resources import (
     server_tags,
     server_views,
 )
-from sco.adapters.openstack.scope import (
-    NEEDED_ROLES,
-    CredentialScope,
-    Ownership,
-    excess,
-    ownership,
-)
+from sco.adapters.openstack.scope import NEEDED_ROLES, CredentialScope, excess, ownership
 from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.domain.pools import Pool, PoolId
 from sco.ports import (
@@ -117,7 +111,7 @@ class HeadroomCache:
     calls: int
 
 
-class OpenStackProvider(ProjectGuard):
+class OpenStackProvider:
     """`sco.ports.Provider` over one cloud. Thread-safe for one controller thread
     per partition plus the headroom refresher."""
 
@@ -135,20 +129,11 @@ class OpenStackProvider(ProjectGuard):
         self.region = region
         self.client = client
         self.clock = clock
-        self.installation = installation
         self._read_scope = read_scope
         self.held_credential = held_credential  # the one in use (its version, source)
-        # sco's projects, once `claim`ed; None: not established (tests that build a
-        # provider by hand), and then every listed server counts as sco's.
-        self.owned: Ownership | None = None
+        self.guard = ProjectGuard(client, clock, installation)  # sco's projects only
         self.scope: CredentialScope | None = None
         self.excess: list[str] = []  # what the credential could do beyond sco's needs
-        self._own_ids: dict[str, frozenset[str]] = {}  # by listing: sco's servers in it
-        # by listing: when, and its foreign servers (id -> project); a listing not
-        # made again for FOREIGN_TTL_S (a partition another replica leads now) is dropped
-        self._foreign: dict[str, tuple[float, dict[str, str]]] = {}
-        self._warned: set[str] = set()
-        self.refused_total = 0  # actions by id refused on foreign servers
         self._pools: dict[PoolId, ResolvedPool] = {}
         self._placement = placement.PlacementHeadroom(client, clock)
         self._image_id = ""
@@ -159,6 +144,23 @@ class OpenStackProvider(ProjectGuard):
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
         self.last_refresh_error = ""
+
+    @property
+    def installation(self) -> str:
+        """Which sco this is among those sharing the cloud's projects (its tags)."""
+        return self.guard.installation
+
+    @property
+    def refused_total(self) -> int:
+        """Actions by server id refused: the server is not in sco's projects."""
+        return self.guard.refused_total
+
+    def foreign(self) -> dict[str, str]:
+        """Servers of other projects in sco's latest listings: id -> project."""
+        return self.guard.foreign()
+
+    def foreign_servers(self) -> dict[str, int]:
+        return self.guard.foreign_servers()
 
     # ------------------------------------------------------------ start-up
 
@@ -172,7 +174,7 @@ class OpenStackProvider(ProjectGuard):
         if self._read_scope is None:
             raise PermanentProviderError("the credential's scope cannot be read")
         scope = self._read_scope()
-        self.owned = ownership(scope, projects, creates)
+        self.guard.owned = ownership(scope, projects, creates)
         self.scope = scope
         self.excess = excess(scope, roles)
         return scope
@@ -255,7 +257,8 @@ class OpenStackProvider(ProjectGuard):
         """Servers in pages of `list_page_size`: for each page Nova asks Neutron for
         the ports of all its servers by id in one URL, and Neutron refuses a URL
         longer than its request-line limit (4 KiB under gunicorn's defaults)."""
-        if self.owned is not None and self.owned.beyond_credential:
+        owned = self.guard.owned
+        if owned is not None and owned.beyond_credential:
             params["all_tenants"] = "1"  # sco's other projects (an admin credential)
         return self._all(
             "compute", "/servers/detail", "servers", self.region.list_page_size, **params
@@ -342,7 +345,8 @@ class OpenStackProvider(ProjectGuard):
         return {p: self._pools[p].pool.price_per_h for p in pools if p in self._pools}
 
     def list(self, partition: str) -> Sequence[ServerView]:
-        records = self._mine(self._ours(self._servers(tags=partition_tag(partition)), partition))
+        listed = self._servers(tags=partition_tag(partition))
+        records = self.guard.mine(self.guard.ours(listed, partition))
         now = self.clock.now()
         live = [
             s
@@ -362,7 +366,7 @@ class OpenStackProvider(ProjectGuard):
     def delete(self, server_ids: Sequence[str]) -> None:
         """Delete sco's servers among `server_ids`; foreign ones are refused
         (ForeignServer, once the rest are deleted)."""
-        ours, refused = self._refuse_foreign(server_ids, "delete")
+        ours, refused = self.guard.refuse_foreign(server_ids, "delete")
         failed: Ids = []
         for sid in ours:
             try:
@@ -382,7 +386,7 @@ class OpenStackProvider(ProjectGuard):
     def all_servers(self) -> Sequence[ServerView]:
         """Every server sco tagged, of every partition (what a reclaimer chooses from)."""
         by_partition: dict[str, list[Mapping[str, Any]]] = {}
-        for s in self._ours(self._servers(tags=TAG), "*"):
+        for s in self.guard.ours(self._servers(tags=TAG), "*"):
             if s.get("OS-EXT-STS:task_state") == "deleting":
                 continue
             meta = s.get("metadata")
@@ -395,7 +399,7 @@ class OpenStackProvider(ProjectGuard):
         moves: a server already noticed keeps its deadline, which is returned; one
         whose notice is not a time is refused (UnreadableNotice), as is a foreign
         server (ForeignServer)."""
-        self._own_only(server_id, "give notice to")
+        self.guard.own_only(server_id, "give notice to")
         path = f"/servers/{server_id}/metadata"
         answer = self.client.get("compute", path)
         meta = read(Metadata, answer, f"compute GET {path}").metadata
@@ -410,7 +414,7 @@ class OpenStackProvider(ProjectGuard):
         """The node's token in its server's metadata (`sco:node-token`), which the
         node reads from the metadata service. A foreign server is refused
         (ForeignServer): a token never reaches another project's server."""
-        self._own_only(server_id, "hand a node token to")
+        self.guard.own_only(server_id, "hand a node token to")
         path = f"/servers/{server_id}/metadata/{META_NODE_TOKEN}"
         self.client.put("compute", path, {"meta": {META_NODE_TOKEN: token.reveal()}})
 
@@ -483,7 +487,8 @@ class OpenStackProvider(ProjectGuard):
         return min(count, room)
 
     def _servers_of(self, request_id: str) -> Records:
-        servers = self._mine(self._ours(self._servers(tags=request_tag(request_id)), None))
+        listed = self._servers(tags=request_tag(request_id))
+        servers = self.guard.mine(self.guard.ours(listed, None))
         return [s for s in servers if s.get("OS-EXT-STS:task_state") != "deleting"]
 
 

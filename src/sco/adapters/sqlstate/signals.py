@@ -42,9 +42,11 @@ _RECLAIMS = (
 
 
 class SqlSignals:
-    """The signals' and intents' side of the FleetStore port."""
+    """The signals' and intents' roles of fleet state (`SignalStore`, `IntentStore`),
+    on the fleet-state database's engine."""
 
-    engine: Engine
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
     # ------------------------------------------------------------ signals
 

@@ -36,6 +36,7 @@ from sco.domain.instances import Change, Instance, created
 from sco.domain.lifecycle import State
 from sco.domain.plans import Plan, PoolReason
 from sco.domain.pools import Pool, PoolId
+from sco.domain.signals import Exclusion, PoolScore
 from sco.ports import (
     FencedOut,
     FleetCounts,
@@ -65,9 +66,10 @@ _SHRINK_RESERVATION = (
 )
 
 
-class SqlFleetStore(SqlSignals):
+class SqlFleetStore:
     """Fleet state behind the FleetStore port: records, reservations, plans and the
-    outbox here, the pools' signals and operators' intents in `SqlSignals`."""
+    outbox here; the pools' signals and operators' intents are `SqlSignals`'s, which
+    it holds (`signals`) and answers for; the contracts are `ContractStore`'s."""
 
     def __init__(self, url: str, *, run_migrations: bool = True, contracts: bool = True) -> None:
         """Every partition-owned row a write makes (records, reservations, plans)
@@ -80,11 +82,50 @@ class SqlFleetStore(SqlSignals):
         if run_migrations:
             migrate(self.engine)
         self.contracts = ContractStore(self.engine)
+        self.signals = SqlSignals(self.engine)
         dialect = sqlite if self.engine.dialect.name == "sqlite" else postgresql
         self._emit = dialect.insert(t.outbox).on_conflict_do_nothing(index_elements=["event_id"])
 
     def close(self) -> None:
         self.engine.dispose()
+
+    # ------------------------------------------------------------ signals and intents
+
+    def exclusions(self) -> dict[PoolId, Exclusion]:
+        return self.signals.exclusions()
+
+    def put_exclusion(self, exclusion: Exclusion, event: LifecycleEvent) -> Exclusion:
+        return self.signals.put_exclusion(exclusion, event)
+
+    def save_scores(self, scores: Sequence[PoolScore], keep: int = 288) -> int:
+        return self.signals.save_scores(scores, keep)
+
+    def latest_scores(self) -> dict[PoolId, PoolScore]:
+        return self.signals.latest_scores()
+
+    def signal_stamp(self) -> tuple[int, int, float, int]:
+        return self.signals.signal_stamp()
+
+    def reclaims_since(self, since: float) -> list[tuple[PoolId, str, float]]:
+        return self.signals.reclaims_since(since)
+
+    def pool_ages(self) -> dict[PoolId, float | None]:
+        return self.signals.pool_ages()
+
+    def set_pool_age(self, pool: PoolId, up_since: float | None) -> bool:
+        return self.signals.set_pool_age(pool, up_since)
+
+    def live_per_pool(self) -> dict[PoolId, int]:
+        return self.signals.live_per_pool()
+
+    def put_intent(self, partition: str, intent: str, at: float, by: str) -> None:
+        self.signals.put_intent(partition, intent, at, by)
+
+    def drop_intent(self, partition: str) -> bool:
+        return self.signals.drop_intent(partition)
+
+    def intents(self) -> dict[str, str]:
+        return self.signals.intents()
 
     def schema_revision(self) -> str | None:
         """The Alembic revision the database's schema stands at."""
