@@ -7,11 +7,16 @@ under faults, then each seam's fix reverted in turn to show the swarm finds it.
    a copy of `src/` with the patch applied runs the swarm from seed 0 until its first
    violation, at most `--mutant-budget` seeds: the seeds it took, and what broke.
 
-Prints one JSON line: {"seeds", "simulated_days", "faults_injected",
-"invariant_violations", "invariants", "found_by_mutation": {mutant: {"found",
-"seeds", "broke"}}, ...}.
+Fleet state is the in-memory twin by default (`"state": "memory"`); `--state sqlite`
+runs every world on SQLite instead (the SQL path): the twin and the database are held
+to one conformance suite, and a seed gives the same checks on either.
+
+Prints one JSON line: {"seeds", "state", "simulated_days", "faults_injected",
+"invariant_violations", "invariants", "checks", "found_by_mutation": {mutant:
+{"found", "seeds", "broke"}}, ...}.
 
     .venv/bin/python bench/swarm.py [--seeds 2000] [--mutant-budget 400] [--workers N]
+    .venv/bin/python bench/swarm.py --state sqlite
     .venv/bin/python bench/swarm.py --smoke     # seconds: CI keeps it from rotting
 """
 
@@ -42,8 +47,8 @@ def sco(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
-def swarm(seeds: int, workers: int | None) -> dict[str, object]:
-    args = ["--seeds", str(seeds), "--json", "--no-shrink"]
+def swarm(seeds: int, workers: int | None, state: str) -> dict[str, object]:
+    args = ["--seeds", str(seeds), "--json", "--no-shrink", "--state", state]
     if workers:
         args += ["--workers", str(workers)]
     done = sco(*args)
@@ -55,7 +60,7 @@ def swarm(seeds: int, workers: int | None) -> dict[str, object]:
     return line
 
 
-def mutant(patch: Path, budget: int, workers: int | None) -> dict[str, object]:
+def mutant(patch: Path, budget: int, workers: int | None, state: str) -> dict[str, object]:
     """The swarm on a copy of src/ with `patch` applied, until its first violation."""
     with tempfile.TemporaryDirectory(prefix="sco-mutant-") as scratch:
         shutil.copytree(ROOT / "src", Path(scratch) / "src")
@@ -66,6 +71,7 @@ def mutant(patch: Path, budget: int, workers: int | None) -> dict[str, object]:
             return {"found": False, "error": f"does not apply: {applied.stderr.strip()}"}
         env = dict(os.environ, PYTHONPATH=str(Path(scratch) / "src"))
         args = ["--seeds", str(budget), "--json", "--no-shrink", "--stop-at-first"]
+        args += ["--state", state]
         if workers:
             args += ["--workers", str(workers)]
         started = time.monotonic()
@@ -89,19 +95,22 @@ def main() -> None:
     parser.add_argument("--mutant-budget", type=int, default=400)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--mutants", default="", help="only these (name prefixes, comma)")
+    parser.add_argument(
+        "--state", choices=["memory", "sqlite"], default="memory", help="fleet state of each world"
+    )
     parser.add_argument("--smoke", action="store_true", help="2 seeds; one mutant, 2 seeds")
     args = parser.parse_args()
     if args.smoke:
         args.seeds, args.mutant_budget = 2, 2
         args.mutants = args.mutants or "6-"
     started = time.monotonic()
-    line = swarm(args.seeds, args.workers)
+    line = swarm(args.seeds, args.workers, args.state)
     wanted = [m for m in args.mutants.split(",") if m]
     found: dict[str, object] = {}
     for patch in sorted(MUTANTS.glob("*.patch")):
         if wanted and not any(patch.stem.startswith(w) for w in wanted):
             continue
-        found[patch.stem] = mutant(patch, args.mutant_budget, args.workers)
+        found[patch.stem] = mutant(patch, args.mutant_budget, args.workers, args.state)
         print(f"{patch.stem}: {found[patch.stem]}", file=sys.stderr)
     line["found_by_mutation"] = found
     line["wall_s"] = round(time.monotonic() - started, 1)

@@ -40,6 +40,25 @@ def test_simulate_json_ends_with_the_numbers(tmp_path: Path) -> None:
     assert last["simulated_hours"] == pytest.approx(12.0)
 
 
+def test_simulate_on_sqlite_all_along_gives_what_the_twins_give(tmp_path: Path) -> None:
+    """`--fleet-state sqlite` runs the SQL path from the first cycle (its file kept with
+    --state); the twins, the default, are held to the same suite: the same numbers."""
+    state = tmp_path / "sql.db"
+    runs = {}
+    for how, extra in (("memory", ()), ("sqlite", ("--state", state))):
+        out = sco(
+            "simulate", "--traces", V100_4NODE, "--duration", "1d", "--json",
+            "--fleet-state", how, *extra,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        last = json.loads(out.stdout.strip().splitlines()[-1])
+        last.pop("wall_s")
+        runs[how] = last
+    assert runs["memory"] == runs["sqlite"]
+    assert runs["memory"]["creates"] >= 3
+    assert state.stat().st_size > 0
+
+
 def test_simulate_report_and_state(tmp_path: Path) -> None:
     report, state = tmp_path / "rep", tmp_path / "state.db"
     out = sco(

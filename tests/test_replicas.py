@@ -24,8 +24,8 @@ from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
 from sco.domain.lifecycle import State
 from sco.domain.plans import Plan
-from sco.engine.clock import ManualClock
 from sco.engine import builder
+from sco.engine.clock import ManualClock
 from sco.engine.cycle import ControllerConfig, CycleReport
 from sco.engine.replicas import ReplicaConfig, ReplicaRunner, fair_share
 from sco.lab.region import SimConfig, SimRegion

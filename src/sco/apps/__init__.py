@@ -1,1 +1,2 @@
-"""Entry points: the command line (and later the distributor and the node agent)."""
+"""The commands: parse flags, call the assembly (which fills the builder's ports from
+`sco.yaml`), print. They import neither adapters, nor the engine, nor the lab."""

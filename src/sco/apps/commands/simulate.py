@@ -171,6 +171,15 @@ def demo(out: Path | None, days: float | None, history: str | None) -> None:
     "(the run itself keeps fleet state in memory).",
 )
 @click.option(
+    "--fleet-state",
+    type=click.Choice(["memory", "sqlite"]),
+    default="memory",
+    show_default=True,
+    help="What the run keeps fleet state in: the in-memory twins, or SQLite all along "
+    "(the SQL path; in the --state file if given). Both are held to one conformance "
+    "suite and give the same results.",
+)
+@click.option(
     "--idle-resync-s",
     type=float,
     default=None,
@@ -198,6 +207,7 @@ def simulate(
     error_rate: float,
     report: Path | None,
     state: Path | None,
+    fleet_state: str,
     idle_resync_s: float | None,
     history: str | None,
     as_json: bool,
@@ -232,7 +242,7 @@ def simulate(
         )
         sim = Simulation.build(spec)
     console = make_console(stderr=as_json)
-    result = _run(sim, state, quiet=as_json)
+    result = _run(sim, state, quiet=as_json, on_sql=fleet_state == "sqlite")
     _print_summary(console, result)
     _print_signals(console, result)
     if report is not None:
@@ -254,16 +264,22 @@ def _print_signals(console: Console, result: SimulationResult) -> None:
         console.print(f"pool history: {result.history_events} events in {result.spec.history_dsn}")
 
 
-def _run(sim: Simulation, state_path: Path | None, quiet: bool) -> SimulationResult:
+def _run(
+    sim: Simulation, state_path: Path | None, quiet: bool, on_sql: bool = False
+) -> SimulationResult:
     """Fleet state in memory (the twins); with `state_path`, copied at the end into
-    that SQLite file for `sco explain`, `sco pools` and `sco status`."""
+    that SQLite file for `sco explain`, `sco pools` and `sco status`. `on_sql`: in
+    SQLite all along (`state_path`, else a scratch file)."""
     if state_path is not None:
         if state_path.exists() and state_path.stat().st_size:
             # Checked now, not after the run: its records would collide with the file's.
             raise BadInput(f"--state: {state_path} exists; a run writes a new file")
         state_path.parent.mkdir(parents=True, exist_ok=True)
-    with _progress(quiet) as progress:
-        copy_to = sqlite_url(state_path) if state_path is not None else None
+    with _progress(quiet) as progress, tempfile.TemporaryDirectory(prefix="sco-sim-") as tmp:
+        url = sqlite_url(state_path or Path(tmp) / "state.sqlite")
+        if on_sql:
+            return sim.run(state_url=url, progress=progress)
+        copy_to = url if state_path is not None else None
         return sim.run(progress=progress, copy_to=copy_to)
 
 

@@ -48,11 +48,6 @@ def spot_views(snapshot: PartitionSnapshot) -> list[PoolView]:
     return snapshot.usable(spot=True)
 
 
-def guaranteed_view(snapshot: PartitionSnapshot) -> PoolView | None:
-    """The cheapest guaranteed pool this partition may use."""
-    return min(snapshot.usable(spot=False), key=lambda v: (v.price, v.pool.id), default=None)
-
-
 def live_by_pool(snapshot: PartitionSnapshot, spot: bool) -> Counter[PoolId]:
     """Live instances (not leaving) per pool, of one capacity class."""
     return Counter(i.pool for i in snapshot.instances if i.is_live and i.is_spot == spot)
