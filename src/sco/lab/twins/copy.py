@@ -1,7 +1,7 @@
 """A lab run's fleet state, copied from the in-memory twin into a database.
 
 A run on the twins is faster than one on SQLite and ends with the same state
-(tests/test_state_conformance.py holds them to the same rules; a run gives the
+(tests/conformance/ holds them to the same rules; a run gives the
 same outcomes on both). `sco demo` and `sco simulate --state` run on the twins
 and copy the end state into the file that `sco explain`, `sco pools` and
 `sco status` read: every change replayed through the store's own writes (so
