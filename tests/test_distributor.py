@@ -10,20 +10,21 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import create_engine, text
 
 from sco.adapters.sqlstate.store import SqlFleetStore
-from sco.apps.distributor import ChangeFeed, DistributorConfig, create_app
+from sco.apps.distributor import DistributorConfig, create_app
 from sco.domain.contracts import token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.engine.admission import Buckets
-from sco.ports import Contracts
+from sco.engine.distributor import ChangeFeed
+from sco.ports import Contracts, ContractsUnavailable
 from sco_harness.builders import instance, spot_pool
 
 POOL = spot_pool(zone="a")
@@ -46,11 +47,9 @@ def _node(store: SqlFleetStore, expires_at: float | None = None) -> tuple[Instan
     return inst, token
 
 
-def _client(store: SqlFleetStore, **config: object) -> TestClient:
+def _client(store: SqlFleetStore, **config: Any) -> TestClient:
     app = create_app(
-        store.contracts,
-        DistributorConfig(**config),
-        listen=store.contracts.listener(),  # type: ignore[arg-type]
+        store.contracts, DistributorConfig(**config), listen=store.contracts.listener()
     )
     return TestClient(app)
 
@@ -286,17 +285,15 @@ def test_a_version_past_64_bits_is_refused_not_a_crash(store: SqlFleetStore) -> 
 
 
 def test_with_fleet_state_away_reads_go_on_and_acks_wait(
-    store: SqlFleetStore, monkeypatch: pytest.MonkeyPatch
+    store: SqlFleetStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _inst, token = _node(store)
     with _client(store, poll_s=0.05) as client:
         assert client.get("/v1/contract", headers=_auth(token)).status_code == 200
 
-        def away(*_a: object, **_k: object) -> None:
-            raise OperationalError("SELECT", {}, Exception("connection refused"))
-
-        for name in ("changed_since", "last_change", "current", "get_many", "by_token", "ack"):
-            monkeypatch.setattr(store.contracts, name, away)
+        # Fleet state goes away under the adapter: a database it cannot open.
+        away = create_engine(f"sqlite:///{tmp_path}/no/such/folder/state.sqlite")
+        monkeypatch.setattr(store.contracts, "engine", away)
         # The feed notices (however loaded the machine: waited for, not slept on).
         deadline = time.monotonic() + 60
         while "unreachable" not in client.get("/readyz").text and time.monotonic() < deadline:
@@ -311,6 +308,18 @@ def test_with_fleet_state_away_reads_go_on_and_acks_wait(
         )
         assert ack.status_code == 503
         assert ack.headers["Retry-After"] == "5"
+
+
+def test_fleet_state_away_is_the_ports_error_and_names_no_digest(
+    store: SqlFleetStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    digest = token_digest(secrets.token_urlsafe(32))
+    away = create_engine(f"sqlite:///{tmp_path}/no/such/folder/state.sqlite")
+    monkeypatch.setattr(store.contracts, "engine", away)
+    with pytest.raises(ContractsUnavailable) as failed:
+        store.contracts.by_token(digest, time.time())
+    assert "OperationalError" in str(failed.value)
+    assert digest not in str(failed.value)
 
 
 class _QuietContracts:

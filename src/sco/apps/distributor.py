@@ -21,16 +21,17 @@ it, on SQLite it looks every `poll_s`) and answers reads and long polls from it.
 A change wakes exactly the requests waiting on that contract. With fleet state
 away, a replica stays ready and goes on answering with what it knows (its
 /readyz says so); acknowledgements need fleet state and get 503 meanwhile.
+
+This module is the HTTP side only (routes, models, metrics, refusals); the copy,
+its change feed and the long poll are `sco.engine.distributor`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NoReturn
 
@@ -41,163 +42,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, Field
 
-from sco.adapters.sqlstate import DatabaseError
-from sco.adapters.sqlstate.contracts import ContractStore
 from sco.apps.listen import name_process
-from sco.domain.contracts import AckStatus, Contract, NodeState, StoredContract, token_digest
+from sco.domain.contracts import AckStatus, StoredContract, token_digest
 from sco.engine.admission import Admission
-from sco.ports.contracts import Listener
+from sco.engine.distributor import ChangeFeed, contract_of
+from sco.ports import ContractFeed, ContractsUnavailable, Listener
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-
-
-# ---------------------------------------------------------------- change feed
-
-
-class Mirror:
-    """This replica's copy of the contracts a node may ask for, by instance and by
-    token digest: requests are answered from it, without a database read."""
-
-    def __init__(self, gone_keep_s: float) -> None:
-        self.gone_keep_s = gone_keep_s
-        self.rows: dict[str, StoredContract] = {}
-        self._by_digest: dict[str, str] = {}
-
-    def load(self, rows: Iterable[StoredContract]) -> None:
-        self.rows.clear()
-        self._by_digest.clear()
-        self.apply(rows, now=time.time())
-
-    def apply(self, rows: Iterable[StoredContract], now: float) -> None:
-        for row in rows:
-            old = self.rows.get(row.instance_id)
-            if old is not None and old.version > row.version:
-                # A read that began before a newer version this copy already holds
-                # (from a request's own read): a node never sees its contract go back.
-                continue
-            if old is not None and old.token_hash and old.token_hash != row.token_hash:
-                self._by_digest.pop(old.token_hash, None)
-            if row.terms.state is NodeState.GONE and row.changed_at < now - self.gone_keep_s:
-                self.rows.pop(row.instance_id, None)
-                continue
-            self.rows[row.instance_id] = row
-            if row.token_hash:
-                self._by_digest[row.token_hash] = row.instance_id
-
-    def by_digest(self, digest: str, now: float) -> StoredContract | None:
-        instance_id = self._by_digest.get(digest)
-        row = self.rows.get(instance_id) if instance_id else None
-        if row is None or row.token_hash != digest:
-            return None
-        if row.token_expires_at is None or row.token_expires_at <= now:
-            return None
-        return row
-
-
-class ChangeFeed:
-    """Keeps the mirror current from `contract_changes` and wakes the requests
-    waiting on contracts that changed."""
-
-    def __init__(
-        self, contracts: ContractStore, poll_s: float, gone_keep_s: float = 86400.0
-    ) -> None:
-        self.contracts = contracts
-        self.poll_s = poll_s
-        self.mirror = Mirror(gone_keep_s)
-        self._waiters: dict[str, set[asyncio.Event]] = {}
-        self._poke = asyncio.Event()
-        self.last = 0
-        self.loaded = False
-        self.healthy = False
-        # Whether the copy was ever filled: before, a token missing from it says
-        # nothing about the token.
-        self.copied = False
-        self._pruned_at = 0.0
-
-    def register(self, instance_id: str) -> asyncio.Event:
-        ev = asyncio.Event()
-        self._waiters.setdefault(instance_id, set()).add(ev)
-        return ev
-
-    def unregister(self, instance_id: str, ev: asyncio.Event) -> None:
-        waiting = self._waiters.get(instance_id)
-        if waiting is not None:
-            waiting.discard(ev)
-            if not waiting:
-                del self._waiters[instance_id]
-
-    @property
-    def waiting(self) -> int:
-        return sum(len(w) for w in self._waiters.values())
-
-    def poke(self) -> None:
-        self._poke.set()
-
-    async def _load(self) -> None:
-        """Everything, from where the change log stands (read first: a change after
-        it is read again, which is harmless)."""
-        last = await asyncio.to_thread(self.contracts.last_change)
-        gone_since = time.time() - self.mirror.gone_keep_s
-        rows = await asyncio.to_thread(self.contracts.current, gone_since)
-        self.mirror.load(rows)
-        self.last = last
-        self.copied = True
-        # Fleet state answered: ready, not "unreachable" while the first follow of
-        # the change log is still to come (found by a loaded CI run).
-        self.loaded = self.healthy = True
-        log.info("distributor: %d contracts loaded (changes up to %d)", len(rows), last)
-
-    async def run(self) -> None:
-        while True:
-            try:
-                if not self.loaded:
-                    await self._load()
-                    self._wake(self.mirror.rows)  # anything waited on may have moved
-                await self._follow()
-                self.healthy = True
-            except Exception as e:  # the database is away: serve what is known
-                if self.healthy or not self.loaded:
-                    log.warning("distributor: cannot read contract changes: %s", e)
-                self.healthy = False
-                # Back, read everything again: meanwhile the log may have been pruned
-                # past where this copy stands.
-                self.loaded = False
-                await asyncio.sleep(min(5.0, self.poll_s * 4))
-                continue
-            # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that
-            # arrives as the poke does, and the app's shutdown then waited forever.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.poll_s):
-                    await self._poke.wait()
-            self._poke.clear()
-
-    async def _follow(self) -> None:
-        last, changed = await asyncio.to_thread(self.contracts.changed_since, self.last)
-        if changed:
-            rows = await asyncio.to_thread(self.contracts.get_many, sorted(changed))
-            self.mirror.apply(rows.values(), now=time.time())
-            self.last = last
-            self._wake(changed)
-        if time.time() - self._pruned_at > 600:
-            self._pruned_at = time.time()
-            await asyncio.to_thread(self.contracts.prune_changes, time.time() - 3600)
-
-    def learn(self, row: StoredContract) -> None:
-        """A row a request read from fleet state itself: newer than this copy, so
-        the copy takes it (else the next request, served from the copy, would see
-        an older version than this one did)."""
-        self.mirror.apply([row], now=time.time())
-        self._wake([row.instance_id])
-
-    def _wake(self, instance_ids: Iterable[str]) -> None:
-        for instance_id in instance_ids:
-            for ev in self._waiters.get(instance_id, ()):
-                ev.set()
-
-
-# ---------------------------------------------------------------- API
 
 
 class Ack(BaseModel):
@@ -285,7 +138,7 @@ def _version_of(if_none_match: str | None) -> int | None:
 
 
 def create_app(
-    contracts: ContractStore,
+    contracts: ContractFeed,
     config: DistributorConfig,
     registry: CollectorRegistry | None = None,
     clock: Clock = time.time,
@@ -303,25 +156,8 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         feed = ChangeFeed(contracts, config.poll_s)
         state["feed"] = feed
-        task = asyncio.create_task(feed.run())
-        stop = threading.Event()
-        listener = None
-        if listen is not None:
-            loop = asyncio.get_running_loop()
-            listener = threading.Thread(
-                target=listen,
-                args=(lambda: loop.call_soon_threadsafe(feed.poke), stop),
-                name="contracts-listen",
-                daemon=True,
-            )
-            listener.start()
-        try:
+        async with feed.following(listen):
             yield
-        finally:
-            stop.set()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     app = FastAPI(
         title="sco contract distributor",
@@ -341,16 +177,13 @@ def create_app(
         scheme, _, token = (authorization or "").partition(" ")
         row = None
         if scheme.lower() == "bearer" and 20 <= len(token.strip()) <= 200:
-            digest = token_digest(token.strip())
             feed: ChangeFeed = state["feed"]
-            row = feed.mirror.by_digest(digest, clock())
-            if row is None and (not feed.copied or admission.may_look_further(client)):
-                # Not in this replica's copy, which may be a moment behind (a token
-                # just issued) or not filled yet (a replica starting, whatever the
-                # address's failures): ask fleet state.
-                row = await asyncio.to_thread(contracts.by_token, digest, clock())
-                if row is not None:
-                    feed.learn(row)
+            # From this replica's copy; from fleet state when the copy may be a moment
+            # behind (a token just issued: the address's failures allowing) or is not
+            # filled yet (a replica starting, whatever the address's failures).
+            row = await feed.find(
+                token_digest(token.strip()), clock(), lambda: admission.may_look_further(client)
+            )
         no = admission.admit(client, row.instance_id if row is not None else None)
         if no is not None:
             if no.failed_auth:
@@ -362,14 +195,8 @@ def create_app(
         return row
 
     def body(row: StoredContract) -> dict[str, Any]:
-        contract = Contract(
-            instance_id=row.instance_id,
-            version=row.version,
-            terms=row.terms,
-            join=config.join(row.terms.partition),
-            lease_expires_at=clock() + config.lease_s,
-        )
-        return contract.as_json()
+        join = config.join(row.terms.partition)
+        return contract_of(row, join, clock() + config.lease_s).as_json()
 
     @app.get(
         "/v1/contract",
@@ -393,28 +220,13 @@ def create_app(
         return JSONResponse(body(row), headers={"ETag": _etag(row.version)})
 
     async def _wait(row: StoredContract, known: int, wait_s: float) -> StoredContract:
-        """Wait for a version other than `known`. The mirror changes only in this
-        event loop, and wakes whoever is registered when it does: nothing slips
-        between reading it and registering."""
+        """Wait for a version other than `known`, counted as a waiting long poll."""
         feed: ChangeFeed = state["feed"]
-        ev = feed.register(row.instance_id)
         metrics.waiting.inc()
         try:
-            deadline = time.monotonic() + wait_s
-            while True:
-                fresh = feed.mirror.rows.get(row.instance_id, row)
-                if fresh.version != known:
-                    return fresh
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return fresh
-                ev.clear()
-                with contextlib.suppress(TimeoutError):  # not wait_for: see ChangeFeed.run
-                    async with asyncio.timeout(left):
-                        await ev.wait()
+            return await feed.newer(row, known, wait_s)
         finally:
             metrics.waiting.dec()
-            feed.unregister(row.instance_id, ev)
 
     # 400: a body that is not text at all (bytes that are not UTF-8), which FastAPI
     # refuses before validation; found by bench/fuzz.py (schemathesis) undocumented.
@@ -429,9 +241,8 @@ def create_app(
     ) -> AckOut:
         row = await authenticate(request, "ack", authorization)
         status = AckStatus(answer.status)
-        ok = await asyncio.to_thread(
-            contracts.ack, row.instance_id, answer.version, status, answer.detail, clock()
-        )
+        feed: ChangeFeed = state["feed"]
+        ok = await feed.ack(row.instance_id, answer.version, status, answer.detail, clock())
         if not ok:
             refuse("ack", 409, f"version {answer.version} is not the current one; read it again")
         metrics.acks.labels(str(status)).inc()
@@ -453,9 +264,9 @@ def create_app(
         metrics.requests.labels("any", "422").inc()
         return JSONResponse({"detail": errors}, status_code=422)
 
-    @app.exception_handler(DatabaseError)
-    async def unavailable(_request: Request, e: DatabaseError) -> Response:
-        log.warning("distributor: fleet state: %s", type(e).__name__)
+    @app.exception_handler(ContractsUnavailable)
+    async def unavailable(_request: Request, e: ContractsUnavailable) -> Response:
+        log.warning("distributor: %s", e)  # its message never holds a token or digest
         metrics.requests.labels("any", "503").inc()
         return PlainTextResponse(
             "fleet state unreachable; keep the last contract and try again",

@@ -20,6 +20,12 @@ from sco.ports.secrets import Secret
 Listener = Callable[[Callable[[], None], threading.Event], None]
 
 
+class ContractsUnavailable(Exception):
+    """Fleet state could not answer a read or record an acknowledgement: keep what is
+    known (a node keeps its last contract) and try again later. The message says
+    what failed, never a token or its digest."""
+
+
 class TokenCourier(Protocol):
     """Hands a node its token through its server (metadata the node can read)."""
 
@@ -58,7 +64,8 @@ class AckReader(Protocol):
 
 
 class ContractFeed(Protocol):
-    """What the distributor reads of contracts, and the acknowledgements it writes."""
+    """What the distributor reads of contracts, and the acknowledgements it writes.
+    Its reads and `ack` raise ContractsUnavailable when fleet state cannot answer."""
 
     def get(self, instance_id: str) -> StoredContract | None: ...
 

@@ -9,21 +9,53 @@ same transaction sends a NOTIFY so they do not even have to ask.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, text, update
 
+from sco.adapters.sqlstate import DatabaseError, Unreachable
 from sco.adapters.sqlstate import schema as t
 from sco.domain.contracts import AckStatus, NodeState, StoredContract, Terms, terms_of
 from sco.domain.instances import Change
-from sco.ports.contracts import Listener
+from sco.ports.contracts import ContractsUnavailable, Listener
 
 CHANNEL = "sco_contracts"
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class FeedUnavailable(ContractsUnavailable, DatabaseError):
+    """The database failed under one of the distributor's reads or acknowledgements:
+    the port's error for the distributor, and still a DatabaseError for the callers
+    here that catch those (an operator's command reading fleet state)."""
+
+
+def _feed(method: Callable[P, R]) -> Callable[P, R]:
+    """A `ContractFeed` method: a database failure under it is `FeedUnavailable`.
+    Its message is the failure's kind, and for a database that cannot be reached the
+    driver's first line; never SQLAlchemy's own message, which quotes the statement
+    and its parameters (a token's digest among them)."""
+
+    @functools.wraps(method)
+    def answer(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except FeedUnavailable:
+            raise
+        except DatabaseError as e:
+            why = type(e).__name__
+            if isinstance(e, Unreachable):
+                first = next(iter(str(e.orig).splitlines()), "")
+                why += f": {first}" if first else ""
+            raise FeedUnavailable(f"fleet state: {why}") from e
+
+    return answer
 
 
 def record_contracts(conn: Connection, changes: Sequence[Change]) -> None:
@@ -127,12 +159,14 @@ class ContractStore:
                 log.warning("distributor: LISTEN %s lost (%s); again in 2 s", CHANNEL, e)
                 stop.wait(2.0)
 
+    @_feed
     def get(self, instance_id: str) -> StoredContract | None:
         q = select(t.contracts).where(t.contracts.c.instance_id == instance_id)
         with self.engine.connect() as conn:
             r = conn.execute(q).first()
         return _row(r) if r is not None else None
 
+    @_feed
     def get_many(self, instance_ids: Sequence[str]) -> dict[str, StoredContract]:
         out: dict[str, StoredContract] = {}
         ids = list(instance_ids)
@@ -142,6 +176,7 @@ class ContractStore:
                 out.update((r.instance_id, _row(r)) for r in conn.execute(q))
         return out
 
+    @_feed
     def by_token(self, token_hash: str, now: float) -> StoredContract | None:
         """The contract whose token hashes to `token_hash`, if the token has not expired."""
         c = t.contracts.c
@@ -150,6 +185,7 @@ class ContractStore:
             r = conn.execute(q).first()
         return _row(r) if r is not None else None
 
+    @_feed
     def of_partition(self, partition: str) -> list[StoredContract]:
         q = select(t.contracts).where(t.contracts.c.partition == partition)
         with self.engine.connect() as conn:
@@ -209,6 +245,7 @@ class ContractStore:
                 _changed(conn, [instance_id], time.time())
         return bool(done.rowcount)
 
+    @_feed
     def ack(
         self, instance_id: str, version: int, status: AckStatus, detail: str, at: float
     ) -> bool:
@@ -222,6 +259,7 @@ class ContractStore:
             )
         return bool(done.rowcount)
 
+    @_feed
     def current(self, gone_since: float) -> list[StoredContract]:
         """Every contract a node may still ask for: not gone, or gone since `gone_since`."""
         c = t.contracts.c
@@ -231,15 +269,18 @@ class ContractStore:
         with self.engine.connect() as conn:
             return [_row(r) for r in conn.execute(q)]
 
+    @_feed
     def prune_changes(self, before: float) -> int:
         with self.engine.begin() as conn:
             done = conn.execute(delete(t.contract_changes).where(t.contract_changes.c.at < before))
         return int(done.rowcount or 0)
 
+    @_feed
     def last_change(self) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.max(t.contract_changes.c.id))).scalar() or 0)
 
+    @_feed
     def changed_since(self, after: int, limit: int = 50_000) -> tuple[int, set[str]]:
         """(the latest change id, the instances whose contracts changed after `after`)."""
         c = t.contract_changes.c
