@@ -59,10 +59,21 @@ _UPDATE_INSTANCE = update(t.instances).where(
 _INSERT_HISTORY = insert(t.instance_history)
 _INSERT_OUTBOX = insert(t.outbox)
 _DROP_RESERVATION = delete(t.reservations).where(t.reservations.c.request_id == bindparam("rid"))
+# Settling is not fenced (the port's `settle_reservation` takes no token, and a drop is
+# a DELETE, which no trigger fences): a shrink takes its partition's token, so the
+# fencing trigger lets it through whatever token the reservation was made with.
 _SHRINK_RESERVATION = (
     update(t.reservations)
     .where(t.reservations.c.request_id == bindparam("rid"))
-    .values(count=bindparam("n"))
+    .values(
+        count=bindparam("n"),
+        fence=func.coalesce(
+            select(t.leases.c.token)
+            .where(t.leases.c.partition == t.reservations.c.partition)
+            .scalar_subquery(),
+            t.reservations.c.fence,
+        ),
+    )
 )
 
 

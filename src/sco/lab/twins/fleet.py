@@ -170,6 +170,7 @@ class MemoryFleetStore:
                 to_state=after.state.value,
                 trigger=ch.trigger.value if ch.trigger else None,
                 reason=ch.reason,
+                code=ch.code or None,
             )
         )
         if ch.trigger in _RECLAIMS:
