@@ -99,6 +99,22 @@ def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Kafka-protocol broker for the session (tansu, in memory): its bootstrap
+    address. Fails, never skips, when it cannot start; tests keep to topics of their own."""
+    from sco_harness.kafka_broker import TansuBroker
+
+    try:
+        broker = TansuBroker(tmp_path_factory.mktemp("tansu")).start()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """A real PostgreSQL for the session, started from the installed server binaries."""
     server = PostgresServer().start()

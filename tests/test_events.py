@@ -1,4 +1,5 @@
-"""Lifecycle events: schema, outbox, relay, embedded log, exclusion watcher."""
+"""Lifecycle events: schema, outbox, relay, exclusion watcher. The event log's own rules
+are in tests/conformance/test_event_log.py."""
 
 from __future__ import annotations
 
@@ -133,20 +134,6 @@ def test_failed_state_write_writes_no_event(store: SqlFleetStore) -> None:
     with pytest.raises(StateConflict):
         store.record([stale])
     assert len(store.outbox_batch(100)) == 2
-
-
-def test_consumer_offsets_resume(store: SqlFleetStore) -> None:
-    log = SqlEventLog(store.engine)
-    log.append([ev(n, POOLS[0], "node_joined", n) for n in range(5)])
-    log.append([ev(0, POOLS[0], "node_joined", 0)])  # duplicate id: skipped
-    got = log.read("a", 2)
-    assert [r.offset for r in got] == [1, 2]
-    log.commit("a", got[-1].offset)
-    assert [r.offset for r in log.read("a", 1)] == [3]  # read on, not committed
-    assert [r.offset for r in log.read("a", 10)] == [4, 5]
-    assert len(log.read("b", 10)) == 5
-    # A restarted reader starts over from what was committed.
-    assert [r.offset for r in SqlEventLog(store.engine).read("a", 10)] == [3, 4, 5]
 
 
 def test_a_log_of_its_own_relays_another_databases_outbox(

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from sco.adapters.kafka.errors import EventLogRejected, EventLogUnavailable
 from sco.adapters.kafka.eventlog import (
@@ -30,42 +29,25 @@ from sco.engine.outbox import relay
 from sco.engine.watcher import CONSUMER, ExclusionWatcher
 from sco.ports import LogRecord
 from sco_harness.builders import spot_pool
-from sco_harness.kafka_broker import TansuBroker, free_port
+from sco_harness.kafka_broker import FAST_GROUPS, WAIT_S, TansuBroker, free_port, headers, raw
 
 POOLS = [spot_pool(f"hall-{i % 3 + 1}", f"z{i}") for i in range(4)]  # region r1
-WAIT_S = 20.0  # far above tansu's join time: only a broken adapter waits this long
-# Tansu holds each group join for up to 3 s, about 1 s with a 2 s session timeout (the
-# client heartbeats from its own thread every 0.5 s: no member is expelled by mistake);
-# it answers a fetch with nothing new after fetch.wait.max.ms, which an empty read waits for.
-FAST_GROUPS = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500, "fetch.wait.max.ms": 50}
 
-# ---------------------------------------------------------------- the broker
-
-
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    try:
-        broker = TansuBroker(tmp_path_factory.mktemp("tansu")).start()
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
+# ---------------------------------------------------------------- logs on the broker
 
 
 _prefixes = itertools.count(1)
 
 
 @pytest.fixture
-def open_log(bootstrap: str) -> Iterator[Callable[..., KafkaEventLog]]:
+def open_log(kafka_bootstrap: str) -> Iterator[Callable[..., KafkaEventLog]]:
     """Event logs on topics of this test only, closed at its end."""
     prefix = f"sco.test{next(_prefixes)}."
     logs: list[KafkaEventLog] = []
 
     def make(**options: Any) -> KafkaEventLog:
         log = KafkaEventLog(
-            bootstrap,
+            kafka_bootstrap,
             consumer_config=FAST_GROUPS,
             topic_prefix=prefix,
             new_topic_partitions=3,
@@ -112,38 +94,6 @@ def payloads(records: list[LogRecord]) -> list[str]:
     return [r.payload for r in records]
 
 
-def raw(bootstrap: str, topic: str, expected: int = 0) -> list[Message]:
-    """Every message of a topic as stored (at least `expected`), read without joining a
-    group. The topic's partitions and their ends are asked again until all is read: on
-    a loaded machine one answer of the broker's metadata may lag (issue 26's CI run read
-    12 of 24 records)."""
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "raw-reader"})
-    try:
-        assigned: set[int] = set()
-        out: list[Message] = []
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            listed = set(reader.list_topics(topic, timeout=5).topics[topic].partitions)
-            if listed - assigned:
-                new = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in listed - assigned]
-                reader.incremental_assign(new)
-                assigned |= listed
-            ends = sum(
-                reader.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
-                for p in assigned
-            )
-            if len(out) >= max(ends, expected):
-                return out
-            assert time.monotonic() < deadline, f"{topic}: {len(out)} of {max(ends, expected)}"
-            out += [m for m in reader.consume(100, 0.1) if m.error() is None]
-    finally:
-        reader.close()
-
-
-def headers(msg: Message) -> dict[str, str]:
-    return {k: bytes(v or b"").decode() for k, v in msg.headers() or []}
-
-
 # ---------------------------------------------------------------- naming, no broker
 
 
@@ -176,17 +126,17 @@ def test_append_raises_a_retryable_error_when_nothing_is_acknowledged() -> None:
 
 
 def test_a_refused_record_raises_a_permanent_error_and_the_log_stays_usable(
-    bootstrap: str, open_log: Callable[..., KafkaEventLog]
+    kafka_bootstrap: str, open_log: Callable[..., KafkaEventLog]
 ) -> None:
     log = open_log()
     with pytest.raises(EventLogRejected, match="MSG_SIZE_TOO_LARGE"):
         log.append_raw([("big", "r1/hall-1/gpu/z0", "x" * 2_000_000)])  # over message.max.bytes
     log.append([ev(1, "r1/hall-1/gpu/z0")])
-    assert [headers(m)["event_id"] for m in raw(bootstrap, log.prefix + "r1")] == ["e1"]
+    assert [headers(m)["event_id"] for m in raw(kafka_bootstrap, log.prefix + "r1")] == ["e1"]
 
 
 def test_round_trip_by_region_in_pool_order(
-    bootstrap: str, open_log: Callable[..., KafkaEventLog]
+    kafka_bootstrap: str, open_log: Callable[..., KafkaEventLog]
 ) -> None:
     log = open_log()  # no regions: subscribed to ^<prefix>, dead letters excluded
     pools = ["r1/hall-1/gpu/a", "r1/hall-1/gpu/b", "r1/hall-2/cpu", "r2/hall-1/gpu/a", "r2/h/x"]
@@ -209,7 +159,7 @@ def test_round_trip_by_region_in_pool_order(
     # As stored: a topic per region, the pool as key, the event id as a header.
     for region in ("r1", "r2"):
         want = sum(e.pool.startswith(f"{region}/") for e in events)
-        stored = raw(bootstrap, log.prefix + region, want)
+        stored = raw(kafka_bootstrap, log.prefix + region, want)
         assert len(stored) == want
         for msg in stored:
             e = parse_event(msg.value() or b"")
@@ -221,9 +171,13 @@ def test_round_trip_by_region_in_pool_order(
 # ---------------------------------------------------------------- offsets and groups
 
 
-def test_groups_resume_from_their_own_commits_and_uncommitted_records_come_back(
+def test_a_commit_covers_every_topic_and_partition_a_group_read_up_to_it(
     open_log: Callable[..., KafkaEventLog],
 ) -> None:
+    """The suite (tests/conformance/test_event_log.py) holds each consumer to its own
+    commit on one partition. Here groups read two regions' topics of three partitions
+    each: a commit of a sequence number commits, in every partition, what was read up to
+    it, and what was read after it comes back to the next member."""
     pools = ["r1/hall-1/gpu/a", "r1/hall-2/gpu/b", "r2/hall-1/gpu/a", "r2/hall-3/cpu"]
     events = [ev(n, pools[n % len(pools)]) for n in range(40)]
     n = len(events)
@@ -254,7 +208,7 @@ def test_groups_resume_from_their_own_commits_and_uncommitted_records_come_back(
 
 
 def test_watcher_on_kafka_excludes_after_a_burst_of_reclaims_and_parks_bad_records(
-    bootstrap: str, open_log: Callable[..., KafkaEventLog], tmp_path: Path
+    kafka_bootstrap: str, open_log: Callable[..., KafkaEventLog], tmp_path: Path
 ) -> None:
     store = SqlFleetStore(sqlite_url(tmp_path / "state.db"))
     store.upsert_pools(POOLS)
@@ -281,13 +235,13 @@ def test_watcher_on_kafka_excludes_after_a_burst_of_reclaims_and_parks_bad_recor
 
     # The exclusion's event goes out through the outbox to the pool's region topic.
     assert relay(store, log) == 1
-    stored = raw(bootstrap, log.prefix + "r1")
+    stored = raw(kafka_bootstrap, log.prefix + "r1")
     relayed = [m for m in stored if headers(m)["event_id"].startswith("exclusion:")]
     assert [parse_event(m.value() or b"").kind for m in relayed] == ["excluded"]
 
     # Parked records: the raw bytes, who parked them, why, and where they came from.
     by_place = {(m.partition(), m.offset()): m for m in stored}
-    dead = raw(bootstrap, log.dead_letter_topic)
+    dead = raw(kafka_bootstrap, log.dead_letter_topic)
     assert sorted(m.value() or b"" for m in dead) == sorted(
         p if isinstance(p, bytes) else p.encode() for _, _, p in bad
     )
