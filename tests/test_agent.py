@@ -5,7 +5,10 @@ across its own restart, and reads its token again after a rotation."""
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import secrets
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -21,7 +24,7 @@ from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.adapters.standalone import AgentNodes
 from sco.agent import Agent, AgentConfig, AgentState
 from sco.apps.distributor import DistributorConfig, create_app
-from sco.domain.contracts import token_digest
+from sco.domain.contracts import Contract, MalformedContract, NodeState, token_digest
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.ports import ServerStatus, ServerView
@@ -82,7 +85,9 @@ def _served_notice(tmp: Path, client: TestClient) -> httpx.Response:
 def _had_read_the_notice(tmp: Path, client: TestClient) -> None:
     """The agent's state file as if it had read the contract that says leave."""
     r = _served_notice(tmp, client)
-    AgentState(etag=r.headers["ETag"], contract=r.json()).save(tmp / "agent.json")
+    AgentState(etag=r.headers["ETag"], contract=Contract.from_json(r.json())).save(
+        tmp / "agent.json"
+    )
 
 
 def _notice(store: SqlFleetStore, inst: Instance, deadline: float) -> Instance:
@@ -99,7 +104,7 @@ def test_told_to_leave_it_drains_once_and_acknowledges(
     a = _agent(tmp_path, client, marks)
     a.step()
     assert a.state.contract is not None
-    assert a.state.contract["state"] == "serving"
+    assert a.state.contract.terms.state is NodeState.SERVING
     assert not marks.exists()
     _notice(store, inst, 4_000_000_000.0)
     _served_notice(tmp_path, client)
@@ -182,7 +187,7 @@ def test_after_a_rotation_behind_one_address_every_agent_reads_its_contract(
             assert a.state.contract is not None
             fresh = secrets.token_urlsafe(32)
             (tmp_path / f"n{k}" / "token").write_text(fresh)
-            store.contracts.set_token(a.state.contract["instance_id"], token_digest(fresh), 1e12)
+            store.contracts.set_token(a.state.contract.instance_id, token_digest(fresh), 1e12)
         noticed = _notice(store, store.instances("p1")[0], 4_000_000_000.0)
 
         def served() -> bool:
@@ -193,8 +198,8 @@ def test_after_a_rotation_behind_one_address_every_agent_reads_its_contract(
 
         wait_for(served, 10, "every agent behind the address served again", every_s=0.0)
         wait_for(lambda: served() and store.contracts.get(noticed.id).acked, 10, "the ack")
-        told = [a for a in agents if a.state.contract["instance_id"] == noticed.id]
-        assert told[0].state.contract["state"] == "leaving", "it read its new contract"
+        told = [a.state.contract for a in agents if a.state.contract.instance_id == noticed.id]
+        assert told[0].terms.state is NodeState.LEAVING, "it read its new contract"
 
 
 def test_run_until_stops_when_the_instance_is_over(
@@ -237,7 +242,7 @@ class FlakyDrain:
         self.why = why
         self.calls: list[float] = []  # the agent's clock at each call
 
-    def __call__(self, contract: dict[str, Any], now: float) -> tuple[str, str]:
+    def __call__(self, contract: Contract, now: float) -> tuple[str, str]:
         self.calls.append(now)
         if len(self.calls) <= self.failing:
             return "failed", self.why
@@ -323,8 +328,9 @@ def test_an_acknowledgement_the_contract_outran_says_it_was_not_recorded(
     noticed = _notice(store, inst, 4_000_000_000.0)
     r = _served_notice(tmp_path, client)
     assert "drain by 2096-10-02T07:06:40Z" in _contract_line(tmp_path, client, caplog)
+    contract = Contract.from_json(r.json())
     AgentState(
-        etag=r.headers["ETag"], contract=r.json(), drained_version=int(r.json()["version"]),
+        etag=r.headers["ETag"], contract=contract, drained_version=contract.version,
         result=("drained", "0 jobs left"),
     ).save(tmp_path / "agent.json")  # fmt: skip
     draining = step(noticed, Trigger.DRAIN_REQUESTED, 20.0, "sco drains it itself")
@@ -349,3 +355,115 @@ def _contract_line(tmp: Path, client: TestClient, caplog: pytest.LogCaptureFixtu
     said = " ".join(r.getMessage() for r in caplog.records)
     caplog.clear()
     return said
+
+
+# ------------------------------------------------------------ contracts as the agent reads them
+
+# A contract as the distributor sends it, and as agents before this one kept it.
+SERVED: dict[str, Any] = {
+    "instance_id": "i-0001", "version": 2, "partition": "p1", "pool": "lab/a/spot",
+    "capacity_class": "spot", "plan_generation": 3, "state": "leaving",
+    "drain_by": 4_000_000_000.0, "reclaim": True, "join": "", "lease_expires_at": 3.9e9,
+}  # fmt: skip
+
+
+def test_a_contract_reads_back_what_as_json_wrote() -> None:
+    c = Contract.from_json(SERVED)
+    assert c.as_json() == SERVED
+    assert (c.terms.state, c.drain_by, c.terms.reclaim) == (NodeState.LEAVING, 4e9, True)
+    newer = SERVED | {"tier": "gold"}  # a later distributor's field: ignored
+    assert Contract.from_json(newer) == c
+    older = {k: v for k, v in SERVED.items() if k != "reclaim"}
+    assert Contract.from_json(older).terms.reclaim is False
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"version": None}, "version: None is not an integer"),
+        ({"version": True}, "version: True is not an integer"),
+        ({"state": "resting"}, "state: 'resting' is none of joining, serving, leaving, gone"),
+        ({"drain_by": "soon"}, "drain_by: 'soon' is not a finite number"),
+        ({"drain_by": float("nan")}, "drain_by: nan is not a finite number"),
+        ({"reclaim": "yes"}, "reclaim: 'yes' is not true or false"),
+        ({"partition": 7}, "partition: 7 is not a string"),
+    ],
+)
+def test_a_malformed_contract_names_its_field(change: dict[str, Any], named: str) -> None:
+    with pytest.raises(MalformedContract, match=f"^{re.escape(named)}$"):
+        Contract.from_json(SERVED | change)
+
+
+def test_a_contract_missing_a_field_names_it() -> None:
+    for field in SERVED.keys() - {"reclaim", "drain_by"}:
+        with pytest.raises(MalformedContract, match=f"^{field}: missing$"):
+            Contract.from_json({k: v for k, v in SERVED.items() if k != field})
+    with pytest.raises(MalformedContract, match="a JSON object, not list"):
+        Contract.from_json([SERVED])
+
+
+def _old_state_file(path: Path, contract: dict[str, Any]) -> None:
+    """The state file as the agent before the domain's types wrote it: the distributor's
+    JSON as it came, beside the drain's bookkeeping."""
+    path.write_text(json.dumps({
+        "etag": '"2"', "contract": contract, "drained_version": None, "result": None,
+        "acked_version": None, "drain_failures": 0, "retry_at": None,
+    }))  # fmt: skip
+
+
+def test_the_state_file_an_agent_wrote_before_the_upgrade_is_read_after_it(
+    tmp_path: Path,
+) -> None:
+    """Restarted on the new version with the distributor away, an agent still leaves by
+    the deadline its old self had read, and writes the file back in the same form."""
+    _old_state_file(tmp_path / "agent.json", SERVED)
+    (tmp_path / "token").write_text(secrets.token_urlsafe(32))
+    marks = tmp_path / "drains"
+    away = httpx.Client(base_url="http://127.0.0.1:9", timeout=0.5)  # nothing listens
+    a = _agent(tmp_path, away, marks)
+    assert a.state.contract == Contract.from_json(SERVED)
+    assert a.state.etag == '"2"'
+    a.step()
+    assert marks.read_text().split() == ["4000000000"], "it left on its own"
+    kept = json.loads((tmp_path / "agent.json").read_text())
+    assert kept["contract"] == SERVED
+    assert kept["drained_version"] == 2
+    assert AgentState.load(tmp_path / "agent.json").drained_version == 2
+
+
+def test_a_state_file_contract_it_cannot_read_is_asked_for_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = {k: v for k, v in SERVED.items() if k != "version"}
+    _old_state_file(tmp_path / "agent.json", broken)
+    with caplog.at_level("WARNING", logger="sco.agent"):
+        state = AgentState.load(tmp_path / "agent.json")
+    assert (state.contract, state.etag) == (None, None), "no ETag: the next read is whole"
+    assert "version: missing" in caplog.text
+
+
+def test_a_body_that_is_no_contract_keeps_the_last_one(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(secrets.token_urlsafe(32))
+    bodies = iter([SERVED, SERVED | {"state": "resting"}])
+    transport = httpx.MockTransport(lambda _r: httpx.Response(200, json=next(bodies)))
+    a = _agent(tmp_path, httpx.Client(base_url="http://d", transport=transport), tmp_path / "m")
+    assert a._poll() == 0.0
+    assert a._poll() > 0, "backs off"
+    assert a.state.contract == Contract.from_json(SERVED)
+
+
+def test_the_contracts_the_agent_imports_are_the_domains_and_the_standard_librarys() -> None:
+    """The agent runs on every node: what it takes of sco must bring nothing else."""
+    probe = (
+        "import sys; before = set(sys.modules); import sco.domain.contracts, sco.domain.times; "
+        "print('\\n'.join(sorted(set(sys.modules) - before)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = done.stdout.split()
+    assert "sco.domain.contracts" in loaded
+    foreign = [
+        m for m in loaded
+        if m.split(".")[0] not in sys.stdlib_module_names
+        and m not in ("sco", "sco.domain") and not m.startswith("sco.domain.")
+    ]  # fmt: skip
+    assert foreign == []

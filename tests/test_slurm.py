@@ -32,6 +32,7 @@ from sco.assembly.settings import load
 from sco.decide.acquirer import ActConfig
 from sco.decide.hedge import HedgeConfig
 from sco.decide.policies import ScoPolicy
+from sco.domain.contracts import Contract, NodeState, Terms
 from sco.domain.lifecycle import Timeouts
 from sco.engine.clock import SystemClock
 from sco.engine.cycle import ControllerConfig
@@ -442,6 +443,12 @@ def test_slurm_start_errors_exit_2_naming_the_problem(
     assert "Traceback" not in err
 
 
+def _leave_by(drain_by: float, reclaim: bool) -> Contract:
+    """A contract that tells its node to leave by `drain_by`."""
+    terms = Terms("hpc", "lab/a/spot", "spot", 1, NodeState.LEAVING, drain_by, reclaim)
+    return Contract("i-agentnode01", 2, terms, join="", lease_expires_at=drain_by)
+
+
 def test_an_agent_drains_its_own_node_requeuing_only_on_a_reclaim(cluster: SlurmCluster) -> None:
     """`sco agent --slurm-node`'s drain, against the real daemons: a reclaim requeues
     what would not end by the deadline; sco's own move only waits for the job."""
@@ -457,7 +464,7 @@ def test_an_agent_drains_its_own_node_requeuing_only_on_a_reclaim(cluster: Slurm
         wait_for(lambda: cluster.squeue().get(long_job) == "RUNNING", 60, "the job running")
         drain = SlurmDrain(tools, name, requeue_lead_s=5, clock=time.time, sleep=time.sleep,
                            poll_s=0.5)  # fmt: skip
-        status, detail = drain({"drain_by": time.time() + 10, "reclaim": True})
+        status, detail = drain(_leave_by(time.time() + 10, reclaim=True))
         assert status == "drained", detail
         assert f"requeued jobs {long_job} (eligible at once)" in detail
         assert "drain" in cluster.node_states()[name][0]
@@ -474,7 +481,7 @@ def test_an_agent_drains_its_own_node_requeuing_only_on_a_reclaim(cluster: Slurm
         wait_for(lambda: cluster.node_states().get(name, ("",))[0] == "idle", 60, "resumed")
         short_job = cluster.sbatch("-w", name, "-t", "10", seconds=4)
         wait_for(lambda: cluster.squeue().get(short_job) == "RUNNING", 60, "the job running")
-        status, detail = drain({"drain_by": time.time() + 60, "reclaim": False})
+        status, detail = drain(_leave_by(time.time() + 60, reclaim=False))
         assert status == "drained", detail
         assert "requeued" not in detail
         assert short_job in cluster.completed(), "a voluntary drain waits for the job"

@@ -15,6 +15,9 @@ until it succeeds or too little time is left before `drain_by`; then it is
 acknowledged as failed with the last reason. Requests back off exponentially
 with full jitter. The token is read again when the distributor refuses it (it
 may have been rotated); it is never logged.
+
+It reads contracts through the domain's own types (`sco.domain.contracts`), the
+one part of sco it imports: an agent runs on every node, so it stays small.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
+
+from sco.domain.contracts import AckStatus, Contract, MalformedContract, NodeState
+from sco.domain.times import utc
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +71,7 @@ class AgentState:
     """What survives a restart."""
 
     etag: str | None = None
-    contract: dict[str, Any] | None = None
+    contract: Contract | None = None
     drained_version: int | None = None  # the leaving version whose drain ran
     result: tuple[str, str] | None = None  # (status, detail) of that drain
     acked_version: int | None = None
@@ -84,9 +88,17 @@ class AgentState:
             log.warning("agent: state file %s unreadable (%s); starting afresh", path, e)
             return cls()
         result = doc.get("result")
+        etag, contract = doc.get("etag"), None
+        if doc.get("contract") is not None:
+            try:
+                contract = Contract.from_json(doc["contract"])
+            except MalformedContract as e:
+                # Asked again without an ETag, the distributor sends it whole.
+                log.warning("agent: state file %s: contract unreadable (%s)", path, e)
+                etag = None
         return cls(
-            etag=doc.get("etag"),
-            contract=doc.get("contract"),
+            etag=etag,
+            contract=contract,
             drained_version=doc.get("drained_version"),
             result=(str(result[0]), str(result[1])) if isinstance(result, list) else None,
             acked_version=doc.get("acked_version"),
@@ -97,7 +109,8 @@ class AgentState:
     def save(self, path: Path) -> None:
         doc = {
             "etag": self.etag,
-            "contract": self.contract,
+            # The distributor's own form: a state file reads the same across versions.
+            "contract": self.contract.as_json() if self.contract else None,
             "drained_version": self.drained_version,
             "result": list(self.result) if self.result else None,
             "acked_version": self.acked_version,
@@ -136,7 +149,7 @@ class Agent:
         http: httpx.Client | None = None,
         clock: Callable[[], float] = time.time,
         run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
-        drainer: Callable[[dict[str, Any]], tuple[str, str]] | None = None,
+        drainer: Callable[[Contract], tuple[str, str]] | None = None,
     ) -> None:
         """`drainer(contract) -> (status, detail)` drains the node (e.g. out of Slurm);
         without one, the configured drain command does."""
@@ -197,7 +210,7 @@ class Agent:
 
     def gone(self) -> bool:
         c = self.state.contract
-        return bool(self.config.exit_when_gone and c and c.get("state") == "gone")
+        return self.config.exit_when_gone and c is not None and c.terms.state is NodeState.GONE
 
     def step(self) -> float:
         """One poll, then what the contract asks; returns how long to pause (0: go on)."""
@@ -219,12 +232,12 @@ class Agent:
     def _drain_due(self) -> float | None:
         """When the drain the contract asks for starts, if one is still to run."""
         c = self.state.contract
-        if not c or c.get("state") != "leaving" or c.get("drain_by") is None:
+        if c is None or c.terms.state is not NodeState.LEAVING or c.drain_by is None:
             return None
-        if self.state.drained_version == int(c["version"]):
+        if self.state.drained_version == c.version:
             return None
         lead = self.config.drain_lead_s
-        start = self.clock() if lead is None else float(c["drain_by"]) - lead
+        start = self.clock() if lead is None else c.drain_by - lead
         retry = self.state.retry_at
         return start if retry is None else max(start, retry)
 
@@ -247,20 +260,24 @@ class Agent:
             self.backoff.reset()
             return 0.0
         if r.status_code == 200:
+            try:
+                c = Contract.from_json(r.json())
+            except ValueError as e:  # not JSON, or not a contract: keep the last one
+                log.warning("agent: the distributor's contract is unreadable: %s", e)
+                return self.backoff.next_s()
             self.backoff.reset()
-            self.state.contract = r.json()
+            self.state.contract = c
             self.state.etag = r.headers.get("ETag")
-            if self.state.contract.get("state") != "leaving":
+            if c.terms.state is not NodeState.LEAVING:
                 # Asked to stay after all: a later notice's drain starts afresh.
                 self.state.drain_failures, self.state.retry_at = 0, None
             self.state.save(self.config.state_file)
-            c = self.state.contract
-            by = c.get("drain_by")
+            by = c.drain_by
             log.info(
                 "agent: contract version %s: %s%s",
-                c.get("version"),
-                c.get("state"),
-                "" if by is None else f", drain by {_iso(float(by))}",
+                c.version,
+                c.terms.state,
+                "" if by is None else f", drain by {utc(by)}",
             )
             return 0.0
         if _token_refused(r):
@@ -278,18 +295,23 @@ class Agent:
             return
         c = self.state.contract
         assert c is not None
-        version = int(c["version"])
+        assert c.drain_by is not None
+        version = c.version
         s = self.state
-        if s.drained_version is not None and s.result is not None and s.result[0] != "failed":
+        if (
+            s.drained_version is not None
+            and s.result is not None
+            and s.result[0] != AckStatus.FAILED
+        ):
             # Already drained for an earlier leaving version (its deadline moved):
             # the node is out; say so for this one.
             s.drained_version = version
             s.save(self.config.state_file)
             return
-        status, detail = self._drain(c)
-        if status == "failed":
+        status, detail = self._drain(c, c.drain_by)
+        if status == AckStatus.FAILED:
             s.drain_failures += 1
-            pause = self._retry_pause(float(c["drain_by"]))
+            pause = self._retry_pause(c.drain_by)
             if pause is not None:
                 s.retry_at = self.clock() + pause
                 s.save(self.config.state_file)
@@ -315,19 +337,18 @@ class Agent:
         pause = min(backoff, (drain_by - self.clock()) / 2)
         return pause if pause >= c.drain_retry_s else None
 
-    def _drain(self, c: dict[str, Any]) -> tuple[str, str]:
+    def _drain(self, c: Contract, drain_by: float) -> tuple[str, str]:
         if self.drainer is not None:
-            log.info("agent: leaving by %s", _iso(float(c["drain_by"])))
+            log.info("agent: leaving by %s", utc(drain_by))
             return self.drainer(c)
-        drain_by = float(c["drain_by"])
         left = min(max(1.0, drain_by - self.clock()), 86_400.0)
         env = dict(
             os.environ,
             SCO_DRAIN_BY=str(int(drain_by)),
-            SCO_DRAIN_BY_ISO=_iso(drain_by),
-            SCO_INSTANCE_ID=str(c.get("instance_id", "")),
-            SCO_PARTITION=str(c.get("partition", "")),
-            SCO_CONTRACT_VERSION=str(c.get("version", "")),
+            SCO_DRAIN_BY_ISO=utc(drain_by),
+            SCO_INSTANCE_ID=c.instance_id,
+            SCO_PARTITION=c.terms.partition,
+            SCO_CONTRACT_VERSION=str(c.version),
         )
         log.info("agent: leaving by %s: %s", env["SCO_DRAIN_BY_ISO"], self.config.drain_command)
         try:
@@ -389,11 +410,6 @@ class Agent:
             self._token = None
         log.warning("agent: acknowledgement answered %d", r.status_code)
         return self.backoff.next_s()
-
-
-def _iso(t: float) -> str:
-    """A moment for people (the agent imports nothing of sco: `sco.domain.times.utc`)."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _token_refused(r: httpx.Response) -> bool:

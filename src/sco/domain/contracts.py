@@ -8,6 +8,8 @@ only when what the node is told changes, not with every transition.
 from __future__ import annotations
 
 import hashlib
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -74,6 +76,11 @@ def terms_of(instance: Instance) -> Terms:
     )
 
 
+class MalformedContract(ValueError):
+    """A document that is not a contract: the message names the field missing or
+    malformed."""
+
+
 @dataclass(frozen=True, slots=True)
 class Contract:
     """A node's terms at one version: where it belongs, until when, and when it must leave."""
@@ -103,6 +110,63 @@ class Contract:
             "join": self.join,
             "lease_expires_at": self.lease_expires_at,
         }
+
+    @classmethod
+    def from_json(cls, doc: object) -> Contract:
+        """The contract `as_json` gave (what the distributor sends, and what an agent
+        keeps). Fields it does not know are ignored; `reclaim` may be missing (False).
+        Raises MalformedContract naming the first field missing or malformed."""
+        if not isinstance(doc, Mapping):
+            raise MalformedContract(f"a contract is a JSON object, not {type(doc).__name__}")
+        state = _text(doc, "state")
+        if state not in {str(s) for s in NodeState}:
+            raise MalformedContract(f"state: {state!r} is none of {', '.join(NodeState)}")
+        drain_by = doc.get("drain_by")
+        reclaim = doc.get("reclaim", False)
+        if not isinstance(reclaim, bool):
+            raise MalformedContract(f"reclaim: {reclaim!r} is not true or false")
+        return cls(
+            instance_id=_text(doc, "instance_id"),
+            version=_integer(doc, "version"),
+            terms=Terms(
+                partition=_text(doc, "partition"),
+                pool=_text(doc, "pool"),
+                capacity_class=_text(doc, "capacity_class"),
+                plan_generation=_integer(doc, "plan_generation"),
+                state=NodeState(state),
+                drain_by=None if drain_by is None else _number(doc, "drain_by"),
+                reclaim=reclaim,
+            ),
+            join=_text(doc, "join"),
+            lease_expires_at=_number(doc, "lease_expires_at"),
+        )
+
+
+def _present(doc: Mapping[str, object], name: str) -> object:
+    if name not in doc:
+        raise MalformedContract(f"{name}: missing")
+    return doc[name]
+
+
+def _text(doc: Mapping[str, object], name: str) -> str:
+    value = _present(doc, name)
+    if not isinstance(value, str):
+        raise MalformedContract(f"{name}: {value!r} is not a string")
+    return value
+
+
+def _integer(doc: Mapping[str, object], name: str) -> int:
+    value = _present(doc, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MalformedContract(f"{name}: {value!r} is not an integer")
+    return value
+
+
+def _number(doc: Mapping[str, object], name: str) -> float:
+    value = _present(doc, name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise MalformedContract(f"{name}: {value!r} is not a finite number")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

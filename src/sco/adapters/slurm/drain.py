@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sco.adapters.slurm.nodes import cut_short
 from sco.adapters.slurm.tools import SlurmError, SlurmTools
+from sco.domain.contracts import Contract
 from sco.domain.times import utc
 
 log = logging.getLogger(__name__)
@@ -27,9 +27,12 @@ class SlurmDrain:
     sleep: Callable[[float], object]
     poll_s: float = 2.0
 
-    def __call__(self, contract: dict[str, Any]) -> tuple[str, str]:
-        drain_by = float(contract["drain_by"])
-        reclaim = bool(contract.get("reclaim"))
+    def __call__(self, contract: Contract) -> tuple[str, str]:
+        """Drain the node by the contract's `drain_by`: (drained or failed, what was done)."""
+        drain_by = contract.drain_by
+        if drain_by is None:
+            return "failed", "the contract names no drain_by"
+        reclaim = contract.terms.reclaim
         reason = f"sco: {'reclaim' if reclaim else 'leaving'} by {utc(drain_by)}"
         requeued: list[int] = []
         cannot: set[int] = set()
