@@ -1,9 +1,8 @@
-"""Scorer math against hand-computed cases, and pool history in chDB."""
+"""Scorer math against hand-computed cases, the loader and the scoring job, and chDB held
+open. Pool history's own rules are in tests/conformance/test_history.py."""
 
 from __future__ import annotations
 
-import dataclasses
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -93,32 +92,6 @@ def _life(
     return out
 
 
-def test_history_round_trip_in_chdb(chdb_path: Path) -> None:
-    h = ClickHouseHistory(f"chdb://{chdb_path}", database="round_trip")
-    events = (
-        _life("P", "i1", 0.0, 120.0, 3720.0, reclaimed=True)
-        + _life("P", "i2", 0.0, 300.0, None, reclaimed=False)
-        + [
-            E("f1", 50.0, "p", "P", "i3", "create_failed", "", "requested", "failed"),
-            E("h1", 60.0, "", "P", None, "headroom", "", None, None, 3.0),
-            E("h2", 70.0, "", "P", None, "headroom", "", None, None, 5.0),
-        ]
-    )
-    h.load(events)
-    h.load(events[:5])  # loaded twice: counted once
-    assert h.count() == len(events)
-    [s] = h.pool_stats(now=7500.0, window_s=86400.0)
-    assert s.exposure_h == pytest.approx((3720 - 120 + 7500 - 300) / 3600)
-    assert (s.reclaims, s.attempts, s.successes) == (1, 3, 2)
-    assert (s.ready_p50_s, s.ready_n) == (pytest.approx(210.0), 2)
-    assert (s.headroom, s.headroom_n) == (pytest.approx(4.0), 2)
-    # A window that starts at 3600 s clips exposure and drops earlier attempts.
-    [w] = h.pool_stats(now=7500.0, window_s=3900.0)
-    assert w.exposure_h == pytest.approx((3720 - 3600 + 7500 - 3600) / 3600)
-    assert (w.reclaims, w.attempts) == (1, 0)
-    h.close()
-
-
 def test_loader_and_scores_end_to_end(tmp_path: Path, chdb_path: Path) -> None:
     store = SqlFleetStore(sqlite_url(tmp_path / "state.db"))
     log = SqlEventLog(store.engine)
@@ -134,101 +107,6 @@ def test_loader_and_scores_end_to_end(tmp_path: Path, chdb_path: Path) -> None:
     assert store.latest_scores()[A.id].why == scores[[s.pool for s in scores].index(A.id)].why
     h.close()
     store.close()
-
-
-def _random_stream(seed: int, pools: int = 4, instances: int = 400) -> list[E]:
-    """Lifecycles as the controller writes them: refused creates, readiness, reclaims
-    with and without notice, drains; each instance's events in time order."""
-    rng = random.Random(seed)
-    out: list[E] = []
-    for k in range(instances):
-        pool, inst = f"P{rng.randrange(pools)}", f"i{k}"
-        t = rng.uniform(0, 40 * 3600)
-        ev = [E(f"{inst}:0", t, "p", pool, inst, "recorded", "", None, "requested")]
-        if rng.random() < 0.2:
-            ev.append(
-                E(f"{inst}:1", t, "p", pool, inst, "create_failed", "", "requested", "failed")
-            )
-        else:
-            t_ready = t + rng.uniform(60, 400)
-            ev += [
-                E(f"{inst}:1", t, "p", pool, inst, "create_accepted", "", "requested", "creating"),
-                E(f"{inst}:2", t + 50, "p", pool, inst, "server_active", "", "creating", "active"),
-                E(f"{inst}:3", t_ready, "p", pool, inst, "node_joined", "", "active", "ready"),
-            ]
-            end = t_ready + rng.expovariate(1 / 20000)
-            how = rng.choice(["vanished", "notice", "drain", "live"])
-            if how == "vanished":
-                ev.append(
-                    E(f"{inst}:4", end, "p", pool, inst, "server_vanished", "", "ready", "gone")
-                )
-            elif how == "notice":
-                ev.append(
-                    E(f"{inst}:4", end, "p", pool, inst, "reclaim_notice", "", "ready", "noticed")
-                )
-                ev.append(
-                    E(
-                        f"{inst}:5",
-                        end + 90,
-                        "p",
-                        pool,
-                        inst,
-                        "server_vanished",
-                        "",
-                        "noticed",
-                        "gone",
-                    )
-                )
-            elif how == "drain":
-                ev.append(
-                    E(f"{inst}:4", end, "p", pool, inst, "drain_requested", "", "ready", "draining")
-                )
-        out += ev
-    for k in range(200):
-        at = rng.uniform(0, 40 * 3600)
-        out.append(
-            E(
-                f"h{k}",
-                at,
-                "",
-                f"P{rng.randrange(pools)}",
-                None,
-                "headroom",
-                "",
-                None,
-                None,
-                float(rng.randrange(9)),
-            )
-        )
-    out.sort(key=lambda e: e.at)
-    return out
-
-
-def test_windowed_history_answers_as_chdb_does(chdb_path: Path) -> None:
-    events = _random_stream(seed=7)
-    window = 6 * 3600.0
-    h = ClickHouseHistory(f"chdb://{chdb_path}", database="windowed")
-    h.load(events)
-    w = WindowedHistory(window)
-    fed = 0
-    for now in [3600.0 * k for k in range(2, 48, 5)]:
-        batch = [e for e in events[fed:] if e.at <= now]
-        w.load(batch + batch[:3])  # redelivered events count once
-        fed += len(batch)
-        assert _nonzero(w.pool_stats(now, window)) == _nonzero(h.pool_stats(now, window)), now
-    h.close()
-
-
-def _nonzero(stats: list[PoolStats]) -> dict[str, PoolStats]:
-    def rounded(s: PoolStats) -> PoolStats:
-        return dataclasses.replace(
-            s,
-            exposure_h=round(s.exposure_h, 6),
-            ready_p50_s=None if s.ready_p50_s is None else round(s.ready_p50_s, 6),
-            headroom=None if s.headroom is None else round(s.headroom, 6),
-        )
-
-    return {s.pool: rounded(s) for s in stats if s != PoolStats(s.pool)}
 
 
 class _Rooms:

@@ -6,12 +6,14 @@ week of history. `WindowedHistory` answers `pool_stats` from running sums
 instead, with the same meaning as `ClickHouseHistory.pool_stats` (a test
 holds the two equal on the same events). It expects what the outbox
 delivers: each instance's events in time order, and `now` never going back;
-events seen twice (at-least-once delivery) count once.
+events seen twice (at-least-once delivery) count once, and events after the
+`now` asked wait until a later `now` reaches them.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import statistics
 from collections import deque
 from collections.abc import Sequence
@@ -60,23 +62,33 @@ class WindowedHistory:
         self._seen: set[str] = set()
         self._seen_order: deque[tuple[float, str]] = deque()
         self._latest = float("-inf")
+        # Events after the latest `now` asked (`_asked`), by time: counted once `now`
+        # reaches them (the running sums cannot take an event back out).
+        self._later: list[tuple[float, int, LifecycleEvent]] = []
+        self._order = itertools.count()
+        self._asked = float("-inf")
 
     def load(self, events: Sequence[LifecycleEvent]) -> int:
-        loaded = 0
         for e in events:
             if e.event_id in self._seen or e.at < self._latest - 2 * self.window_s:
                 continue  # seen, or too old to be told apart from what was forgotten
             self._seen.add(e.event_id)
             self._seen_order.append((e.at, e.event_id))
             self._latest = max(self._latest, e.at)
-            self._add(self._pools.setdefault(e.pool, _Pool()), e)
-            loaded += 1
+            if e.at <= self._asked:
+                self._add(self._pools.setdefault(e.pool, _Pool()), e)
+            else:
+                heapq.heappush(self._later, (e.at, next(self._order), e))
         self._forget_ids()
-        return loaded
+        return len(events)
 
     def pool_stats(self, now: float, window_s: float) -> list[PoolStats]:
         if window_s != self.window_s:
             raise ValueError(f"this history keeps {self.window_s}s, asked for {window_s}s")
+        self._asked = max(self._asked, now)
+        while self._later and self._later[0][0] <= now:
+            e = heapq.heappop(self._later)[2]
+            self._add(self._pools.setdefault(e.pool, _Pool()), e)
         lo = now - window_s
         out = []
         for name in sorted(self._pools):

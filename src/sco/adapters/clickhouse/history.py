@@ -212,8 +212,12 @@ class ClickHouseHistory:
         instances = client.query(
             f"""
             SELECT pool,
-                   sum(greatest(0, least(ifNull(left_at, {{now:Float64}}), {{now:Float64}})
-                       - greatest(ready_at, {{lo:Float64}}))) / 3600 AS exposure_h,
+                   -- Only instances that were ready: greatest() skips a NULL ready_at
+                   -- (ClickHouse 24.12 on), which counted a reclaimed instance that was
+                   -- never ready as exposed from the window's start until it left.
+                   sumIf(greatest(0, least(ifNull(left_at, {{now:Float64}}), {{now:Float64}})
+                       - greatest(ready_at, {{lo:Float64}})), isNotNull(ready_at))
+                       / 3600 AS exposure_h,
                    sum(reclaimed) AS reclaims,
                    quantileIf(0.5)(ready_at - born, isNotNull(born)
                        AND ready_at >= {{lo:Float64}}) AS ready_p50,
