@@ -333,7 +333,8 @@ class FleetStateRules(RuleBasedStateMachine):
             del self.scores[g]
         latest = self.store.latest_scores()
         newest = max(self.scores, default=None)
-        assert {p: s.value for p, s in latest.items()} == self.scores.get(newest, {})
+        kept = self.scores[newest] if newest is not None else {}
+        assert {p: s.value for p, s in latest.items()} == kept
         assert {s.generation for s in latest.values()} <= {newest}
 
     @rule(partition=st.sampled_from(PARTITIONS), again=st.booleans(), spare=st.integers(0, 9))
@@ -523,7 +524,7 @@ def _machine(make: Factory) -> type[FleetStateRules]:
     class Machine(FleetStateRules):
         pass
 
-    Machine.make = staticmethod(make)  # type: ignore[assignment]
+    Machine.make = staticmethod(make)
     return Machine
 
 
