@@ -5,6 +5,12 @@ Every call has a timeout; errors are typed by what the caller does next:
 later; a partition observing through it is degraded and acts on nothing),
 `SlurmBadOutput` (a tool answered what cannot be read: the message names the
 field), `SlurmRefused` (slurmctld refused the request; its message says why).
+
+Slurm 22.05's JSON output ignores the tools' filters (`squeue --json` lists every
+partition's jobs in every state): what sco asked for is picked out here. And with
+slurmctld away, `sinfo --json` and `squeue --json` exit 0 with an empty list and
+an error in the answer, and scontrol's job updates say "Unexpected message
+received": both are SlurmUnavailable, as every other tool's "Unable to contact".
 """
 
 from __future__ import annotations
@@ -50,8 +56,14 @@ __all__ = [
     "SlurmUnavailable",
 ]
 
-# What the tools print when slurmctld is not there.
-_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused")
+# What the tools print when slurmctld is not there (scontrol's job updates print the
+# second: a communication error's text).
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Unexpected message received",
+    "Socket timed out",
+    "Connection refused",
+)
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -102,16 +114,30 @@ class SlurmTools:
     def _json(self, tool: str, *args: str) -> Any:
         out = self._run(tool, *args, "--json")
         try:
-            return json.loads(out)
+            doc = json.loads(out)
         except json.JSONDecodeError as e:
             raise SlurmBadOutput(f"{self.cluster.name}: {tool} --json: not JSON: {e}") from None
+        errors = doc.get("errors") if isinstance(doc, dict) else None
+        if errors and isinstance(errors, list):
+            # What it could not load from slurmctld (away, or failing): nothing to read.
+            raise SlurmUnavailable(
+                f"{self.cluster.name}: {tool} --json: slurmctld answered nothing: "
+                f"{str(errors[0])[:200]}"
+            )
+        return doc
 
     # ------------------------------------------------------------ reading
 
     def jobs(self, partitions: Sequence[str]) -> list[Job]:
-        """Pending and running jobs of `partitions`."""
+        """Pending and running jobs of `partitions` (a job pending in several, one of
+        them among `partitions`, counts)."""
         doc = self._json("squeue", "--partition", ",".join(partitions), "--states", "PD,R,CF,CG")
-        return parse_jobs(doc, f"{self.cluster.name}: squeue")
+        wanted = set(partitions)
+        return [
+            j
+            for j in parse_jobs(doc, f"{self.cluster.name}: squeue")
+            if wanted.intersection(j.partition.split(","))
+        ]
 
     def jobs_on(self, node: str) -> list[Job]:
         """Jobs allocated on `node` (squeue --nodelist also lists jobs that merely ask

@@ -2,9 +2,11 @@
 nodes queue first come, first served with EASY backfill, run on sco's dynamic
 nodes, and are drained, requeued or cut short with their nodes.
 
-It answers as `SlurmTools` reads a real cluster (jobs, nodes; drain, down,
-requeue, start now, delete a node), so sco's own Slurm code (`SlurmView`,
-`SlurmDemandSource`, `SlurmNodes`) turns its queue into demand and acts on it.
+It answers every call sco makes of `SlurmTools` as a real slurmctld does
+(partitions, nodes, jobs, jobs on a node, hostnames; drain, down, requeue, start
+now, delete a node: tests/conformance/test_schedulers.py holds both to the same
+rules), so sco's own Slurm code (`SlurmView`, `SlurmDemandSource`, `SlurmNodes`,
+the agent's `SlurmDrain`) turns its queue into demand and acts on it.
 
 What a job's user feels is kept as it happens (`Ledger`): how long it waited
 in the queue (every time it was pending), how often it was requeued, and the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -128,6 +131,23 @@ class BatchCluster:
 
     # ------------------------------------------------------------ SlurmTools
 
+    def _reach(self) -> None:
+        """slurmctld answers (the swarm's may be away: `SimSlurm`)."""
+
+    def partitions(self) -> set[str]:
+        self._reach()
+        return {self.slurm_partition}
+
+    def jobs_on(self, node: str) -> list[Job]:
+        """Jobs allocated on `node`."""
+        self._reach()
+        return [j for j in self.jobs([self.slurm_partition]) if node in j.nodes]
+
+    def hostnames(self, hostlist: str) -> list[str]:
+        """The node names of a Slurm hostlist (`sco-a[1-3],sco-b`), as scontrol expands
+        it without asking slurmctld."""
+        return [name for part in _HOSTLIST_PARTS.findall(hostlist) for name in _expand(part)]
+
     def jobs(self, partitions: Sequence[str]) -> list[Job]:
         if self.slurm_partition not in partitions:
             return []
@@ -141,7 +161,7 @@ class BatchCluster:
         reason = "None"
         if pending:
             reason = "BeginTime" if q.eligible_at > self.now() else "Resources"
-        key = (q.state, reason, q.started_at, q.done_s, q.nodes)
+        key = (q.state, reason, q.started_at, q.done_s, q.nodes, q.requeues)
         if q.view is None or q.view[0] != key:  # read as before: the same Job
             q.view = (key, self._job_as_read(q, reason))
         return q.view[1]
@@ -159,6 +179,7 @@ class BatchCluster:
             requeue=q.requeue,
             end_time=None if pending else q.limit_at(),
             nodes=q.nodes,
+            restarts=q.requeues,
         )
 
     def nodes(self) -> list[SlurmNode]:
@@ -232,10 +253,8 @@ class BatchCluster:
 
     def delete_node(self, node: str) -> None:
         n = self.nodes_by_name.get(node)
-        if n is None:
-            return
-        if n.state == "allocated":
-            raise SlurmRefused(f"{self.name}: scontrol: node {node} has jobs")
+        if n is None or n.state == "allocated":  # scontrol names neither reason
+            raise SlurmRefused(f"{self.name}: scontrol: failed to delete nodes {node}")
         self._up_node_s += (n.gone_at or self.now()) - n.registered_at
         del self.nodes_by_name[node]
         self._changed(n)
@@ -434,6 +453,24 @@ class BatchCluster:
             self._release(q, now)
             q.state, q.ended_at = "FAILED", now
             del self.live[q.job.job_id]
+
+
+_HOSTLIST_PARTS = re.compile(r"(?:[^,\[]|\[[^\]]*\])+")  # split at commas outside brackets
+_RANGE = re.compile(r"^(.*?)\[([^\]]*)\](.*)$")
+
+
+def _expand(hostlist: str) -> list[str]:
+    """`sco-a[08-10,12]x` -> sco-a08x, sco-a09x, sco-a10x, sco-a12x (widths kept)."""
+    m = _RANGE.match(hostlist)
+    if m is None:
+        return [hostlist]
+    head, ranges, tail = m.groups()
+    out: list[str] = []
+    for r in ranges.split(","):
+        lo, _, hi = r.partition("-")
+        for k in range(int(lo), int(hi or lo) + 1):
+            out += [f"{head}{k:0{len(lo)}d}{rest}" for rest in _expand(tail)]
+    return out
 
 
 def _free(n: ClusterNode, feature: str) -> bool:
