@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sco.adapters.slurm.nodes import cut_short
 from sco.decide.binpack import Size
 from sco.engine.clock import ManualClock
 from sco.lab.workload.cluster import REQUEUE_HOLD_S, BatchCluster
@@ -166,22 +165,6 @@ def test_checkpoints_keep_work_a_lost_node_would_take() -> None:
     q = c.jobs_by_id[1]
     assert (q.done_s, q.lost_node_s) == (600.0, 2 * 100.0)
     assert c.nodes_by_name["n1"].state == "idle", "its other node is free again"
-
-
-def test_the_real_intake_reads_the_queue_as_slurm() -> None:
-    clock = ManualClock(0.0)
-    c = cluster(clock, 1)
-    c.submit(job(1, 1, 100, 200))
-    c.submit(job(2, 3, 100))
-    c.step()
-    jobs = c.jobs(["batch"])
-    assert [(j.job_id, j.state, j.node_count, j.end_time) for j in jobs] == [
-        (1, "RUNNING", 1, 200.0),
-        (2, "PENDING", 3, None),
-    ]
-    requeue, cannot = cut_short(jobs, {"n0": 150.0})
-    assert (requeue, cannot) == ([1], [])
-    assert c.jobs(["other"]) == []
 
 
 @settings(max_examples=60, deadline=None)
