@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.openstack import open_provider
+from sco.adapters.openstack import CloudsYamlSecrets, open_provider
 from sco.adapters.openstack.client import CloudClient
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.placement import PlacementHeadroom, Want, as_nova_schedules
@@ -94,7 +94,7 @@ def boot_benchmark(folder: Path, servers: int) -> dict[str, Any]:
             }
         )
         clock = SystemClock()
-        provider = open_provider(region, "sco-test", clock)
+        provider = open_provider(region, "sco-test", CloudsYamlSecrets(), clock)
         provider.discover()
         provider.refresh()
         demand = folder / "demand.yaml"

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sco.adapters.openstack.secrets import OpenBaoSecrets
+from sco.adapters.openbao import OpenBaoSecrets
 from sco.ports import Credential, RetryableProviderError
 from sco_harness import baremetal
 from sco_harness.bao_server import BaoServer

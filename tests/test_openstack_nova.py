@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from sco.adapters.demandfile.intake import FileDemandSource
-from sco.adapters.openstack import open_provider
+from sco.adapters.openstack import CloudsYamlSecrets, open_provider
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.provider import OpenStackProvider
 from sco.adapters.openstack.resources import (
@@ -115,7 +115,8 @@ def clean(cloud: Cloud) -> Iterator[Cloud]:
 
 
 def _provider() -> OpenStackProvider:
-    provider = open_provider(RegionSpec.model_validate(REGION), CLOUD, SystemClock())
+    region = RegionSpec.model_validate(REGION)
+    provider = open_provider(region, CLOUD, CloudsYamlSecrets(), SystemClock())
     provider.discover()
     provider.refresh()
     return provider

@@ -22,9 +22,13 @@ import hvac
 import pytest
 import requests
 
+from sco.adapters.openbao import OpenBaoConfig, OpenBaoSecrets
 from sco.adapters.openstack import connect as connect_module
+from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.connect import CloudSessions
-from sco.adapters.openstack.secrets import OpenBaoConfig, OpenBaoSecrets
+from sco.adapters.openstack.secrets import CloudsYamlSecrets
+from sco.assembly.secrets import secret_source
+from sco.assembly.wiring import StartError
 from sco.engine.clock import ManualClock, SystemClock
 from sco.ports import Credential, PermanentProviderError, RetryableProviderError, Secret
 from sco_harness.bao_server import BaoServer
@@ -300,3 +304,45 @@ def test_a_clouds_yaml_without_the_secret_takes_it_from_the_source(tmp_path: Any
     auth = conn.session.auth
     assert auth.auth_url == "http://127.0.0.1:9/v3"
     assert auth.auth_methods[0].application_credential_secret == "s-1"
+
+
+def _region(credential: dict[str, Any] | None = None) -> RegionSpec:
+    doc: dict[str, Any] = {
+        "region": "lab1", "image": "cirros",
+        "pools": [{"hall": "hall-a", "flavor": "spot.small", "class": "spot", "price_per_h": 0.1}],
+    }  # fmt: skip
+    if credential is not None:
+        doc["credential"] = credential
+    return RegionSpec.model_validate(doc)
+
+
+def test_the_assembly_picks_clouds_yaml_unless_the_region_file_names_openbao() -> None:
+    source = secret_source(_region(), ManualClock(0), environ={"BAO_TOKEN": "unused"})
+    assert isinstance(source, CloudsYamlSecrets)
+    assert source.credential().source == "clouds.yaml"
+
+
+def test_the_assembly_logs_in_to_openbao_as_the_environment_says(bao: BaoServer, path: str) -> None:
+    """With a token (BAO_TOKEN, or Vault's VAULT_TOKEN) or an AppRole; the AppRole
+    first when both are there."""
+    region = _region({"openbao": {"url": bao.url, "path": path, "lease_s": 600}})
+    role_id, secret_id = bao.keep_credential(
+        {"username": "sco", "password": PASSWORD_V1}, path=path
+    )
+    token = bao.token("1h", policy_of=path)
+    for environ in (
+        {"BAO_TOKEN": token},
+        {"VAULT_TOKEN": token},
+        {"BAO_ROLE_ID": role_id, "BAO_SECRET_ID": secret_id},
+        {"BAO_TOKEN": "not-a-token", "BAO_ROLE_ID": role_id, "BAO_SECRET_ID": secret_id},
+    ):
+        cred = secret_source(region, ManualClock(0), environ=environ).credential()
+        assert cred.revealed()["password"] == PASSWORD_V1, sorted(environ)
+        assert cred.source == f"openbao:secret/{path}"
+
+
+def test_the_assembly_names_what_openbao_lacks_to_log_in() -> None:
+    region = _region({"openbao": {"url": "http://127.0.0.1:9", "path": "sco/openstack"}})
+    for environ in ({}, {"BAO_ROLE_ID": "r"}, {"BAO_TOKEN": ""}):
+        with pytest.raises(StartError, match=r"set BAO_TOKEN .* or BAO_ROLE_ID and BAO_SECRET_ID"):
+            secret_source(region, ManualClock(0), environ=environ)

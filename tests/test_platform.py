@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sco.adapters.openstack import open_provider
+from sco.adapters.openstack import CloudsYamlSecrets, open_provider
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.resources import (
     META_NODE_TOKEN,
@@ -335,9 +335,8 @@ def test_an_ironic_node_in_maintenance_or_not_available_is_no_room(stack: NovaSt
     nodes: a node in maintenance, or taken out of `available` (manageable, cleaning),
     is reserved by Nova's ironic driver, and counts as no room."""
     region = stack.region(guaranteed=False) | {"pools": [stack.baremetal_pool()]}
-    provider = open_provider(
-        RegionSpec.model_validate(region), "sco-test", SystemClock(), str(stack.clouds_yaml)
-    )
+    spec, clouds = RegionSpec.model_validate(region), str(stack.clouds_yaml)
+    provider = open_provider(spec, "sco-test", CloudsYamlSecrets(), SystemClock(), clouds)
     provider.discover()
     pool = f"lab/{stack.ironic_hall}/{BAREMETAL_FLAVOR}"
 

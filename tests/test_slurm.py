@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sco.adapters.openstack import open_provider
+from sco.adapters.openstack import CloudsYamlSecrets, open_provider
 from sco.adapters.openstack.config import RegionSpec
 from sco.adapters.openstack.provider import OpenStackProvider
 from sco.adapters.openstack.resources import META_RECLAIM_AT
@@ -122,7 +122,8 @@ def _runner(
 ) -> tuple[Rounds, OpenStackProvider]:
     settings = load(_config(tmp, stack, cluster))
     region = RegionSpec.model_validate(stack.region())
-    provider = open_provider(region, CLOUD, SystemClock(), str(stack.clouds_yaml))
+    clouds = str(stack.clouds_yaml)
+    provider = open_provider(region, CLOUD, CloudsYamlSecrets(), SystemClock(), clouds)
     provider.discover()
     provider.refresh()
     clock = SystemClock()

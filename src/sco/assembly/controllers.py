@@ -71,6 +71,7 @@ def start_openstack(
     from sco.adapters.openstack import RegionError, open_provider
     from sco.adapters.openstack.config import RegionFileError, load_region
     from sco.adapters.openstack.scope import ScopeError
+    from sco.assembly.secrets import secret_source
 
     region_file, cloud = settings.region_file, settings.cloud
     for name, value in (("cloud", cloud), ("region_file", region_file)):
@@ -83,7 +84,9 @@ def start_openstack(
     except RegionFileError as e:
         raise StartError(f"provider.region_file: {e}") from None
     clouds_file = str(settings.clouds_file) if settings.clouds_file else None
-    provider = open_provider(region, cloud, SystemClock(), clouds_file, installation)
+    clock = SystemClock()
+    secrets = secret_source(region, clock)
+    provider = open_provider(region, cloud, secrets, clock, clouds_file, installation)
     try:
         provider.discover()
         provider.claim(settings.projects, creates, settings.roles)

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from sco.adapters.openbao import OpenBaoConfig, OpenBaoSecrets
 from sco.adapters.openstack.connect import CloudSessions
-from sco.adapters.openstack.secrets import OpenBaoConfig, OpenBaoSecrets
 from sco.engine.clock import SystemClock
 from sco.ports import Secret
 from sco_harness.bao_server import BaoServer

@@ -53,7 +53,7 @@ from sco_harness.openstack_stack import NovaStack, free_port
 BASE_PORT = 19740
 LEASE_S = 20
 PATH = "sco/openstack"
-REFRESH_FRACTION = 2 / 3  # OpenBaoConfig's default
+REFRESH_FRACTION = 2 / 3  # sco.adapters.openbao.OpenBaoConfig's default
 INTERVAL_S = 2.0
 PARTITIONS = {"web": 2, "batch": 2}
 
