@@ -38,6 +38,7 @@ NOVA_MODULES = frozenset(
         "test_contracts_e2e.py",
         "test_kubernetes_e2e.py",
         "test_openstack_nova.py",
+        "test_provider.py",  # tests/conformance/: the provider suite's Nova half
         "test_security.py",
         "test_slurm.py",
     }

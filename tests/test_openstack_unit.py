@@ -713,17 +713,15 @@ def test_a_notice_at_no_finite_time_means_leave_now(deadline: str) -> None:
     assert view.notice_unreadable == deadline
 
 
-def test_another_installation_s_servers_are_never_listed_as_ours() -> None:
-    """Defect 6 of issue 25: two installations in one project, each with a partition
-    `p1`, adopted (and deleted) each other's servers: tags carried no installation."""
+def test_a_server_tagged_before_installations_had_names_is_the_default_s() -> None:
+    """Defect 6 of issue 25 (two installations in one project adopted each other's
+    servers) is the provider suite's rule now, on the Nova test stack; what only a
+    cloud can hold is a server tagged before tags carried an installation."""
     ours = dict(_server("ACTIVE"), id="s-ours", tags=["sco", "sco:p=p1", "sco:i=blue"])
-    theirs = dict(_server("ACTIVE"), id="s-theirs", tags=["sco", "sco:p=p1", "sco:i=green"])
     legacy = dict(_server("ACTIVE"), id="s-legacy", tags=["sco", "sco:p=p1"])
-    table = {"/servers/detail": {"servers": [ours, theirs, legacy]}}
-    blue = _fresh(table, installation="blue")
-    assert [v.server_id for v in blue.list("p1")] == ["s-ours"]
-    default = _fresh(table)  # a server tagged before installations had names
-    assert [v.server_id for v in default.list("p1")] == ["s-legacy"]
+    table = {"/servers/detail": {"servers": [ours, legacy]}}
+    assert [v.server_id for v in _fresh(table).list("p1")] == ["s-legacy"]
+    assert [v.server_id for v in _fresh(table, installation="blue").list("p1")] == ["s-ours"]
     assert server_tags("p1", "req-1", "blue")[-1] == "sco:i=blue"
     assert server_metadata("p1", "r/h/f", "spot", "req-1", 1, "blue")["sco:installation"] == "blue"
 

@@ -1,4 +1,6 @@
-"""The simulated region: pools from traces, headroom, server timing, reclaims, drains, faults."""
+"""The simulated region: pools from traces, headroom, server timing, reclaims, drains, faults.
+What it answers as any provider does (tags, listings by partition and installation,
+deletes, shortfalls, typed errors) is tests/conformance/test_provider.py's."""
 
 from __future__ import annotations
 
@@ -160,7 +162,6 @@ def test_headroom_is_capacity_minus_held(tmp_path: Path) -> None:
     assert res.shortfall_reason == ""
     assert region.held_in(pool) == 3
     assert region.headroom([pool]) == {pool: 2}
-    assert region.headroom([pool, "no/such/pool"]) == {pool: 2}
 
 
 def test_pool_size_scales_count_traces_too(tmp_path: Path) -> None:
@@ -174,28 +175,14 @@ def test_pool_size_scales_count_traces_too(tmp_path: Path) -> None:
     assert plain.capacity_of(pool) == 5
 
 
-def test_create_beyond_headroom_is_partly_fulfilled(tmp_path: Path) -> None:
+def test_a_create_beyond_headroom_reports_what_it_made(tmp_path: Path) -> None:
     obs = Recorder()
     region, pool = one_pool(tmp_path, [5, 5, 5, 5], observer=obs)
     region.create(pool, 3, "r1", P, 1)
     res = region.create(pool, 4, "r2", P, 1)
     assert len(res.server_ids) == 2
-    assert len(set(res.server_ids)) == 2
-    assert "2" in res.shortfall_reason
-    assert region.headroom([pool]) == {pool: 0}
     assert obs.created_calls == [(0.0, P, pool, 3), (0.0, P, pool, 2)]
     assert [d for *_, d in obs.held_calls] == [1] * 5
-
-
-def test_create_without_headroom_raises(tmp_path: Path) -> None:
-    region, pool = one_pool(tmp_path, [2, 2, 2])
-    region.create(pool, 2, "r1", P, 1)
-    with pytest.raises(InsufficientCapacity) as e:
-        region.create(pool, 1, "r2", P, 1)
-    assert e.value.pool == pool
-    assert region.held_in(pool) == 2
-    with pytest.raises(InsufficientCapacity):
-        region.create("r1/nowhere/x", 1, "r3", P, 1)
 
 
 def test_create_in_an_empty_pool_raises(tmp_path: Path) -> None:
@@ -220,15 +207,8 @@ def test_servers_list_after_latency_turn_active_and_join(tmp_path: Path) -> None
     (view,) = region.list(P)
     assert view.server_id == sid
     assert view.status is ServerStatus.BUILD
-    assert (view.partition, view.pool, view.request_id, view.plan_generation) == (
-        P,
-        pool,
-        "req-1",
-        7,
-    )
     assert view.created_at == 0.0
     assert view.notice_deadline is None
-    assert region.list("other") == []
 
     region.advance_to(9.9)
     assert region.list(P)[0].status is ServerStatus.BUILD
@@ -418,7 +398,7 @@ def test_delete_removes_the_server_after_delete_s(tmp_path: Path) -> None:
     region, pool = one_pool(tmp_path, [2] * 4, cfg, observer=obs)
     a, b = region.create(pool, 2, "r1", P, 1).server_ids
     region.advance_to(20.0)
-    region.delete([a, "srv-does-not-exist"])
+    region.delete([a])
     assert obs.running_calls[-1] == (20.0, P, pool, -1, 0.0)  # stops serving at once
 
     region.advance_to(24.9)
@@ -429,7 +409,6 @@ def test_delete_removes_the_server_after_delete_s(tmp_path: Path) -> None:
     assert a not in region.nodes(P)
     assert region.headroom([pool]) == {pool: 1}
     assert obs.held_calls[-1] == (25.0, pool, P, -1)
-    region.delete([a])  # already gone: not an error
     assert region.server_count() == 1
 
 

@@ -29,6 +29,7 @@ from sco.ports import (
     CreateResult,
     InsufficientCapacity,
     NodeView,
+    PermanentProviderError,
     RetryableProviderError,
     Secret,
     ServerStatus,
@@ -329,8 +330,11 @@ class SimRegion:
         plan_generation: int,
         installation: str = DEFAULT_INSTALLATION,
     ) -> CreateResult:
+        # A wrong request, as the cloud answers one: no pool will ever have room for it.
         if pool not in self._pools:
-            raise InsufficientCapacity(pool, f"no such pool {pool}")
+            raise PermanentProviderError(f"no such pool {pool}")
+        if count < 1:
+            raise PermanentProviderError(f"a create of {count} servers")
         self._fault("create")
         timed_out = self.config.timeout_rate and self._rng.random() < self.config.timeout_rate
         if timed_out and self._rng.random() < 0.5:
