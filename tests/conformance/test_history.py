@@ -11,6 +11,7 @@ queries) and the lab's `WindowedHistory` (running sums over a fixed window).
 - time to ready: from an instance's first event (its record) to its first `ready`,
   for instances ready in the window: the median and how many;
 - headroom samples in the window: their mean and how many.
+The window holds both its ends: an event at `now - window_s` or at `now` counts.
 Events after `now` do not count. A pool with nothing in the window may be left out or
 given all zeros: the same answer.
 
@@ -243,6 +244,27 @@ def test_events_outside_the_window_do_not_count(open_history: OpenHistory) -> No
     later = 20_000.0  # an hour that holds only i6, ready all of it, and i8
     assert answered(history, later, WINDOW_S) == {
         "P": PoolStats("P", exposure_h=2.0)  # i6 and i8, each the whole hour
+    }
+
+
+def test_the_window_holds_both_its_ends(open_history: OpenHistory) -> None:
+    """A create tried exactly at the window's start and one exactly at `now` both
+    count; one a second before the start does not."""
+    history = open_history(WINDOW_S)
+    history.load(
+        [
+            step("e0", 1, LO - 1, "recorded", None, "requested"),
+            step("e0", 2, LO - 1, CREATE_FAILED, "requested", "failed"),
+            step("e1", 1, LO, "recorded", None, "requested"),
+            step("e1", 2, LO, CREATE_FAILED, "requested", "failed"),
+            step("e2", 1, NOW, "recorded", None, "requested"),
+            step("e2", 2, NOW, CREATE_FAILED, "requested", "failed"),
+            headroom("hl", LO, 6.0),
+            headroom("hn", NOW, 2.0),
+        ]
+    )
+    assert answered(history, NOW, WINDOW_S) == {
+        "P": PoolStats("P", attempts=2, headroom=4.0, headroom_n=2)
     }
 
 

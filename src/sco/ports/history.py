@@ -18,7 +18,8 @@ class PoolHistory(Protocol):
         ...
 
     def pool_stats(self, now: float, window_s: float) -> list[PoolStats]:
-        """Each pool's raw counts over (now - window_s, now], by pool name: exposure
+        """Each pool's raw counts over [now - window_s, now] (both ends in), by pool
+        name: exposure
         of ready instances, reclaims, create attempts and successes, time to ready,
         headroom samples."""
         ...
