@@ -27,6 +27,16 @@ class _Held:
     expires_at: float
 
 
+def _renewed(held: _Held | None, lease: Lease, ttl_s: float, now: float) -> Lease | None:
+    """Both kinds renew alike: only the holder, at its token, before it ran out."""
+    if held is None or (held.holder, held.token) != (lease.holder, lease.token):
+        return None
+    if held.expires_at < now:
+        return None
+    held.expires_at = now + ttl_s
+    return Lease(lease.partition, lease.holder, lease.token, held.expires_at)
+
+
 @dataclass
 class MemoryLeaseTable:
     """`sco.ports.LeaseStore` as the fleet-state database keeps it, in memory."""
@@ -54,13 +64,7 @@ class MemoryLeaseTable:
         return Lease(partition, holder, row.token, row.expires_at)
 
     def renew(self, lease: Lease, ttl_s: float, now: float) -> Lease | None:
-        row = self._rows.get(lease.partition)
-        if row is None or row.holder != lease.holder or row.token != lease.token:
-            return None
-        if row.expires_at < now:
-            return None
-        row.expires_at = now + ttl_s
-        return Lease(lease.partition, lease.holder, lease.token, row.expires_at)
+        return _renewed(self._rows.get(lease.partition), lease, ttl_s, now)
 
     def release(self, lease: Lease) -> None:
         row = self._rows.get(lease.partition)
@@ -139,13 +143,7 @@ class KubeLeases:
 
     def renew(self, lease: Lease, ttl_s: float, now: float) -> Lease | None:
         self._reach()
-        held = self._leases.get(lease.partition)
-        if held is None or held.holder != lease.holder or held.token != lease.token:
-            return None
-        if held.expires_at < now:
-            return None
-        held.expires_at = now + ttl_s
-        return Lease(lease.partition, lease.holder, lease.token, held.expires_at)
+        return _renewed(self._leases.get(lease.partition), lease, ttl_s, now)
 
     def release(self, lease: Lease) -> None:
         self._reach()
