@@ -386,3 +386,105 @@ def test_reading_nodes_evicts_and_deletes_nothing(
     assert not got.drained
     assert got.reclaim_by == 1_060.0
     until(lambda: look(nodes)["srv-1"].drained, "the leader's cycle deletes it")
+
+
+def _labelled(name: str, server: str, **labels: str) -> dict[str, Any]:
+    n = node(name, server)
+    n["metadata"]["labels"] = {"sco.io/pool": "lab.hall-a.m1", **labels}
+    return n
+
+
+def test_another_installation_s_nodes_are_never_ours(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    """Issue 40, defect 1: installation `default`'s partition `web` took a Node of
+    installation `b`'s `web` as its own, its labels being a subset of the other's, and
+    deleted it as gone; custom labels dropped the installation label. A node is a
+    partition's only when it is of its installation too."""
+    from sco.adapters.kubernetes.demand import KubePartition
+
+    base, _ = plane
+    mine = KubernetesNodes(
+        base.core, base._nodes, base._pods, base.clock,
+        partitions={"web": KubePartition({"sco.io/partition": "web"}, {"cpu": "4"})},
+        listing=lambda _: [],
+    )  # fmt: skip
+    theirs = KubePartition({"team": "ml"}, {"cpu": "4"}, installation="b")
+    assert theirs.identity() == {"team": "ml", "sco.io/installation": "b"}
+    api.put("nodes", _labelled("b-1", "srv-b1", **{"sco.io/partition": "web"},
+                               **{"sco.io/installation": "b"}))  # fmt: skip
+    api.put("nodes", _labelled("b-2", "srv-b2", team="ml", **{"sco.io/installation": "b"}))
+    api.put("nodes", _labelled("old", "srv-0", **{"sco.io/partition": "web"}))
+    until(lambda: len(base._nodes.items()) == 3, "three nodes")
+    look(mine)
+    until(lambda: ("", "old") not in api.objects["nodes"], "default's own gone Node deleted")
+    assert {("", "b-1"), ("", "b-2")} <= set(api.objects["nodes"])
+    b_nodes = KubernetesNodes(
+        base.core, base._nodes, base._pods, base.clock,
+        partitions={"ml": theirs}, listing=lambda _: [],
+    )  # fmt: skip
+    look(b_nodes, "ml")
+    until(lambda: ("", "b-2") not in api.objects["nodes"], "b's own gone Node deleted")
+    assert ("", "b-1") in api.objects["nodes"]  # b's, but not partition ml's
+
+
+def test_two_partitions_one_node_could_serve_are_refused() -> None:
+    """Overlapping labels in one cluster: each would count and delete the other's."""
+    from sco.adapters.kubernetes.demand import KubePartition
+
+    a = KubePartition({"team": "ml"}, {"cpu": "4"})
+    assert a.overlaps(KubePartition({"gpu": "yes"}, {"cpu": "4"}))
+    assert a.overlaps(KubePartition({"team": "ml", "gpu": "yes"}, {"cpu": "4"}))
+    assert not a.overlaps(KubePartition({"team": "web"}, {"cpu": "4"}))
+    assert not a.overlaps(KubePartition({"team": "ml"}, {"cpu": "4"}, installation="b"))
+
+
+def test_tending_a_partition_leaves_others_drains_alone(
+    api: KubeApi, plane: tuple[KubernetesNodes, ManualClock]
+) -> None:
+    """Issue 40, defect 2: `tend(p, None)` (the cloud away, or a reclaim's drain)
+    resumed and advanced every cordoned Node carrying `sco.io/drain-by` in the
+    cluster, other partitions' and other installations' too."""
+    nodes, clock = plane
+    theirs = _labelled("n9", "srv-9", **{"sco.io/partition": "db"})
+    theirs["metadata"]["annotations"] = {"sco.io/drain-by": "1001.000",
+                                         "sco.io/drain-reason": RECLAIM}  # fmt: skip
+    theirs["spec"]["unschedulable"] = True
+    api.put("nodes", theirs)
+    api.put("nodes", node("n1", "srv-1"))
+    api.put("pods", pod("db-1", "n9", app="db"))
+    until(lambda: len(nodes._nodes.items()) == 2 and nodes._pods.items(), "the informers")
+    clock.set(2_000.0)  # long past the other drain's deadline
+    nodes.tend("web", None)
+    nodes.nodes("web")
+    assert ("prod", "db-1") in api.objects["pods"]  # not evicted, not deleted
+    assert "srv-9" not in nodes._drains
+    nodes.tend("db", None)  # its own partition's leader goes on with it
+    until(lambda: ("prod", "db-1") not in api.objects["pods"], "db's own drain went on")
+
+
+def test_a_configuration_whose_partitions_share_nodes_stops_at_start(tmp_path: Path) -> None:
+    """Refused before the cluster is even asked, naming both partitions; and the
+    installation label is `installation`'s, not a partition's to set."""
+    import yaml
+
+    from sco.assembly.planes import scheduler_plane
+    from sco.assembly.settings import load
+    from sco.assembly.wiring import StartError
+
+    def partition(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        kube = {"cluster": "main", "allocatable": {"cpu": "4", "memory": "8Gi"}, "labels": labels}
+        return {"name": name, "kind": "kubernetes", "demand": "kubernetes",
+                "floor_units": 0, "max_units": 2, "kubernetes": kube}  # fmt: skip
+
+    def settings(*parts: dict[str, Any]) -> Any:
+        path = tmp_path / "sco.yaml"
+        path.write_text(yaml.safe_dump({"kubernetes": {"main": {}}, "partitions": list(parts)}))
+        return load(path)
+
+    both = settings(partition("web", {"team": "ml"}), partition("gpu", {"accel": "yes"}))
+    said = r"partitions\.gpu\.kubernetes\.labels and partitions\.web\.kubernetes\.labels"
+    with pytest.raises(StartError, match=said + r" \(cluster 'main'\): one node could carry"):
+        scheduler_plane(both, "r1", 0.0, lambda _: [], ManualClock(0.0))
+    with pytest.raises(Exception, match=r"sco\.io/installation is set from `installation`"):
+        settings(partition("web", {"sco.io/installation": "b"}))

@@ -4,7 +4,7 @@ command exits 2 naming what it cannot reach."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -181,9 +181,10 @@ def _kubernetes(
         assert p.kubernetes is not None
         by_cluster.setdefault(p.kubernetes.cluster, []).append(p)
     for name, members in sorted(by_cluster.items()):
+        parts = {p.name: _kube_partition(p, settings.installation) for p in members}
+        _no_shared_nodes(name, parts)
         c = settings.kubernetes_cluster(name)
         core = _kube_client(name, c)
-        parts = {p.name: _kube_partition(p, settings.installation) for p in members}
         demand_specs = []
         for p in members:
             partition, floor, budget, target = _scheduler_figures(p, region)
@@ -258,29 +259,42 @@ def _kube_client(name: str, c: KubernetesClusterSettings) -> Any:
 
 
 def _kube_partition(p: PartitionSettings, installation: str) -> KubePartition:
-    """The partition's labels default to `sco.io/partition=<name>`, and for a named
-    installation also `sco.io/installation=<name>`: sco deletes a Node only when it
-    carries all of them, so another sco's nodes in the cluster are never its own."""
+    """The partition's labels default to `sco.io/partition=<name>`; a named
+    installation's nodes also carry `sco.io/installation=<name>`, beside its own
+    labels or the default: a node is a partition's only when it is of its
+    installation too, so another sco's nodes in the cluster are never its own."""
     from sco.adapters.kubernetes.demand import KubePartition
     from sco.adapters.kubernetes.nodes import label_value
-    from sco.adapters.kubernetes.pods import INSTALLATION_LABEL, PARTITION_LABEL
+    from sco.adapters.kubernetes.pods import PARTITION_LABEL
 
     k = p.kubernetes
     assert k is not None
-    mine = {PARTITION_LABEL: label_value(p.name)}
-    if installation != "default":
-        mine[INSTALLATION_LABEL] = installation
     part = KubePartition(
-        labels=dict(k.labels) or mine,
+        labels=dict(k.labels) or {PARTITION_LABEL: label_value(p.name)},
         allocatable=dict(k.allocatable),
         spot_taint=k.spot_taint,
         daemonset_overhead=dict(k.daemonset_overhead),
+        installation=installation,
     )
     try:
         part.shape()
     except ValueError as e:  # a quantity the API would not accept either
         raise StartError(f"partitions.{p.name}.kubernetes: {_one_line(e)}") from None
     return part
+
+
+def _no_shared_nodes(cluster: str, parts: Mapping[str, KubePartition]) -> None:
+    """Two partitions of one cluster whose labels one node could carry both would
+    count, label and delete each other's nodes: refused."""
+    names = sorted(parts)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if parts[a].overlaps(parts[b]):
+                raise StartError(
+                    f"partitions.{a}.kubernetes.labels and partitions.{b}.kubernetes.labels "
+                    f"(cluster {cluster!r}): one node could carry both; give them a label "
+                    "with different values (the default, sco.io/partition=<name>, does)"
+                )
 
 
 def _one_line(e: BaseException) -> str:

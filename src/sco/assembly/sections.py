@@ -343,6 +343,13 @@ class KubernetesPartitionSettings(_Section):
         "not tolerate it need guaranteed nodes.",
     )
 
+    @field_validator("labels")
+    @classmethod
+    def _not_the_installation(cls, v: dict[str, str]) -> dict[str, str]:
+        if "sco.io/installation" in v:
+            raise ValueError("sco.io/installation is set from `installation`, not here")
+        return v
+
     @field_validator("allocatable")
     @classmethod
     def _cpu_and_memory(cls, v: dict[str, str]) -> dict[str, str]:

@@ -32,6 +32,8 @@ from typing import Any
 from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.pods import (
     CLASS_LABEL,
+    DEFAULT_INSTALLATION,
+    INSTALLATION_LABEL,
     SPOT_TAINT,
     Intake,
     Json,
@@ -63,6 +65,33 @@ class KubePartition:
     allocatable: Mapping[str, str]  # a node's allocatable, as its kubelet reports it
     spot_taint: bool = False  # spot nodes carry SPOT_TAINT
     daemonset_overhead: Mapping[str, str] = field(default_factory=dict)  # per node
+    installation: str = DEFAULT_INSTALLATION  # the sco whose partition it is
+
+    def identity(self) -> dict[str, str]:
+        """The labels that make a node the partition's, as sco writes them: its own
+        and, for a named installation, `sco.io/installation` (nodes labelled before
+        installations had names carry none: they are `default`'s)."""
+        out = dict(self.labels)
+        if self.installation != DEFAULT_INSTALLATION:
+            out[INSTALLATION_LABEL] = self.installation
+        return out
+
+    def owns(self, node: Json) -> bool:
+        """Whether the node carries the partition's labels *and* is of its
+        installation. Carrying ours among more is not enough: a node of installation
+        `b` carries every label of `default`'s partition of the same name."""
+        have = (node.get("metadata") or {}).get("labels") or {}
+        if have.get(INSTALLATION_LABEL, DEFAULT_INSTALLATION) != self.installation:
+            return False
+        return all(have.get(k) == v for k, v in self.labels.items())
+
+    def overlaps(self, other: KubePartition) -> bool:
+        """Whether one node could be both partitions': same installation, and no
+        label both set to different values."""
+        if self.installation != other.installation:
+            return False
+        both = self.labels.keys() & other.labels.keys()
+        return all(self.labels[k] == other.labels[k] for k in both)
 
     def shape(self, capacity_class: CapacityClass = CapacityClass.SPOT) -> NodeShape:
         room = node_room({"status": {"allocatable": dict(self.allocatable)}})
@@ -75,7 +104,7 @@ class KubePartition:
         spot = capacity_class is CapacityClass.SPOT
         return NodeShape(
             _clip(room.less(taken)),
-            {**self.labels, CLASS_LABEL: capacity_class.value},
+            {**self.identity(), CLASS_LABEL: capacity_class.value},
             (SPOT_TAINT,) if spot and self.spot_taint else (),
         )
 
@@ -103,11 +132,9 @@ def need(
     known = servers or {}
     spot, guaranteed = part.shape(CapacityClass.SPOT), part.shape(CapacityClass.GUARANTEED)
     pods, unfit = _readable_pods(pods, (spot, guaranteed))
-    nodes, unreadable = _readable_nodes(nodes, part.labels)
+    nodes, unreadable = _readable_nodes(nodes, part)
     # A cordoned node is leaving and a node not Ready takes nothing: neither counts.
-    ours = [
-        n for n in nodes if (server_of(n) in known or _carries(n, part.labels)) and _schedulable(n)
-    ]
+    ours = [n for n in nodes if (server_of(n) in known or part.owns(n)) and _schedulable(n)]
     classes = [known.get(server_of(n)) or _class_of(n) for n in ours]
     g_nodes = [n for n, c in zip(ours, classes, strict=True) if c is CapacityClass.GUARANTEED]
     s_nodes = [n for n, c in zip(ours, classes, strict=True) if c is CapacityClass.SPOT]
@@ -174,7 +201,7 @@ def _readable_pods(
 
 
 def _readable_nodes(
-    nodes: Iterable[Json], labels: Mapping[str, str]
+    nodes: Iterable[Json], part: KubePartition
 ) -> tuple[list[Json], list[tuple[str, str]]]:
     ok: list[Json] = []
     bad: list[tuple[str, str]] = []
@@ -184,7 +211,7 @@ def _readable_nodes(
                 raise TypeError(f"a node is {type(node).__name__}, not an object")
             if not isinstance(node["metadata"]["name"], str):
                 raise TypeError("metadata.name is not a string")
-            _carries(node, labels)
+            part.owns(node)
             _schedulable(node)
             _class_of(node)
             node_room(node)
@@ -230,11 +257,6 @@ def _class_of(node: Json) -> CapacityClass:
 def _schedulable(node: Json) -> bool:
     cordoned = (node.get("spec") or {}).get("unschedulable")
     return not cordoned and ready_since(node) is not None
-
-
-def _carries(node: Json, labels: Mapping[str, str]) -> bool:
-    have = (node.get("metadata") or {}).get("labels") or {}
-    return all(have.get(k) == v for k, v in labels.items())
 
 
 def _clip(s: Size) -> Size:

@@ -39,6 +39,7 @@ cannot let its node pass as drained. Calls go through the official client's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -80,6 +81,7 @@ REMEMBER_S = 3600.0  # how long a server once listed still makes its Node sco's
 
 @dataclass
 class _Drain:
+    partition: str
     node: str
     drain_by: float
     reclaim: bool
@@ -137,9 +139,11 @@ class KubernetesNodes:
                 by_server = {sid: n for sid, n in by_server.items() if sid in listed}
                 for sid, node in by_server.items():
                     self._label(partition, listed[sid], node)
-            self._resume_drains(by_server)
+            self._resume_drains(partition, by_server)
             for sid, d in list(self._drains.items()):
-                if sid in by_server:
+                # Only the partition's own drains: another partition's, another
+                # leader's or another installation's cordoned Nodes are theirs to tend.
+                if sid in by_server and d.partition == partition:
                     self._left[sid] = self._advance(d, self._pods_on(d.node))
 
     def _nodes_now(self, partition: str) -> Mapping[str, NodeView]:
@@ -201,7 +205,7 @@ class KubernetesNodes:
 
     def _wanted(self, partition: str, server: ServerView) -> tuple[dict[str, str], Json | None]:
         part = self.partitions.get(partition)
-        labels = self._identity(partition)
+        labels = self._part(partition).identity()
         pool = self._pools.get(server.pool)
         parts = server.pool.split("/")
         hall = pool.hall if pool is not None else (parts[1] if len(parts) >= 3 else "")
@@ -216,13 +220,13 @@ class KubernetesNodes:
                          "effect": SPOT_TAINT.effect}  # fmt: skip
         return labels, taint
 
-    def _identity(self, partition: str) -> dict[str, str]:
-        """The labels that make a node the partition's (its configured labels, by
-        default `sco.io/partition=<name>`)."""
-        part = self.partitions.get(partition)
-        if part is not None and part.labels:
-            return dict(part.labels)
-        return {PARTITION_LABEL: label_value(partition)}
+    def _part(self, partition: str) -> KubePartition:
+        """The partition's settings; by default its nodes carry
+        `sco.io/partition=<name>`."""
+        part = self.partitions.get(partition) or KubePartition({}, {})
+        if part.labels:
+            return part
+        return dataclasses.replace(part, labels={PARTITION_LABEL: label_value(partition)})
 
     def _remember(self, partition: str, listed: Mapping[str, ServerView]) -> None:
         now = self.clock.now()
@@ -240,11 +244,10 @@ class KubernetesNodes:
         a server sco never listed nor labelled is never deleted."""
         from kubernetes.client.exceptions import ApiException
 
-        mine = self._identity(partition)
+        part = self._part(partition)
         seen = self._listed.get(partition, {})
         for sid, node in by_server.items():
-            labels = (node.get("metadata") or {}).get("labels") or {}
-            labelled = POOL_LABEL in labels and all(labels.get(k) == v for k, v in mine.items())
+            labelled = POOL_LABEL in _labels(node) and part.owns(node)
             if sid in listed or not (labelled or sid in seen):
                 continue
             name = node["metadata"]["name"]
@@ -255,7 +258,7 @@ class KubernetesNodes:
                     raise
             log.info("partition %s: node %s deleted: its server %s is gone", partition, name, sid)
 
-    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:  # noqa: ARG002
+    def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         node = self._by_server().get(server_id)
         if node is None:
             return  # never a node: nothing to drain
@@ -266,29 +269,35 @@ class KubernetesNodes:
             self.core.patch_node(
                 name, {"metadata": {"annotations": notes}, "spec": {"unschedulable": True}}
             )
-        self._drains[server_id] = self._new_drain(name, drain_by, reason)
+        self._drains[server_id] = self._new_drain(partition, name, drain_by, reason)
         log.info("node %s cordoned: %s, leave by %s", name, reason or "leaving", utc(drain_by))
 
-    def _new_drain(self, node: str, drain_by: float, reason: str) -> _Drain:
+    def _new_drain(self, partition: str, node: str, drain_by: float, reason: str) -> _Drain:
         # Deletes start a grace before the deadline, but never before half of the
         # drain's time has gone to evictions (a short drain is not all deletes).
         now = self.clock.now()
         hard_at = max(drain_by - self.grace_s, now + (drain_by - now) / 2)
-        return _Drain(node, drain_by, reason == RECLAIM, [], [], hard_at)
+        return _Drain(partition, node, drain_by, reason == RECLAIM, [], [], hard_at)
 
-    def _resume_drains(self, by_server: Mapping[str, Json]) -> None:
-        """Drains a previous sco process began, read back from their Nodes."""
+    def _resume_drains(self, partition: str, by_server: Mapping[str, Json]) -> None:
+        """Drains a previous sco process began on the partition's Nodes (those
+        carrying its labels, or of servers listed for it lately), read back from them."""
+        part, seen = self._part(partition), self._listed.get(partition, {})
         for sid, node in by_server.items():
             notes = (node.get("metadata") or {}).get("annotations") or {}
             cordoned = (node.get("spec") or {}).get("unschedulable")
             if sid in self._drains or not cordoned or DRAIN_BY not in notes:
+                continue
+            if not (part.owns(node) or sid in seen):
                 continue
             try:
                 drain_by = float(notes[DRAIN_BY])
             except ValueError:
                 continue  # not ours to read: the acquirer's deadline still holds
             name = node["metadata"]["name"]
-            self._drains[sid] = self._new_drain(name, drain_by, notes.get(DRAIN_REASON, ""))
+            self._drains[sid] = self._new_drain(
+                partition, name, drain_by, notes.get(DRAIN_REASON, "")
+            )
             log.info("node %s: drain resumed, leave by %s", name, utc(drain_by))
 
     # ------------------------------------------------------------ draining
@@ -376,6 +385,10 @@ def label_value(text: str) -> str:
     """A label value: at most 63 of letters, digits, '-', '_' and '.', alphanumeric at
     both ends."""
     return _LABEL_UNSAFE.sub("-", text)[:63].strip("-_.")
+
+
+def _labels(node: Json) -> Mapping[str, str]:
+    return (node.get("metadata") or {}).get("labels") or {}
 
 
 def _order(node: Json) -> tuple[float, str] | None:
