@@ -182,9 +182,9 @@ def test_reclaim_notice_contract() -> None:
     iso = _server("ACTIVE", **{META_RECLAIM_AT: "2026-11-29T11:00:00+00:00"})
     junk = _server("ACTIVE", **{META_RECLAIM_AT: "soon"})
     views = [server_views([s], "p1").views[0] for s in (epoch, iso, junk)]
-    # A malformed deadline is a notice to leave now, never no notice; what it said is
-    # kept, so that nothing deletes a server on the strength of it.
-    assert [v.notice_deadline for v in views] == [1795950000.0, 1795950000.0, 0.0]
+    # A malformed deadline is no deadline (issue 40, defect 5: it was read as "leave
+    # now", and a typo drained, requeued and deleted); what it said is kept, reported.
+    assert [v.notice_deadline for v in views] == [1795950000.0, 1795950000.0, None]
     assert [v.notice_unreadable for v in views] == ["", "", "soon"]
     assert server_views([_server("ACTIVE")], "p1").views[0].notice_deadline is None
 
@@ -707,9 +707,9 @@ def test_a_server_without_id_is_skipped_not_a_crash() -> None:
 
 
 @pytest.mark.parametrize("deadline", ["nan", "inf", "-inf", "1e400"])
-def test_a_notice_at_no_finite_time_means_leave_now(deadline: str) -> None:
+def test_a_notice_at_no_finite_time_is_no_deadline(deadline: str) -> None:
     view = server_views([_server("ACTIVE", **{META_RECLAIM_AT: deadline})], "p1").views[0]
-    assert view.notice_deadline == 0.0
+    assert view.notice_deadline is None
     assert view.notice_unreadable == deadline
 
 

@@ -81,12 +81,12 @@ class Reclaimer:
                 partition=v.partition,
                 created_at=v.created_at,
                 serving=v.server_id in serving if serving is not None else True,
-                noticed=v.notice_deadline is not None,
+                noticed=_noticed(v),
             )
             for v in servers
         ]
         held = Counter(v.partition for v in every)
-        noticed = Counter(v.partition for v in every if v.notice_deadline is not None)
+        noticed = Counter(v.partition for v in every if _noticed(v))
         return found, {p: Standing(n, noticed[p]) for p, n in held.items()}
 
     def _serving(self, partitions: set[str]) -> set[str] | None:
@@ -146,8 +146,6 @@ class Reclaimer:
         spot = {p.id for p in self.cloud.pools() if p.is_spot}
         due: list[str] = []
         for v in self.cloud.all_servers():
-            if v.notice_deadline is None:
-                continue
             if v.notice_unreadable:
                 log.warning(
                     "reclaim: %s (%s) left alone: its notice %r is not a deadline",
@@ -158,7 +156,7 @@ class Reclaimer:
                     "reclaim: %s (%s) left alone: noticed, but of pool %s, not a spot pool",
                     v.server_id, v.partition, v.pool,
                 )  # fmt: skip
-            elif v.notice_deadline <= now:
+            elif v.notice_deadline is not None and v.notice_deadline <= now:
                 due.append(v.server_id)
         if due:
             self.cloud.delete(due)
@@ -173,3 +171,9 @@ class Reclaimer:
             for v in self.cloud.all_servers()
             if v.notice_deadline is not None and v.notice_deadline > now
         )
+
+
+def _noticed(v: ServerView) -> bool:
+    """A notice was set, read or not (an unreadable one is left for a person, not
+    noticed again)."""
+    return v.notice_deadline is not None or bool(v.notice_unreadable)

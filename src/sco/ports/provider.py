@@ -63,7 +63,8 @@ class ServerView:
     status: ServerStatus
     created_at: float
     notice_deadline: float | None = None  # set when the provider announced a reclaim
-    # the notice as set when it is not a time (notice_deadline is then 0: leave now)
+    # the notice as set when it is not a time: no deadline is in force (notice_deadline
+    # None), and nothing acts on it but to report it
     notice_unreadable: str = ""
     fault: str = ""
     active_at: float | None = None  # when it became ACTIVE, by the provider's own clock

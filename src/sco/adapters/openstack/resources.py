@@ -321,9 +321,10 @@ def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
     try:
         deadline = read_deadline(raw)
     except ValueError:
-        # A node told a notice it cannot read leaves now rather than never; the value
-        # is kept so that whatever deletes (the reclaimer's sweep) does not read it so.
-        deadline, unreadable = 0.0, str(raw)
+        # Not a deadline: no notice is in force, as `sco reclaim --sweep` reads it too.
+        # A typo must not drain the server, requeue its work and delete it; the value
+        # is kept so that it is reported until someone fixes it.
+        deadline, unreadable = None, str(raw)
     return ServerView(
         server_id=sid,
         partition=partition,
