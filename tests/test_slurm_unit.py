@@ -53,10 +53,12 @@ def job(
     on: Sequence[str] = (),
     gres: str = "",
     restarts: int = 0,
+    begin: int = 0,
 ) -> dict[str, Any]:
     return {
         "job_id": job_id,
         "restart_cnt": restarts,
+        "begin_time": begin,
         "job_state": state,
         "state_reason": reason,
         "partition": "batch",
@@ -331,6 +333,23 @@ def test_a_job_another_hand_requeued_is_made_eligible_too() -> None:
     plane = _plane(tools, ["s2"], clock)
     look(plane)
     assert [c for c in tools.calls if c[0] == "start_now"] == [("start_now", "1")]
+
+
+def test_a_deferral_someone_set_is_left_alone() -> None:
+    """Issue 40, defect 6: sco set StartTime=now on every once-requeued job pending
+    with BeginTime, undoing a deferral a user or an admin set (`scontrol update
+    StartTime=tomorrow`), and counted it as demand now. Slurm's own hold (its
+    credential's lifetime) still is made eligible and counted."""
+    clock = ManualClock(1_000_000_000.0)
+    now = int(clock.now())
+    held = job(1, reason="BeginTime", restarts=1, begin=now + 121)
+    tomorrow = job(2, reason="BeginTime", restarts=1, begin=now + 86_400)
+    tools = FakeTools([held, tomorrow], [node("sco-s2")])
+    plane = _plane(tools, ["s2"], clock)
+    look(plane)
+    assert [c for c in tools.calls if c[0] == "start_now"] == [("start_now", "1")]
+    assert _need([tomorrow], [], now).target == 0
+    assert _need([held], [], now).target == 1
 
 
 def test_a_requeued_job_that_restarts_before_a_cycle_sees_it_is_requeued_again() -> None:

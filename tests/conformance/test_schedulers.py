@@ -300,7 +300,7 @@ def _running(c: Cluster, *job_ids: int) -> dict[int, str]:
 def _held_after_requeue(c: Cluster, job_id: int) -> Job:
     def held() -> Job | None:
         j = _job(c, job_id)
-        return j if j is not None and j.held_after_requeue else None
+        return j if j is not None and j.held_after_requeue(c.now()) else None
 
     return eventually(c, held, f"job {job_id} pending again, held, with its restart counted")
 

@@ -102,7 +102,7 @@ def need(
         j
         for j in jobs
         if j.partition in spec.slurm_partitions
-        and (_waits_for_capacity(j) if j.pending else j.job_id in moving)
+        and (_waits_for_capacity(j, now) if j.pending else j.job_id in moving)
     ]
     wants_g = [j for j in pending if j.wants(GUARANTEED)]
     others = [j for j in pending if not j.wants(GUARANTEED)]
@@ -133,11 +133,11 @@ def need(
     return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)))
 
 
-def _waits_for_capacity(job: Job) -> bool:
+def _waits_for_capacity(job: Job, now: float) -> bool:
     """Pending for want of nodes. A requeued job Slurm holds back with a begin time
     (its credential's lifetime, 120 s) counts: it runs as soon as it may, and sco's
     requeue (or the agent's) makes it eligible at once."""
-    return job.held_after_requeue or not job.reason.startswith(_NOT_CAPACITY)
+    return job.held_after_requeue(now) or not job.reason.startswith(_NOT_CAPACITY)
 
 
 def _moving(spec: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode]) -> set[int]:

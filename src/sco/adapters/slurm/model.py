@@ -18,6 +18,13 @@ class SlurmBadOutput(Exception):
     """A Slurm tool answered something that cannot be read; the message says where."""
 
 
+# The longest hold Slurm puts on a requeued job that sco takes for Slurm's own: its
+# credential's lifetime (AuthInfo cred_expire, 120 s by default) and then some. A job
+# whose begin time is later was deferred by someone; a site whose cred_expire is longer
+# than this waits out Slurm's hold.
+REQUEUE_HOLD_MAX_S = 300.0
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     job_id: int
@@ -31,16 +38,28 @@ class Job:
     end_time: float | None  # when its time limit ends (running), None when unlimited
     nodes: tuple[str, ...]  # where it runs
     restarts: int = 0  # times it was requeued
+    begin_time: float = 0.0  # when it may start (pending); 0: no begin time set
 
     @property
     def pending(self) -> bool:
         return self.state == "PENDING"
 
-    @property
-    def held_after_requeue(self) -> bool:
+    def held_after_requeue(self, now: float) -> bool:
         """Requeued (by sco, its agent, an admin) and held back by Slurm for the
-        credential's lifetime (120 s): work that runs as soon as it may."""
-        return self.pending and self.restarts > 0 and self.reason == "BeginTime"
+        credential's lifetime (`cred_expire`, 120 s by default): work that runs as soon
+        as it may. A begin time further out than Slurm's hold is a deferral someone
+        chose (`scontrol update StartTime=`), not Slurm's: the job is not held by a
+        requeue, and sco leaves it alone."""
+        return (
+            self.pending
+            and self.restarts > 0
+            and self.reason == "BeginTime"
+            and not self.deferred(now)
+        )
+
+    def deferred(self, now: float) -> bool:
+        """Held to a begin time later than any hold of Slurm's own: someone's choice."""
+        return self.begin_time > now + REQUEUE_HOLD_MAX_S
 
     def wants(self, feature: str) -> bool:
         """Whether its constraint names `feature` (as a whole word)."""
@@ -226,6 +245,7 @@ def parse_jobs(doc: Any, where: str) -> list[Job]:
                 end_time=end if running and isinstance(limit, int) and end else None,
                 nodes=nodes,
                 restarts=_count(j.get("restart_cnt")),
+                begin_time=_opt_time(j, "begin_time", at),
             )
         )
     return jobs

@@ -366,12 +366,19 @@ class SlurmNodes:
         the wait only delays the work. A job that runs again can be requeued again
         by a later reclaim. Jobs requeued by another hand (the node's agent, which may
         be gone with its node before it could say so, or an admin) are held the same
-        way: they are made eligible too."""
+        way: they are made eligible too. A begin time past Slurm's own hold is someone's
+        deferral (issue 40: sco undid it): such a job is left to wait, sco's own too."""
+        now = self.clock.now()
         seen = {j.job_id: j for j in jobs}
         held = {
-            j.job_id for j in jobs if j.held_after_requeue and j.partition in cfg.slurm_partitions
+            j.job_id
+            for j in jobs
+            if j.held_after_requeue(now) and j.partition in cfg.slurm_partitions
         }
-        again = sorted({i for i in self._requeued if i in seen and seen[i].pending} | held)
+        ours = {
+            i for i in self._requeued if i in seen and seen[i].pending and not seen[i].deferred(now)
+        }
+        again = sorted(ours | held)
         self._requeued = {i: on for i, on in self._requeued.items() if i in seen}
         self._unrequeueable &= seen.keys()
         if not again:

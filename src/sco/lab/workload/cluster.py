@@ -161,7 +161,7 @@ class BatchCluster:
         reason = "None"
         if pending:
             reason = "BeginTime" if q.eligible_at > self.now() else "Resources"
-        key = (q.state, reason, q.started_at, q.done_s, q.nodes, q.requeues)
+        key = (q.state, reason, q.eligible_at, q.started_at, q.done_s, q.nodes, q.requeues)
         if q.view is None or q.view[0] != key:  # read as before: the same Job
             q.view = (key, self._job_as_read(q, reason))
         return q.view[1]
@@ -180,6 +180,7 @@ class BatchCluster:
             end_time=None if pending else q.limit_at(),
             nodes=q.nodes,
             restarts=q.requeues,
+            begin_time=q.eligible_at if reason == "BeginTime" else 0.0,
         )
 
     def nodes(self) -> list[SlurmNode]:
