@@ -30,7 +30,7 @@ from sco.engine.cycle import ControllerConfig, CycleReport
 from sco.engine.replicas import ReplicaConfig, ReplicaRunner, fair_share
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
-from sco.ports import FencedOut, Provider
+from sco.ports import FencedOut, LeaseStore, Provider
 from sco_harness.builders import write_json_trace, write_yaml
 from sco_harness.runners import ports_of
 
@@ -66,17 +66,20 @@ class Cluster:
         interval_s: float = 5,
         on_report: Callable[[CycleReport], None] | None = None,
         calls: int = 0,
+        leases: Callable[[SqlLeases], LeaseStore] | None = None,
     ) -> ReplicaRunner:
         """A new process: its own store connection, nothing in memory; the region is
-        its provider unless another is given."""
+        its provider unless another is given; its leases in the database unless
+        `leases` pairs the database's fencing with a table kept elsewhere."""
         store = SqlFleetStore(self.url)
+        fencing = SqlLeases(store.engine)
         ports = ports_of(
             provider or self.region,
             self.region,
             store,
             self.demand,
             self.clock,
-            leases=SqlLeases(store.engine),
+            leases=leases(fencing) if leases is not None else fencing,
             calls=calls,
         )
         runner = builder.replica(
@@ -175,6 +178,38 @@ def test_a_paused_replica_cannot_write_after_takeover(tmp_path: Path, fleet_url:
     # its next lease round tells it it lost everything
     paused.tend_leases()
     assert paused.held == {}
+
+
+def test_a_rolling_change_of_lease_kind_hands_over_once(tmp_path: Path, fleet_url: str) -> None:
+    """Issue 40, defect 7: during a rollout from leases in the database to Kubernetes
+    Leases, the new kind's claim of a partition's fence was a lease row that had
+    expired already: the old kind took it, the new claimed above it, and the two fenced
+    each other every TTL, both acting in between. The claim now holds as long as the
+    Lease: the old replica keeps what it holds until it goes, then the new takes it
+    over once, and nobody is fenced."""
+    from sco.engine.leases import PairedLeases
+    from sco.lab.twins.leases import KubeLeases
+
+    c = Cluster(tmp_path, fleet_url)
+    kube = KubeLeases()  # the cluster's Leases, shared by every new replica
+    c.start("old")
+    c.step(10, ["old"])
+    c.start("new", leases=lambda fencing: PairedLeases(kube, fencing))
+    seen: list[dict[str, str]] = []
+    for _ in range(120):
+        c.step(1, ["old", "new"])
+        seen.append({x.partition: x.holder for x in c.replicas["old"].leases.leases()})
+    assert all(s == seen[0] for s in seen), "no partition changed hands while both ran"
+    assert set(c.replicas["old"].held) == {f"p{i}" for i in range(PARTITIONS)}
+    assert c.replicas["new"].held == {}
+    c.step(40, ["new"])  # the old replica is gone: its leases lapse, the new takes them
+    assert set(c.replicas["new"].held) == {f"p{i}" for i in range(PARTITIONS)}
+    c.step(60, ["new"])
+    assert c.replicas["old"].fenced == {}
+    assert c.replicas["new"].fenced == {}
+    assert c.holders() == Counter({"new": PARTITIONS})
+    servers = c.region.server_count()
+    assert servers == 2 * PARTITIONS, "nothing created twice across the hand-over"
 
 
 def test_database_loss_stops_acting(tmp_path: Path, fleet_url: str) -> None:

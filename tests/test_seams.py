@@ -5,6 +5,7 @@ the cloud is away, a refused write after a drain."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,8 +279,9 @@ def test_a_replica_fenced_out_stops_the_partition_and_says_so(tmp_path: Path) ->
         w.at(w.clock.now() + 5)
         runner.tend_leases()  # its lease (kept elsewhere) renews, or is taken again
         assert "p1" in runner.held
-        # Another writer claims a newer token in the database (with its own lease).
-        fencing.claim_fence("p1", "intruder", 100 + k)
+        # Another writer claims a newer token in the database (with its own lease,
+        # taken while r1's claim looked lapsed to it), and lets it lapse at once.
+        fencing.claim_fence("p1", "intruder", 100 + k, until=-1.0, now=math.inf)
         assert runner.cycle_once("p1") is None  # its write is refused
         assert "p1" not in runner.held
     assert runner.fenced == {"p1": FENCED_STALL}

@@ -147,6 +147,7 @@ class FleetStateRules(RuleBasedStateMachine):
         # Fencing: each leased partition's row (holder, the largest token it was taken
         # or claimed with), and the leases' clock.
         self.fences: dict[str, tuple[str, int]] = {}
+        self.live_until: dict[str, float] = {}  # until when its lease or claim holds
         self.lease_now = 0.0
 
     def teardown(self) -> None:
@@ -382,8 +383,12 @@ class FleetStateRules(RuleBasedStateMachine):
         lease = self.leases.acquire(partition, holder, TTL_S, self.lease_now)
         assert lease is not None
         assert lease.token > self.fence(partition)
-        assert self.leases.claim_fence(partition, holder, lease.token) == lease.token
+        claimed = self.leases.claim_fence(
+            partition, holder, lease.token, lease.expires_at, self.lease_now
+        )
+        assert claimed == lease.token
         self.fences[partition] = (holder, lease.token)
+        self.live_until[partition] = lease.expires_at
 
     @rule(
         partition=st.sampled_from(LEASED),
@@ -391,10 +396,12 @@ class FleetStateRules(RuleBasedStateMachine):
         token=st.integers(1, 9),
     )
     def claim(self, partition: str, holder: str, token: int) -> None:
-        """A lease kept elsewhere (Kubernetes) was taken with `token`: the holder writes
-        with that token when fleet state has seen none as large; with its own claim
-        again when it claims no larger; else one past the largest fleet state has seen
-        (a Lease that counts from 1 again writes above every older holder)."""
+        """A lease kept elsewhere (Kubernetes) was taken with `token`, every earlier
+        lease and claim having lapsed: the holder writes with that token when fleet
+        state has seen none as large; with its own claim again when it claims no
+        larger; else one past the largest fleet state has seen (a Lease that counts
+        from 1 again writes above every older holder)."""
+        self.lease_now += 2 * TTL_S
         held = self.fences.get(partition)
         if held is None:
             expected = token
@@ -402,8 +409,35 @@ class FleetStateRules(RuleBasedStateMachine):
             expected = held[1]
         else:
             expected = max(token, held[1] + 1)
-        assert self.leases.claim_fence(partition, holder, token) == expected
+        until = self.lease_now + TTL_S
+        assert self.leases.claim_fence(partition, holder, token, until, self.lease_now) == expected
         self.fences[partition] = (holder, expected)
+        self.live_until[partition] = until
+
+    @precondition(lambda self: bool(self.fences))
+    @rule(
+        partition=st.sampled_from(LEASED),
+        other=st.sampled_from(HOLDERS),
+        token=st.integers(1, 99),
+        kind=st.sampled_from(["claim", "lease"]),
+    )
+    def held_claim_is_not_taken(self, partition: str, other: str, token: int, kind: str) -> None:
+        """While the last claim or lease is live, another holder neither claims the
+        partition (a replica of the other lease kind, in a rolling change of kind) nor
+        takes its lease: they must not fence each other in turn. Its holder claims it
+        again, at its own token."""
+        held = self.fences.get(partition)
+        if held is None or other == held[0] or self.live_until[partition] < self.lease_now:
+            return
+        if kind == "claim":
+            got = self.leases.claim_fence(
+                partition, other, token, self.lease_now + 1, self.lease_now
+            )
+            assert got is None
+        else:
+            assert self.leases.acquire(partition, other, TTL_S, self.lease_now) is None
+        again = self.leases.claim_fence(partition, held[0], 1, self.lease_now + 1, self.lease_now)
+        assert again == held[1]
 
     @precondition(lambda self: bool(self.fences))
     @rule(

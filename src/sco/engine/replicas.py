@@ -266,7 +266,15 @@ class ReplicaRunner:
                 continue
             # With leases kept elsewhere (Kubernetes) the database learns the token here,
             # and a Lease that counts from 1 again writes above what it has seen.
-            fence = self.leases.claim_fence(name, self.config.name, lease.token)
+            fence = self.leases.claim_fence(
+                name, self.config.name, lease.token, lease.expires_at, now
+            )
+            if fence is None:
+                # Fleet state says a replica of the other lease kind holds it (a rolling
+                # change of lease kind): it keeps it until its claim lapses.
+                self.leases.release(lease)
+                held_elsewhere = True
+                continue
             if fence != lease.token:
                 log.info(
                     "replica %s: %s's lease has token %d, the database has seen larger: "

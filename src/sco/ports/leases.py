@@ -59,14 +59,26 @@ class Membership(Protocol):
 
 
 class Fencing(Protocol):
-    """Fleet state's record of the largest token each partition was written with."""
+    """Fleet state's record of each partition's writer: the largest token it was
+    written with, who holds it and until when."""
 
-    def claim_fence(self, partition: str, holder: str, token: int) -> int:
-        """The fencing token `holder` writes `partition` with, now that it has taken the
-        partition's lease with `token`: that token when fleet state has seen none as
-        large, else one past the largest it has seen (a lease kept elsewhere may count
-        from 1 again: a Kubernetes Lease recreated). Every write carrying a smaller
-        token is refused from then on (`sco.ports.FencedOut`)."""
+    def claim_fence(
+        self, partition: str, holder: str, token: int, until: float, now: float
+    ) -> int | None:
+        """The fencing token `holder` writes `partition` with, now that it has taken (or
+        renewed) the partition's lease with `token`, held until `until`: that token
+        when fleet state has seen none as large, else one past the largest it has seen
+        (a lease kept elsewhere may count from 1 again: a Kubernetes Lease recreated).
+        Every write carrying a smaller token is refused from then on
+        (`sco.ports.FencedOut`). Its own claim again: the same token, held until
+        `until` if that is later. None while another holder's claim is live (expires
+        at or after `now`): during a rolling change of lease kind, a replica of the
+        other kind writes the partition, and the two must not fence each other in
+        turn."""
+        ...
+
+    def release_fence(self, partition: str, holder: str) -> None:
+        """`holder` hands its claim back: the record (its token) stays, no longer live."""
         ...
 
 

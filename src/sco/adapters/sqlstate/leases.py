@@ -49,6 +49,7 @@ _RENEW = (
     )
     .values(expires_at=bindparam("until"))
 )
+_SEEN = select(_L.token, _L.holder, _L.expires_at).where(_L.partition == bindparam("p"))
 _R = t.replicas.c
 _BEAT = update(t.replicas).where(_R.name == bindparam("n")).values(expires_at=bindparam("until"))
 _LIVE = select(_R.name).where(_R.expires_at >= bindparam("now")).order_by(_R.name)
@@ -123,21 +124,21 @@ class SqlLeases:
                 for r in conn.execute(select(t.leases).order_by(t.leases.c.partition))
             ]
 
-    def claim_fence(self, partition: str, holder: str, token: int) -> int:
-        """The fencing token `holder` writes `partition` with, now that it has taken the
-        partition's lease with `token`: that token when the database has seen none as
-        large (leases kept here: the lease row is this one, and is the holder's
-        already), else one past the largest the database has seen. A lease kept
-        elsewhere may count from 1 again (a Kubernetes Lease recreated, or leases moved
-        from the database to Kubernetes) while the database still refuses every token
-        below the largest it saw: a new holder must write above it, and every older
-        holder stays refused. The triggers of migration 0003 refuse any write of the
-        partition's rows below what this returns."""
+    def claim_fence(
+        self, partition: str, holder: str, token: int, until: float, now: float
+    ) -> int | None:
+        """The fencing token `holder` writes `partition` with (`sco.ports.Fencing`).
+        With leases kept here the lease row is the claim, and the holder's already. A
+        lease kept elsewhere may count from 1 again (a Kubernetes Lease recreated, or
+        leases moved from the database to Kubernetes) while the database still refuses
+        every token below the largest it saw: a new holder writes above it, and every
+        older holder stays refused. The claim is a live lease row to replicas whose
+        leases are kept here (a rolling change of lease kind): they do not take it
+        until it expires, nor it theirs. The triggers of migration 0003 refuse any
+        write of the partition's rows below what this returns."""
         row = t.leases.c
         with self.engine.begin() as conn:
-            seen = conn.execute(
-                select(row.token, row.holder).where(row.partition == partition)
-            ).first()
+            seen = conn.execute(_SEEN, {"p": partition}).first()
             if seen is None:
                 try:
                     with conn.begin_nested():
@@ -146,26 +147,38 @@ class SqlLeases:
                                 partition=partition,
                                 holder=holder,
                                 token=token,
-                                acquired_at=0.0,
-                                expires_at=-1.0,
+                                acquired_at=now,
+                                expires_at=until,
                             )
                         )
                     return token
-                except IntegrityError:  # another holder's claim came first: above it
-                    seen = conn.execute(
-                        select(row.token, row.holder).where(row.partition == partition)
-                    ).one()
-            if seen.holder == holder and int(seen.token) >= token:
-                return int(seen.token)  # its own: the lease row, or its earlier claim
-            fence = max(token, int(seen.token) + 1)
+                except IntegrityError:  # another holder's claim came first
+                    seen = conn.execute(_SEEN, {"p": partition}).one()
+            mine = seen.holder == holder and int(seen.token) >= token
+            if not mine and seen.holder and float(seen.expires_at) >= now:
+                return None  # another replica's claim, live
+            fence = int(seen.token) if mine else max(token, int(seen.token) + 1)
             claimed = conn.execute(
                 update(t.leases)
                 .where(row.partition == partition, row.token == seen.token)
-                .values(token=fence, holder=holder)
+                .values(
+                    token=fence,
+                    holder=holder,
+                    expires_at=max(until, float(seen.expires_at)) if mine else until,
+                )
             )
             if claimed.rowcount != 1:
                 raise StateConflict(f"the fence of {partition} moved while {holder} claimed it")
             return fence
+
+    def release_fence(self, partition: str, holder: str) -> None:
+        row = t.leases.c
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(t.leases)
+                .where(row.partition == partition, row.holder == holder)
+                .values(expires_at=-1.0, holder="")
+            )
 
     # ------------------------------------------------------------ replicas
 

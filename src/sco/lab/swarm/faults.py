@@ -329,9 +329,15 @@ class LeaseFaults:
         if self.stage.schedule.active(Kind.DATABASE_DOWN):
             raise DatabaseDown("could not connect to the database")
 
-    def claim_fence(self, partition: str, holder: str, token: int) -> int:
+    def claim_fence(
+        self, partition: str, holder: str, token: int, until: float, now: float
+    ) -> int | None:
         self._reach_database()
-        return self.inner.claim_fence(partition, holder, token)
+        return self.inner.claim_fence(partition, holder, token, until, now)
+
+    def release_fence(self, partition: str, holder: str) -> None:
+        self._reach_database()
+        self.inner.release_fence(partition, holder)
 
     def acquire(self, partition: str, holder: str, ttl_s: float, now: float) -> Lease | None:
         self._reach()

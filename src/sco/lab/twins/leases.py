@@ -74,17 +74,27 @@ class MemoryLeaseTable:
     def leases(self) -> list[Lease]:
         return [Lease(p, r.holder, r.token, r.expires_at) for p, r in sorted(self._rows.items())]
 
-    def claim_fence(self, partition: str, holder: str, token: int) -> int:
+    def claim_fence(
+        self, partition: str, holder: str, token: int, until: float, now: float
+    ) -> int | None:
         row = self._rows.get(partition)
         if row is None:
-            # As the database: a fence row that no lease of the table's own is behind.
-            self._rows[partition] = _Held(holder, token, -1.0)
+            # As the database: the claim is a lease row, live until `until`.
+            self._rows[partition] = _Held(holder, token, until)
             return token
-        if row.holder == holder and row.token >= token:
+        mine = row.holder == holder and row.token >= token
+        if not mine and row.holder and row.expires_at >= now:
+            return None  # another replica's claim, live
+        if mine:
+            row.expires_at = max(row.expires_at, until)
             return row.token  # its own: the lease row, or its earlier claim
-        fence = max(token, row.token + 1)
-        row.token, row.holder = fence, holder
-        return fence
+        row.token, row.holder, row.expires_at = max(token, row.token + 1), holder, until
+        return row.token
+
+    def release_fence(self, partition: str, holder: str) -> None:
+        row = self._rows.get(partition)
+        if row is not None and row.holder == holder:
+            row.expires_at, row.holder = -1.0, ""
 
     def check(self, partitions: set[str], fence: int) -> None:
         """Refuse a write carrying `fence` to rows of `partitions` below their token."""
