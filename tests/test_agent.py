@@ -55,7 +55,7 @@ def _node(store: SqlFleetStore, token_file: Path) -> Instance:
     store.record([created(inst, "seeded")])
     token = secrets.token_urlsafe(32)
     token_file.write_text(token + "\n")
-    store.contracts.set_token(inst.id, token_digest(token), 1e12)
+    store.contracts.set_token(inst.id, token_digest(token), 1e12, 0.0)
     return inst
 
 
@@ -158,7 +158,7 @@ def test_a_rotated_token_is_read_again(
     a.step()  # 401: it will read the file again
     fresh = secrets.token_urlsafe(32)
     (tmp_path / "token").write_text(fresh)
-    store.contracts.set_token(inst.id, token_digest(fresh), 1e12)
+    store.contracts.set_token(inst.id, token_digest(fresh), 1e12, 0.0)
     _notice(store, inst, 4_000_000_000.0)
     _served_notice(tmp_path, client)
     for _ in range(3):
@@ -183,11 +183,13 @@ def test_after_a_rotation_behind_one_address_every_agent_reads_its_contract(
             _node(store, home / "token")
             agents.append(_agent(home, client, home / "drains"))
             agents[-1].step()
-        for k, a in enumerate(agents):  # rotated: new files, the old tokens still held
+        store.contracts.revoke("p1")  # `sco tokens rotate`: the old tokens stop at once
+        for k, a in enumerate(agents):  # new files, the old tokens still held
             assert a.state.contract is not None
             fresh = secrets.token_urlsafe(32)
             (tmp_path / f"n{k}" / "token").write_text(fresh)
-            store.contracts.set_token(a.state.contract.instance_id, token_digest(fresh), 1e12)
+            instance_id = a.state.contract.instance_id
+            store.contracts.set_token(instance_id, token_digest(fresh), 1e12, 0.0)
         noticed = _notice(store, store.instances("p1")[0], 4_000_000_000.0)
 
         def served() -> bool:

@@ -43,7 +43,9 @@ def _node(store: SqlFleetStore, expires_at: float | None = None) -> tuple[Instan
     inst = instance(POOL, State.READY)
     store.record([created(inst, "seeded")])
     token = secrets.token_urlsafe(32)
-    store.contracts.set_token(inst.id, token_digest(token), expires_at or time.time() + 3600)
+    store.contracts.set_token(
+        inst.id, token_digest(token), expires_at or time.time() + 3600, time.time() - 3600
+    )
     return inst, token
 
 

@@ -32,7 +32,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient
     inst = instance(POOL, State.READY)
     store.record([created(inst, "seeded")])
     token = secrets.token_urlsafe(32)
-    store.contracts.set_token(inst.id, token_digest(token), time.time() + 3600)
+    store.contracts.set_token(inst.id, token_digest(token), time.time() + 3600, time.time())
     # Limits high enough that the fuzzing itself is not what answers.
     app = create_app(
         store.contracts, DistributorConfig(auth_failures_per_min=1e9, requests_per_s=1e9)

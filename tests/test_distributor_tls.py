@@ -43,7 +43,7 @@ def test_contracts_over_tls_to_an_agent_that_trusts_the_ca(tmp_path: Path) -> No
     inst = instance(POOL, State.READY)
     store.record([created(inst, "seeded")])
     token = secrets.token_urlsafe(32)
-    store.contracts.set_token(inst.id, token_digest(token), time.time() + 3600)
+    store.contracts.set_token(inst.id, token_digest(token), time.time() + 3600, time.time())
     (tmp_path / "token").write_text(token)
     port = free_port()
     config = tmp_path / "sco.yaml"

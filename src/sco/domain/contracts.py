@@ -186,6 +186,11 @@ class StoredContract:
     ack_detail: str | None
     ack_at: float | None
     token_hash: str | None = None  # the digest, never the token
+    # The token the current one replaced, still accepted until it expires: a node may
+    # hold it (the new one was stored before it was delivered, and a writer that
+    # stopped in between may deliver its own late).
+    prev_token_hash: str | None = None
+    prev_token_expires_at: float | None = None
 
     @property
     def acked(self) -> AckStatus | None:
@@ -195,6 +200,18 @@ class StoredContract:
     def token_valid(self, now: float) -> bool:
         """Whether its token (if any) has not expired."""
         return self.token_expires_at is not None and self.token_expires_at > now
+
+    def digests(self) -> tuple[str, ...]:
+        """The digests a node may present for this contract (expired or not)."""
+        return tuple(d for d in (self.token_hash, self.prev_token_hash) if d)
+
+    def accepts(self, digest: str, now: float) -> bool:
+        """Whether a node presenting a token with `digest` is this contract's node: the
+        current token, or the one it replaced, each until its own expiry."""
+        if digest == self.token_hash and self.token_valid(now):
+            return True
+        until = self.prev_token_expires_at
+        return digest == self.prev_token_hash and until is not None and until > now
 
 
 def token_digest(token: str) -> str:

@@ -196,7 +196,7 @@ class PartitionController:
         transitions = acq.act(actions, snapshot, plan, now)
         acq.sweep(now)
         if self.world.tokens is not None:
-            self.world.tokens.issue(self.partition.name, now)
+            self.world.tokens.issue(self.partition.name, now, self.records.fence.token)
         tally.lap("act")
         return self._full_report(
             now, synced + transitions, actions, decision, snapshot, plan, demand, tally, handback

@@ -47,21 +47,20 @@ class Mirror:
                 # A read that began before a newer version this copy already holds
                 # (from a request's own read): a node never sees its contract go back.
                 continue
-            if old is not None and old.token_hash and old.token_hash != row.token_hash:
-                self._by_digest.pop(old.token_hash, None)
+            if old is not None:
+                for digest in set(old.digests()) - set(row.digests()):
+                    self._by_digest.pop(digest, None)
             if row.terms.state is NodeState.GONE and row.changed_at < now - self.gone_keep_s:
                 self.rows.pop(row.instance_id, None)
                 continue
             self.rows[row.instance_id] = row
-            if row.token_hash:
-                self._by_digest[row.token_hash] = row.instance_id
+            for digest in row.digests():
+                self._by_digest[digest] = row.instance_id
 
     def by_digest(self, digest: str, now: float) -> StoredContract | None:
         instance_id = self._by_digest.get(digest)
         row = self.rows.get(instance_id) if instance_id else None
-        if row is None or row.token_hash != digest:
-            return None
-        if not row.token_valid(now):
+        if row is None or not row.accepts(digest, now):
             return None
         return row
 

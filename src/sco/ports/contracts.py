@@ -35,16 +35,32 @@ class TokenCourier(Protocol):
 
 
 class TokenLedger(Protocol):
-    """Where node tokens are kept (as digests) with their contracts."""
+    """Where node tokens are kept (as digests) with their contracts.
 
-    def untokened(self, partition: str, renew_before: float) -> list[tuple[str, str]]:
-        """(instance id, server id) of live contracts with a server and no token, or one
-        that expires before `renew_before`."""
+    A token is stored before it is delivered and marked delivered after: a node then
+    never holds a token the ledger refuses, whichever leaders interleave (a stale
+    leader cannot store one, and one it stored and delivers late is the replaced
+    token, still accepted)."""
+
+    def untokened(
+        self, partition: str, renew_before: float, undelivered_before: float
+    ) -> list[tuple[str, str]]:
+        """(instance id, server id) of live contracts with a server and no token, one
+        that expires before `renew_before`, or one stored before `undelivered_before`
+        and not marked delivered (its issuer stopped in between)."""
         ...
 
-    def set_token(self, instance_id: str, token_hash: str, expires_at: float) -> bool:
-        """Give the contract a new token (the old one stops working at once); False
-        when there is no such contract."""
+    def set_token(
+        self, instance_id: str, token_hash: str, expires_at: float, now: float, fence: int = 0
+    ) -> bool:
+        """Store a new token's digest before it is delivered; the token it replaces is
+        still accepted until its own expiry (`revoke` ends both). False when there is no
+        such contract or another writer set a token since; FencedOut when `fence` is
+        below the partition's lease token."""
+        ...
+
+    def token_delivered(self, instance_id: str, token_hash: str) -> None:
+        """The token with `token_hash` reached its server (nothing if it was replaced)."""
         ...
 
 

@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, text, update
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, text, update
 
 from sco.adapters.sqlstate import DatabaseError, Unreachable
 from sco.adapters.sqlstate import schema as t
 from sco.domain.contracts import AckStatus, NodeState, StoredContract, Terms, terms_of
 from sco.domain.instances import Change
+from sco.ports import FencedOut
 from sco.ports.contracts import ContractsUnavailable, Listener
 
 CHANNEL = "sco_contracts"
@@ -124,6 +125,8 @@ def _row(r: Any) -> StoredContract:
         ack_detail=r.ack_detail,
         ack_at=r.ack_at,
         token_hash=r.token_hash,
+        prev_token_hash=r.prev_token_hash,
+        prev_token_expires_at=r.prev_token_expires_at,
     )
 
 
@@ -178,9 +181,15 @@ class ContractStore:
 
     @_feed
     def by_token(self, token_hash: str, now: float) -> StoredContract | None:
-        """The contract whose token hashes to `token_hash`, if the token has not expired."""
+        """The contract whose token, or the token that one replaced, hashes to
+        `token_hash` and has not expired."""
         c = t.contracts.c
-        q = select(t.contracts).where(c.token_hash == token_hash, c.token_expires_at > now)
+        q = select(t.contracts).where(
+            or_(
+                and_(c.token_hash == token_hash, c.token_expires_at > now),
+                and_(c.prev_token_hash == token_hash, c.prev_token_expires_at > now),
+            )
+        )
         with self.engine.connect() as conn:
             r = conn.execute(q).first()
         return _row(r) if r is not None else None
@@ -191,13 +200,19 @@ class ContractStore:
         with self.engine.connect() as conn:
             return [_row(r) for r in conn.execute(q)]
 
-    def untokened(self, partition: str, renew_before: float) -> list[tuple[str, str]]:
+    def untokened(
+        self, partition: str, renew_before: float, undelivered_before: float
+    ) -> list[tuple[str, str]]:
         c = t.contracts.c
         q = select(c.instance_id, c.server_id).where(
             c.partition == partition,
             c.server_id.is_not(None),
             c.state != str(NodeState.GONE),
-            or_(c.token_hash.is_(None), c.token_expires_at < renew_before),
+            or_(
+                c.token_hash.is_(None),
+                c.token_expires_at < renew_before,
+                and_(c.token_delivered.is_(False), c.token_set_at < undelivered_before),
+            ),
         )
         with self.engine.connect() as conn:
             return [(str(i), str(s)) for i, s in conn.execute(q)]
@@ -226,24 +241,72 @@ class ContractStore:
                 for r in conn.execute(
                     update(t.contracts)
                     .where(*where)
-                    .values(token_hash=None, token_expires_at=None)
+                    .values(
+                        token_hash=None,
+                        token_expires_at=None,
+                        prev_token_hash=None,
+                        prev_token_expires_at=None,
+                    )
                     .returning(c.instance_id)
                 )
             ]
             _changed(conn, ids, time.time())
         return len(ids)
 
-    def set_token(self, instance_id: str, token_hash: str, expires_at: float) -> bool:
-        """Give the contract a new token (the old one stops working at once)."""
+    def set_token(
+        self, instance_id: str, token_hash: str, expires_at: float, now: float, fence: int = 0
+    ) -> bool:
+        """Store a new token's digest, before the token is delivered (`sco.ports.
+        TokenLedger`); the token it replaces is accepted until its own expiry. False when
+        there is no such contract, or another writer set one since it was read; FencedOut
+        when `fence` is below the partition's lease token."""
+        c, lease = t.contracts.c, t.leases.c
         with self.engine.begin() as conn:
+            row = conn.execute(
+                select(c.partition, c.token_hash, c.token_expires_at).where(
+                    c.instance_id == instance_id
+                )
+            ).first()
+            if row is None:
+                return False
+            # Read for share: a new holder's claim waits for this write, or this write
+            # sees the claim (PostgreSQL; SQLite writes one at a time anyway).
+            current = conn.execute(
+                select(lease.token)
+                .where(lease.partition == row.partition)
+                .with_for_update(read=True)
+            ).scalar()
+            if current is not None and fence < int(current):
+                raise FencedOut(
+                    f"stale fencing token: {fence} < current token {current} of {row.partition}"
+                )
+            replaced = row.token_expires_at is not None and row.token_expires_at > now
             done = conn.execute(
                 update(t.contracts)
-                .where(t.contracts.c.instance_id == instance_id)
-                .values(token_hash=token_hash, token_expires_at=expires_at)
+                .where(
+                    c.instance_id == instance_id, c.token_hash.is_not_distinct_from(row.token_hash)
+                )
+                .values(
+                    token_hash=token_hash,
+                    token_expires_at=expires_at,
+                    prev_token_hash=row.token_hash if replaced else None,
+                    prev_token_expires_at=row.token_expires_at if replaced else None,
+                    token_set_at=now,
+                    token_delivered=False,
+                )
             )
             if done.rowcount:
                 _changed(conn, [instance_id], time.time())
         return bool(done.rowcount)
+
+    def token_delivered(self, instance_id: str, token_hash: str) -> None:
+        c = t.contracts.c
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(t.contracts)
+                .where(c.instance_id == instance_id, c.token_hash == token_hash)
+                .values(token_delivered=True)
+            )
 
     @_feed
     def ack(

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Table,
     Text,
     false,
+    true,
 )
 
 metadata = MetaData()
@@ -200,6 +201,10 @@ contracts = Table(
     Column("changed_at", Float, nullable=False),
     Column("token_hash", String(64)),
     Column("token_expires_at", Float),
+    Column("prev_token_hash", String(64)),  # the token the last one replaced
+    Column("prev_token_expires_at", Float),
+    Column("token_set_at", Float),
+    Column("token_delivered", Boolean, nullable=False, server_default=true()),
     Column("ack_version", Integer),
     Column("ack_status", String(16)),
     Column("ack_detail", Text),

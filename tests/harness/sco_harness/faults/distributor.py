@@ -221,7 +221,7 @@ def _fleet(store: SqlFleetStore, n: int) -> list[tuple[Instance, str]]:
     store.record([created(i, "faults") for i in instances])
     tokens = [secrets.token_urlsafe(32) for _ in instances]
     for i, t in zip(instances, tokens, strict=True):
-        if not store.contracts.set_token(i.id, token_digest(t), now + 86400):
+        if not store.contracts.set_token(i.id, token_digest(t), now + 86400, now):
             raise RuntimeError(f"no contract for {i.id}")
     return list(zip(instances, tokens, strict=True))
 

@@ -62,7 +62,7 @@ def api_target(hooks: AppHooks) -> Target:
     store.upsert_pools([POOL])
     node = instance(POOL, State.READY)
     store.record([created(node, "seeded")])
-    store.contracts.set_token(node.id, token_digest(TOKEN), time.time() + 86400)
+    store.contracts.set_token(node.id, token_digest(TOKEN), time.time() + 86400, time.time())
     app = hooks.distributor_app(store.contracts)
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 
