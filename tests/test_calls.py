@@ -207,3 +207,33 @@ def test_a_replica_keeps_cycling_while_a_create_hangs(tmp_path: Path) -> None:
         thread.join(30)
         cluster.stores["r1"].close()
     assert not thread.is_alive()
+
+
+def test_a_create_that_no_longer_stands_when_a_worker_gets_to_it_is_never_sent(
+    tmp_path: Path,
+) -> None:
+    """Issue 40, defect 3: the worker pool (shared by every partition) could send a
+    create after the listing grace had closed its REQUESTED records, or after the
+    partition's lease was let go: its servers were then adopted as strangers and the
+    partition overshot. A create that waited past half the grace, or whose partition
+    changed hands, is not sent: its records are closed as not sent."""
+    for late in ("waited", "lease let go"):
+        w = World(tmp_path / late.replace(" ", "-"))
+        calls = HeldCalls()
+        c = _controller(w, calls)
+        c.records.fence.token = 5  # the lease it holds
+        c.cycle()
+        assert _states(w) == [State.REQUESTED] * 3
+        if late == "waited":
+            w.at(31)  # the listing grace is 60 s
+        else:
+            c.records.fence.revoke()  # what its runner does when the lease goes
+        calls.run()
+        assert w.region.list("p1") == [], f"{late}: the cloud was never asked"
+        calls.answer()
+        if late == "lease let go":
+            return  # the controller stops: another leader's listing closes the records
+        c.cycle()
+        failed = [h for h in w.store.history() if h.to_state == State.FAILED]
+        assert len(failed) == 3
+        assert all("not sent: it waited 31 s for a worker" in h.reason for h in failed)

@@ -213,7 +213,8 @@ class Acquirer:
                 self.partition, count, pool.id, ", ".join(sorted(set(codes))), request_id,
                 plan.generation,
             )  # fmt: skip
-        sent = _Request(request_id, pool.id, instances, tuple(codes), replacing, now)
+        fence = self.records.fence.token
+        sent = _Request(request_id, pool.id, instances, tuple(codes), replacing, now, fence)
         answered = self._outbound.send(
             lambda: self._send_create(sent, plan.generation),
             lambda future: self._create_answered(sent, future.result()),
@@ -221,7 +222,12 @@ class Acquirer:
         return len(instances) + answered
 
     def _send_create(self, sent: _Request, plan_generation: int) -> _Answer:
-        """The cloud's answer to a create, and when it came (it may run on a worker)."""
+        """The cloud's answer to a create, and when it came (it may run on a worker).
+        Not sent when it waited for a worker until it no longer stands (`_stale_create`)."""
+        late = self._stale_create(sent, self.clock.now())
+        if late:
+            log.info("partition %s: create %s not sent: %s", self.partition, sent.request_id, late)
+            return _Answer(None, None, self.clock.now(), not_sent=late)
         try:
             result = self.provider.create(
                 sent.pool, len(sent.instances), sent.request_id, self.partition, plan_generation
@@ -235,11 +241,28 @@ class Acquirer:
             return _Answer(None, e, self.clock.now())
         return _Answer(result, None, self.clock.now())
 
+    def _stale_create(self, sent: _Request, now: float) -> str:
+        """Why a create that waited for a worker must not go out, if it must not: the
+        partition's lease was let go meanwhile (another leader may act on it now), or
+        half the listing grace has gone by (its records are closed at the grace, and a
+        server made later would be a stranger the partition adopts over its target)."""
+        if self.records.fence.token != sent.fence:
+            return "the partition's lease was let go while it waited"
+        waited = now - sent.at
+        if waited >= self.config.list_grace_s / 2:
+            return f"it waited {waited:.0f} s for a worker, past half the listing grace"
+        return ""
+
     def _create_answered(self, sent: _Request, answer: _Answer) -> int:
         """Record a create's answer on the records as they are now: a listing may have
         settled some of them first (found by request id, or closed unanswered), and
         those are left as they are. Returns the transitions recorded."""
         name, request_id = self.partition, sent.request_id
+        if answer.not_sent:
+            if self.records.stale:
+                return 0
+            _, waiting = self._requested(sent)
+            return self._refused(waiting, request_id, f"not sent: {answer.not_sent}", answer.at)
         if isinstance(answer.error, RetryableProviderError):
             # The outcome is unknown: records stay REQUESTED until listed or expired.
             log.warning("partition %s: create %s unknown: %s", name, request_id, answer.error)
@@ -250,8 +273,7 @@ class Acquirer:
         if self.records.stale:
             log.info("partition %s: answer to %s left to the listing", name, request_id)
             return 0
-        current = [self.records.get(i.id) for i in sent.instances]
-        waiting = [i for i in current if i is not None and i.state is State.REQUESTED]
+        current, waiting = self._requested(sent)
         if answer.error is not None:
             return self._refused(waiting, request_id, str(answer.error), sent.at)
         result = answer.result
@@ -286,6 +308,11 @@ class Acquirer:
         self._count_created(sent.codes[: len(accepted)], sent.replacing, sent.pool)
         return recorded
 
+    def _requested(self, sent: _Request) -> tuple[list[Instance | None], list[Instance]]:
+        """The request's records as they are now, and those still REQUESTED."""
+        current = [self.records.get(i.id) for i in sent.instances]
+        return current, [i for i in current if i is not None and i.state is State.REQUESTED]
+
     def _count_created(self, codes: Sequence[Reason], replacing: int, pool: PoolId) -> None:
         replaced = min(replacing, len(codes))
         self.tally.created += len(codes)
@@ -312,6 +339,7 @@ class _Request:
     codes: tuple[Reason, ...]
     replacing: int  # of them, replacements of reclaimed spot
     at: float  # when it was sent
+    fence: int  # the partition's fencing token then
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,3 +347,4 @@ class _Answer:
     result: CreateResult | None
     error: ProviderError | None
     at: float  # when it came
+    not_sent: str = ""  # why it was never sent (the cloud was not asked)
