@@ -75,14 +75,3 @@ def test_every_relative_link_lands(page: Path) -> None:
         if not (page.parent / target).exists():
             missing.append(target)
     assert not missing, f"{page.name}: links to nothing: {missing}"
-
-
-def test_no_source_file_is_over_500_lines() -> None:
-    """A file that outgrows 500 lines holds more than one thing (STYLE.md): split it by
-    what its parts are for before adding to it."""
-    long = {
-        str(p.relative_to(ROOT)): n
-        for p in (ROOT / "src").rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > 500
-    }
-    assert not long, long

@@ -231,7 +231,11 @@ def test_a_kubeconfig_that_cannot_be_used_stops_sco_run_with_one_line(
     assert f"kubernetes.main: cannot reach the API server at http://127.0.0.1:{port}" in err, err
     assert len(err.strip().splitlines()) == 1, err
 
-    # And a working one passes the start checks: the dry run plans from the pods.
+    # And a working one passes the start checks: the dry run plans from the pods, and
+    # writes nothing to the cluster (issue 40: it sent a Warning Event for a pod no
+    # node could run).
     api.put("pods", _pod("web-0", "1"))
+    api.put("pods", _pod("huge-0", "64"))
     code, err = run(api.kubeconfig(tmp_path / "good"))
     assert code == 0, err
+    assert api.list("events") == []

@@ -234,7 +234,7 @@ def dry_run(settings: Settings) -> Look:
     try:
         plane = scheduler_plane(
             settings, provider.region.region, clock.now(), provider.last_listing, clock,
-            pools=list(provider.pools()),
+            pools=list(provider.pools()), read_only=True,
         )  # fmt: skip
     except BaseException:
         provider.stop()

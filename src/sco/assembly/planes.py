@@ -43,13 +43,15 @@ def scheduler_plane(
     clock: Clock,
     acks: AckReader | None = None,
     pools: Sequence[Pool] = (),
+    read_only: bool = False,
 ) -> SchedulerPlane:
     """Static partitions keep servers as nodes (drained when asked, or when their agent
     says so with `agents: true` and `acks`); Slurm partitions get their cluster's demand
     and nodes (checked at start: reachable, partitions known, output readable), and
     Kubernetes partitions theirs (checked at start: the kubeconfig loads, the API
     server answers and lets sco list nodes and pods). `pools` are the provider's: a
-    Kubernetes node is labelled with its pool's class."""
+    Kubernetes node is labelled with its pool's class. `read_only` (a dry run): the
+    intake writes nothing to a cluster either (no Warning Event on a pod)."""
     from sco.adapters.standalone import AgentNodes, ServersAsNodes
     from sco.engine.routing import DemandRouter, NodeRouter
 
@@ -65,7 +67,7 @@ def scheduler_plane(
     kube = [p for p in settings.partitions if p.demand == "kubernetes"]
     if kube:
         for source, plane, names, close in _kubernetes(
-            settings, kube, region, listing, clock, pools
+            settings, kube, region, listing, clock, pools, read_only
         ):
             sources.append(source)
             planes.update(dict.fromkeys(names, plane))
@@ -167,6 +169,7 @@ def _kubernetes(
     listing: Callable[[str], Sequence[ServerView]],
     clock: Clock,
     pools: Sequence[Pool],
+    read_only: bool,
 ) -> list[tuple[DemandSource, SchedulerCluster, list[str], Callable[[], None]]]:
     try:
         from sco.adapters.kubernetes.demand import KubeDemandSpec, KubernetesDemandSource
@@ -215,6 +218,8 @@ def _kubernetes(
         nodes.wait_synced(c.timeout_s)
         pods.wait_synced(c.timeout_s)
 
+        events = None if read_only else core  # a dry run tells no pod anything
+
         def close(watching: tuple[Informer, ...] = (nodes, pods)) -> None:
             for informer in watching:
                 informer.stop()
@@ -222,7 +227,7 @@ def _kubernetes(
         out.append(
             (
                 KubernetesDemandSource(
-                    pods, nodes, demand_specs, core, c.timeout_s, listing, pools
+                    pods, nodes, demand_specs, events, c.timeout_s, listing, pools
                 ),
                 KubernetesNodes(core, nodes, pods, clock, c.grace_s, parts, listing, pools),
                 [p.name for p in members],

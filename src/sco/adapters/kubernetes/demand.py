@@ -32,7 +32,6 @@ from typing import Any
 from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.pods import (
     CLASS_LABEL,
-    DEFAULT_INSTALLATION,
     INSTALLATION_LABEL,
     SPOT_TAINT,
     Intake,
@@ -53,6 +52,7 @@ from sco.adapters.kubernetes.pods import (
 )
 from sco.decide.binpack import Size
 from sco.domain.demand import Demand, Partition
+from sco.domain.installation import DEFAULT_INSTALLATION, is_mine
 from sco.domain.pools import CapacityClass, Pool
 from sco.ports import SchedulerUnavailable, ServerView
 
@@ -81,7 +81,7 @@ class KubePartition:
         installation. Carrying ours among more is not enough: a node of installation
         `b` carries every label of `default`'s partition of the same name."""
         have = (node.get("metadata") or {}).get("labels") or {}
-        if have.get(INSTALLATION_LABEL, DEFAULT_INSTALLATION) != self.installation:
+        if not is_mine(have.get(INSTALLATION_LABEL), self.installation):
             return False
         return all(have.get(k) == v for k, v in self.labels.items())
 

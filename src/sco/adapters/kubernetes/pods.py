@@ -40,7 +40,6 @@ _MB = 1024 * 1024
 # otherwise), the capacity class, the pool, and the standard zone (= the pool's hall).
 PARTITION_LABEL = "sco.io/partition"
 INSTALLATION_LABEL = "sco.io/installation"  # a named installation's, beside the partition
-DEFAULT_INSTALLATION = "default"  # whose nodes carry no installation label
 CLASS_LABEL = "sco.io/capacity-class"
 POOL_LABEL = "sco.io/pool"
 ZONE_LABEL = "topology.kubernetes.io/zone"

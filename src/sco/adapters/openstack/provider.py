@@ -357,11 +357,6 @@ class OpenStackProvider:
         listing = server_views(live, partition)
         for bad in listing.unreadable:
             log.warning("server %s tagged for %s ignored: %s", bad.server_id, partition, bad.why)
-        for v in listing.views:
-            if v.notice_unreadable:
-                log.warning("server %s of %s: %s=%r is not a deadline: no notice in force",
-                            v.server_id, partition, META_RECLAIM_AT,
-                            v.notice_unreadable)  # fmt: skip
         self._last_listing[partition] = listing.views
         return listing.views
 

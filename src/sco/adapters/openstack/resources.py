@@ -7,6 +7,7 @@ server records become `ServerView`s. The adapter does the calls around them.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from datetime import UTC, datetime
 from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.domain.pools import PoolId
 from sco.ports import PermanentProviderError, ServerStatus, ServerView
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- tags and metadata
 # Nova tags (API 2.26+) are at most 60 characters and may not hold "/" or ",";
@@ -325,6 +328,8 @@ def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
         # A typo must not drain the server, requeue its work and delete it; the value
         # is kept so that it is reported until someone fixes it.
         deadline, unreadable = None, str(raw)
+        log.warning("server %s: %s=%r is not a deadline: no notice in force",
+                    sid, META_RECLAIM_AT, unreadable)  # fmt: skip
     return ServerView(
         server_id=sid,
         partition=partition,
