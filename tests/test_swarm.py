@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from sco.lab.swarm.batch import Trial, run_trials, shrink, trials
-from sco.lab.swarm.checks import INVARIANTS, Ledger, Notice, check_history
+from sco.lab.swarm.checks import Ledger, Notice, check_history
+from sco.lab.swarm.promises import INVARIANTS
 from sco.lab.swarm.run import SeedResult
 from sco.lab.swarm.spec import ALL_KINDS, world_of
 
@@ -171,3 +172,23 @@ def test_the_command_lists_its_faults_and_refuses_unknown_ones() -> None:
     )
     assert bad.returncode == 2
     assert "unknown meteor" in bad.stderr
+
+
+def test_every_invariant_is_a_promise_the_documentation_makes() -> None:
+    """Issue 40: each invariant names the words of the documentation that promise it,
+    and `sco lab swarm --list-invariants` prints them; the words must stand there."""
+    from sco.lab.swarm.promises import PROMISES
+
+    assert len(PROMISES) >= 18
+    assert len({p.name for p in PROMISES}) == len(PROMISES)
+    for p in PROMISES:
+        page = ROOT / p.doc
+        assert page.is_file(), p
+        assert " ".join(p.says.split()) in " ".join(page.read_text().split()), p
+    listed = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "sco"), "lab", "swarm", "--list-invariants"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    names = [line for line in listed.stdout.splitlines() if not line.startswith(" ")]
+    assert names == [p.name for p in PROMISES]
+    assert f'{PROMISES[0].doc}: "{PROMISES[0].says}"' in listed.stdout

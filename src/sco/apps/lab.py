@@ -37,6 +37,11 @@ def lab_group() -> None:
 )
 @click.option("--keep", default=None, help="With --seed: only these of its faults (0,3,7).")
 @click.option("--list-faults", is_flag=True, help="Print the kinds of fault and exit.")
+@click.option(
+    "--list-invariants",
+    is_flag=True,
+    help="Print each invariant, what must hold, and the documentation that promises it.",
+)
 @click.option("--workers", type=int, default=None, help="Worker processes (default: CPUs).")
 @click.option("--no-shrink", is_flag=True, help="Do not shrink a failing schedule.")
 @click.option("--stop-at-first", is_flag=True, help="Stop at the first failing seed.")
@@ -56,6 +61,7 @@ def swarm(
     faults: str,
     keep: str | None,
     list_faults: bool,
+    list_invariants: bool,
     workers: int | None,
     no_shrink: bool,
     stop_at_first: bool,
@@ -71,11 +77,23 @@ def swarm(
     are checked. A failing seed prints the command that replays it exactly, and its
     schedule shrunk to the fewest faults that still fail. Exit 0 when every invariant
     held, 1 when one broke, 2 on bad options."""
-    from sco.assembly.lab import ALL_KINDS, Tally, fault_names, run_trials, shrink, trials
+    from sco.assembly.lab import (
+        ALL_KINDS,
+        PROMISES,
+        Tally,
+        fault_names,
+        run_trials,
+        shrink,
+        trials,
+    )
 
     if list_faults:
         for kind in ALL_KINDS:
             click.echo(kind)
+        return
+    if list_invariants:
+        for p in PROMISES:
+            click.echo(f'{p.name}\n  holds: {p.holds}\n  {p.doc}: "{p.says}"')
         return
     kinds = _kinds(faults, ALL_KINDS)
     if seed is not None:

@@ -17,6 +17,7 @@ from sco.lab.fleet_eval import DAY_S, RESYNC_S, custom_case, evaluate_fleet, fle
 from sco.lab.region import SimConfig
 from sco.lab.simulation import Simulation, SimulationInputError, SimulationResult, SimulationSpec
 from sco.lab.swarm.batch import Tally, Trial, fault_names, run_trials, shrink, trials
+from sco.lab.swarm.promises import PROMISES
 from sco.lab.swarm.spec import ALL_KINDS, Kind
 from sco.lab.swarm.world import STATES
 from sco.lab.traces import TraceError, load_traces
@@ -35,6 +36,7 @@ __all__ = [
     "DAY_S",
     "FLEET",
     "INPUT_ERRORS",
+    "PROMISES",
     "REPLAY_POLICIES",
     "RESYNC_S",
     "STATES",

@@ -5,7 +5,7 @@ operator's orders, and the checks that need the whole world (dry runs, the floor
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from sco.adapters.sqlstate.store import SqlFleetStore
@@ -23,10 +23,12 @@ from sco.engine.routing import NodeRouter
 from sco.lab.region import SimRegion
 from sco.lab.swarm.checks import Ledger
 from sco.lab.swarm.faults import Schedule
+from sco.lab.swarm.promises import Breaches, budget_room
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import START_S, Fault, Kind, WorldSpec
 from sco.lab.swarm.world import BLUE, LEASE_TTL_S, Installation, Replica, fresh_state
 from sco.lab.twins.fleet import MemoryFleetStore
+from sco.ports import ServerView
 
 # A partition below its floor this long after the world last moved (a fault, a
 # reclaim, a restart) has had time for guaranteed capacity to be created and join.
@@ -41,6 +43,7 @@ class Arena(Protocol):
     region: SimRegion
     schedule: Schedule
     ledger: Ledger
+    breaches: Breaches
     notes: list[str]
     blue: Installation
 
@@ -171,12 +174,21 @@ class Adversary:
             self.swarm.notes.append(f"notice to {inst.server_id} not given: {e}")
 
     def _reclaim(self, f: Fault) -> None:
-        reclaimer = Reclaimer(self.swarm.region, self.swarm.clock, self.swarm.blue.store)
-        flavor = self.swarm.region.pools()[0].flavor
+        region = self.swarm.region
+        reclaimer = Reclaimer(region, self.swarm.clock, self.swarm.blue.store)
+        flavor = region.pools()[0].flavor
+        before = _standing(region.all_servers())
         try:
             reclaimer.request(f.target, flavor, int(f.value), 120.0, Budget(max_fraction=0.5))
         except ValueError as e:  # no spot pool in that hall
             self.swarm.notes.append(f"reclaim in {f.target}: {e}")
+        after = _standing(region.all_servers())
+        for partition, (held, noticed) in sorted(after.items()):
+            was = before.get(partition, (held, 0))[1]
+            room = max(was, budget_room(held, 0.5))
+            self.swarm.breaches.look("reclaimer_within_budget", noticed > room,
+                                     f"{partition}: {noticed} of {held} servers under notice "
+                                     f"(budget {room})")  # fmt: skip
 
     def _forget(self, f: Fault) -> None:
         twin = self.swarm.blue.twins.get(f.target)
@@ -309,3 +321,12 @@ class _Wall:
 
     def now(self) -> float:
         return self.adversary.now
+
+
+def _standing(servers: Iterable[ServerView]) -> dict[str, tuple[int, int]]:
+    """partition -> (servers it holds, of them under notice)."""
+    out: dict[str, tuple[int, int]] = {}
+    for v in servers:
+        held, noticed = out.get(v.partition, (0, 0))
+        out[v.partition] = (held + 1, noticed + (v.notice_deadline is not None))
+    return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from sco.adapters.kubernetes.connect import client_installed
-from sco.lab.swarm.checks import INVARIANTS
+from sco.lab.swarm.promises import INVARIANTS
 from sco.lab.swarm.run import SeedResult, run_seed
 from sco.lab.swarm.spec import ALL_KINDS, Fault, Kind, WorldSpec, world_of
 

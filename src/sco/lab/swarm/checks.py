@@ -14,21 +14,8 @@ from dataclasses import dataclass, field
 
 from sco.domain.instances import Instance
 from sco.domain.lifecycle import EDGES, HAS_SERVER, State, Trigger
+from sco.lab.swarm.promises import INVARIANTS
 from sco.ports import FleetAudit
-
-INVARIANTS = (
-    "reclaim_reaches_scheduler",  # a notice's drain and requeue reach the node in time
-    "out_not_counted",  # no READY instance whose node sco drained, cordoned or took down
-    "fenced_stops_and_says_so",  # a refused writer acts on nothing more, and says so
-    "one_create_per_reservation",
-    "no_leak",  # every server of sco's has a record once sco has looked
-    "own_servers_only",  # nothing done to another installation's servers
-    "dry_run_changes_nothing",
-    "transitions_on_table",
-    "life_in_history",  # each server's life reads back from history
-    "floor_holds",  # whenever the world allowed it, or reported at risk
-    "cycles_do_not_crash",  # no cycle or lease round ends in an error no fault raised
-)
 
 
 @dataclass(frozen=True, slots=True)

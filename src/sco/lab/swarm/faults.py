@@ -86,7 +86,7 @@ class Stage(Protocol):
         """A cloud or scheduler action by `replica`'s controller of `partition`."""
         ...
 
-    def created(self, request_id: str) -> None: ...
+    def created(self, request_id: str, partition: str, installation: str) -> None: ...
 
     def touched(self, installation: str, server_ids: Sequence[str], what: str) -> None:
         """`installation` acts on these servers: they must be its own."""
@@ -147,7 +147,7 @@ class CloudFaults:
         if s.active(Kind.CREATE_REFUSED):
             raise InsufficientCapacity(pool, f"no room in {pool} (the cloud says)")
         self.stage.acted(self.replica, partition, "create", f"{count} in {pool} ({request_id})")
-        self.stage.created(request_id)
+        self.stage.created(request_id, partition, self.inner.installation)
         result: CreateResult = self.inner.create(
             pool, count, request_id, partition, plan_generation
         )

@@ -20,9 +20,12 @@ from typing import Any
 from sco.adapters.kubernetes.connect import api_error
 from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, DRAIN_REASON
 from sco.adapters.kubernetes.pods import PARTITION_LABEL
+from sco.domain.demand import HANDBACK
+from sco.lab.swarm.promises import Breaches
 from sco.lab.workload.kubecluster import CacheInformer, ListResponse
 
 Json = dict[str, Any]
+_TAKES_ALL = ("reclaim_notice", HANDBACK)  # drains that take do-not-disrupt pods too
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class SimKube:
     told: dict[str, float] = field(default_factory=dict)  # node -> first told of a reclaim
     registered: dict[str, float] = field(default_factory=dict)  # node -> when it joined
     calls: int = 0  # calls that change something: a dry run must make none
+    breaches: Breaches = field(default_factory=Breaches)  # what sco did against a promise
     _next: int = 0
 
     def __post_init__(self) -> None:
@@ -70,6 +74,12 @@ class SimKube:
             raise api_error(404, "Not Found")
         self.calls += 1
         meta = body.get("metadata") or {}
+        if (body.get("spec") or {}).get("unschedulable"):
+            why = (meta.get("annotations") or {}).get(DRAIN_REASON, "")
+            pinned = [p for p in self.running_on(name) if self._protected(p)]
+            self.breaches.look("pinned_not_picked", bool(pinned) and why not in _TAKES_ALL,
+                               f"node {name} cordoned ({why or 'no reason'}) running "
+                               f"do-not-disrupt {', '.join(pinned)}")  # fmt: skip
         node["metadata"].setdefault("labels", {}).update(meta.get("labels") or {})
         node["metadata"].setdefault("annotations", {}).update(meta.get("annotations") or {})
         node["spec"].update(body.get("spec") or {})
@@ -94,6 +104,7 @@ class SimKube:
         if len(running) - 1 < self.min_available:
             raise api_error(429, "Too Many Requests")  # the budget holds it
         self.calls += 1
+        self._disrupted(name, "evicted")
         self._replace(pod, lost=False)
 
     def delete_namespaced_pod(self, name: str, namespace: str) -> None:  # noqa: ARG002
@@ -102,7 +113,22 @@ class SimKube:
         if pod is None:
             raise api_error(404, "Not Found")
         self.calls += 1
+        self._disrupted(name, "deleted")
         self._replace(pod, lost=False)
+
+    def _disrupted(self, pod: str, how: str) -> None:
+        """sco ends `pod`: if do-not-disrupt, only for a reclaim or a handback."""
+        on = self.pods[pod]["spec"].get("nodeName") or ""
+        node = self.nodes_by_name.get(on, {})
+        why = ((node.get("metadata") or {}).get("annotations") or {}).get(DRAIN_REASON, "")
+        detail = f"do-not-disrupt pod {pod} {how} on {on} ({why or 'no drain'})"
+        self.breaches.look(
+            "pinned_left_alone", self._protected(pod) and why not in _TAKES_ALL, detail
+        )
+
+    def _protected(self, pod: str) -> bool:
+        notes = self.pods[pod]["metadata"].get("annotations") or {}
+        return bool(notes.get(DO_NOT_DISRUPT) == "true")
 
     def list_pod_for_all_namespaces(
         self, field_selector: str = "", _preload_content: bool = True, **_: Any

@@ -23,6 +23,7 @@ from sco.lab.swarm.adversary import Adversary
 from sco.lab.swarm.checks import Ledger, Notice, Violation, check_history, check_lives
 from sco.lab.swarm.faults import DatabaseDown, Killed, Schedule
 from sco.lab.swarm.kube import SimKube
+from sco.lab.swarm.promises import Breaches, bounds
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import START_S, Kind, WorldSpec
 from sco.lab.swarm.world import (
@@ -71,6 +72,7 @@ class Swarm:
         self.region = region_of(spec)
         self.schedule = Schedule(spec.faults, START_S, self.clock.now)
         self.ledger = Ledger(START_S)
+        self.breaches = Breaches()  # the swarm's own sightings, with the twins'
         self.cycles = 0
         self.notes: list[str] = []
         self.blue = Installation(
@@ -123,13 +125,17 @@ class Swarm:
                     "own_servers_only", self.now(), f"{installation} {what} {owner}'s {sid}"
                 )
 
-    def created(self, request_id: str) -> None:
+    def created(self, request_id: str, partition: str, installation: str) -> None:
         self.ledger.checked["one_create_per_reservation"] += 1
         self.ledger.creates[request_id] += 1
         if self.ledger.creates[request_id] > 1:
             self.ledger.violate(
                 "one_create_per_reservation", self.now(), f"request {request_id} sent again"
             )
+        if installation == BLUE:
+            handed = partition in self.adversary.handed
+            self.breaches.look("handback_creates_nothing", handed,
+                               f"{partition} handed back, {request_id} sent")  # fmt: skip
 
     def refused_write(self, replica: str, partition: str) -> None:
         self.ledger.checked["fenced_stops_and_says_so"] += 1
@@ -186,6 +192,7 @@ class Swarm:
                 if slot in inst.replicas and not self.adversary.paused(inst, slot):
                     self._turn(inst, inst.replicas[slot])
             self._signals(inst)
+        self._promises()
         if self.clock.now() >= self._next_dry_run:
             self._next_dry_run += DRY_RUN_EVERY_S
             self.adversary.dry_run()
@@ -285,6 +292,22 @@ class Swarm:
             inst.scorer.run(now)
 
     # ------------------------------------------------------------ what the checks read
+
+    def _promises(self) -> None:
+        """The bounds of blue's partitions, read from the region; then what the swarm
+        and the simulated schedulers saw sco do against a promise, into the ledger."""
+        limits = {p.name: (p.max_units, p.max_units) for p in self.spec.partitions}
+        mine = [
+            v for v in self.region.all_servers() if self.region.installation_of(v.server_id) == BLUE
+        ]
+        deleting = {v.server_id for v in mine if self.region.is_deleting(v.server_id)}
+        pools = {p.id: p for p in self.region.pools()}
+        bounds(self.breaches, mine, pools, limits, deleting)
+        for source in [self.breaches, *(t.breaches for t in self.blue.twins.values())]:
+            checked, found = source.drain()
+            self.ledger.checked.update(checked)
+            for name, detail in found:
+                self.ledger.violate(name, self.now(), detail)
 
     def _servers(self) -> None:
         """Servers that appeared, were noticed, or are gone since the last step: the

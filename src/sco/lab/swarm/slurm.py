@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from sco.adapters.slurm.model import Job, SlurmNode
 from sco.adapters.slurm.tools import SlurmUnavailable
 from sco.decide.binpack import Size
+from sco.lab.swarm.promises import Breaches
 from sco.lab.workload.cluster import BatchCluster, QueuedJob
 from sco.lab.workload.swf import BatchJob
 
@@ -30,6 +31,7 @@ class SimSlurm(BatchCluster):
         self.available = True
         self.calls = 0  # tool calls that change something: a dry run must make none
         self.told: dict[str, list[tuple[float, str]]] = {}  # node -> (at, reason) of drains
+        self.breaches = Breaches()  # what sco did against a promise
         self._next_id = 1
 
     def _reach(self) -> None:
@@ -60,6 +62,11 @@ class SimSlurm(BatchCluster):
     def requeue(self, job_ids: Sequence[int]) -> None:
         self._reach()
         self.calls += 1
+        for q in [self.live[i] for i in job_ids if i in self.live]:
+            whys = {n: self.nodes_by_name[n].reason for n in q.nodes if n in self.nodes_by_name}
+            own = {n: why for n, why in whys.items() if "reclaim" not in why}
+            self.breaches.look("own_moves_only_drain", bool(own),
+                               f"job {q.job.job_id} requeued off {own}")  # fmt: skip
         super().requeue(job_ids)
 
     def start_now(self, job_ids: Sequence[int]) -> None:
