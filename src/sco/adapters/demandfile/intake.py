@@ -102,9 +102,10 @@ class PartitionSpec(BaseModel):
         default=0, description="Units kept at all times, on guaranteed capacity if need be."
     )
     max_units: NonNegative = Field(
-        description="The most spot units it may hold, servers under a reclaim notice "
-        "apart (their replacements come first). Guaranteed units that cover spot not "
-        "ready yet, or reclaimed, come on top, within guaranteed_budget_units."
+        description="The most spot units it may hold, servers leaving apart (under a "
+        "reclaim notice, drained or being deleted: their replacements come first). "
+        "Guaranteed units that cover spot not ready yet, or reclaimed, come on top, "
+        "within guaranteed_budget_units."
     )
     guaranteed_budget_units: NonNegative | None = Field(
         default=None, description="The most guaranteed units it may hold (default: max_units)."

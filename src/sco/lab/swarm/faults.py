@@ -88,6 +88,11 @@ class Stage(Protocol):
 
     def created(self, request_id: str, partition: str, installation: str) -> None: ...
 
+    def asked_to_delete(self, installation: str, server_ids: Sequence[str]) -> None:
+        """`installation` sent these servers' delete (whether the cloud took it or not):
+        they are leaving."""
+        ...
+
     def touched(self, installation: str, server_ids: Sequence[str], what: str) -> None:
         """`installation` acts on these servers: they must be its own."""
         ...
@@ -157,6 +162,7 @@ class CloudFaults:
 
     def delete(self, server_ids: Sequence[str]) -> None:
         self._call("delete")
+        self.stage.asked_to_delete(self.inner.installation, server_ids)
         if self.stage.schedule.active(Kind.DELETE_ERROR):
             raise RetryableProviderError("delete: 503 from Nova")
         self.stage.acted(self.replica, self.partition, "delete", ",".join(server_ids))

@@ -66,8 +66,8 @@ PROMISES = (
             "no cycle or lease round ends in an error that no fault raised",
             "docs/reliability.md", "any other exception is a **crash**"),
     Promise("max_units_bound",
-            "a partition never holds more spot units than its max_units (servers under "
-            "notice or being deleted apart)",
+            "a partition never holds more spot units than its max_units (servers leaving "
+            "apart: under notice, drained or being deleted)",
             "docs/configuration.md", "The most spot units it may hold"),
     Promise("guaranteed_budget_bound",
             "a partition never holds more guaranteed units than its guaranteed budget",
@@ -121,17 +121,17 @@ def bounds(
     servers: Iterable[ServerView],
     pools: Mapping[str, Pool],
     limits: Mapping[str, tuple[int, int]],
-    deleting: set[str],
+    leaving: set[str],
 ) -> None:
-    """Each partition's spot units held (servers not being deleted) within its
+    """Each partition's spot units held (servers not `leaving` nor noticed) within its
     max_units, its guaranteed units within its guaranteed budget (`limits`: partition
     -> both)."""
     spot: Counter[str] = Counter()
     guaranteed: Counter[str] = Counter()
     for v in servers:
         pool = pools.get(v.pool)
-        leaving = v.server_id in deleting or v.notice_deadline is not None
-        if v.partition not in limits or leaving or pool is None:
+        gone = v.server_id in leaving or v.notice_deadline is not None
+        if v.partition not in limits or gone or pool is None:
             continue
         held = spot if pool.capacity_class is CapacityClass.SPOT else guaranteed
         held[v.partition] += pool.units_per_instance

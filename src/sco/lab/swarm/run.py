@@ -73,6 +73,7 @@ class Swarm:
         self.schedule = Schedule(spec.faults, START_S, self.clock.now)
         self.ledger = Ledger(START_S)
         self.breaches = Breaches()  # the swarm's own sightings, with the twins'
+        self._leaving: set[str] = set()  # blue's servers it sent a delete for
         self.cycles = 0
         self.notes: list[str] = []
         self.blue = Installation(
@@ -115,6 +116,10 @@ class Swarm:
                 self.now(),
                 f"{replica} refused a write to {partition}, then {what} {detail}",
             )
+
+    def asked_to_delete(self, installation: str, server_ids: Sequence[str]) -> None:
+        if installation == BLUE:
+            self._leaving.update(server_ids)
 
     def touched(self, installation: str, server_ids: Sequence[str], what: str) -> None:
         self.ledger.checked["own_servers_only"] += len(server_ids)
@@ -300,9 +305,9 @@ class Swarm:
         mine = [
             v for v in self.region.all_servers() if self.region.installation_of(v.server_id) == BLUE
         ]
-        deleting = {v.server_id for v in mine if self.region.is_deleting(v.server_id)}
+        leaving = {v.server_id for v in mine if self._leaving_now(v.partition, v.server_id)}
         pools = {p.id: p for p in self.region.pools()}
-        bounds(self.breaches, mine, pools, limits, deleting)
+        bounds(self.breaches, mine, pools, limits, leaving)
         for source in [self.breaches, *(t.breaches for t in self.blue.twins.values())]:
             checked, found = source.drain()
             self.ledger.checked.update(checked)
@@ -345,6 +350,14 @@ class Swarm:
         for inst in (self.blue, self.green):
             if inst is not None:
                 self._boot(inst)
+
+    def _leaving_now(self, partition: str, sid: str) -> bool:
+        """Whether sco is taking the server away, as the world sees it: its delete was
+        sent, or its node drained or cordoned (a notice counts where it is read)."""
+        if sid in self._leaving or self.region.is_deleting(sid) or self.region.is_draining(sid):
+            return True
+        twin = self.blue.twins.get(partition)
+        return twin is not None and twin.out_by_sco(node_name_of(twin, sid))
 
     def _leaving_already(self, server_id: str) -> bool:
         """Whether sco had sent (or tried to send) the server's delete before a notice
