@@ -11,9 +11,10 @@ Fleet state is the in-memory twin by default (`"state": "memory"`); `--state sql
 runs every world on SQLite instead (the SQL path): the twin and the database are held
 to one conformance suite, and a seed gives the same checks on either.
 
-Prints one JSON line: {"seeds", "state", "simulated_days", "faults_injected",
-"invariant_violations", "invariants", "checks", "found_by_mutation": {mutant:
-{"found", "seeds", "broke"}}, ...}.
+Prints one JSON line: {"seeds", "state", "simulated_days", "faults_injected" (faults
+scheduled), "faults_effective" and "faults_effective_by_kind" (times a fault changed
+what happened), "invariant_violations", "invariants", "checks", "found_by_mutation":
+{mutant: {"found", "seeds", "broke"}}, ...}.
 
     .venv/bin/python bench/swarm.py [--seeds 2000] [--mutant-budget 400] [--workers N]
     .venv/bin/python bench/swarm.py --state sqlite

@@ -83,6 +83,8 @@ class Adversary:
         for slot, r in blue.replicas.items():
             skew = s.active(Kind.CLOCK_SKEW, slot)
             r.clock.skew_s = skew.value if skew is not None else 0.0
+            if r.clock.skew_s:
+                s.took(Kind.CLOCK_SKEW)
         for at, inst, slot in list(self.restarts):
             if self.now >= at:
                 self.restarts.remove((at, inst, slot))
@@ -110,6 +112,7 @@ class Adversary:
             if on and name not in self.handed:
                 store.put_intent(name, HANDBACK, self.now, "swarm")
                 self.handed.add(name)
+                s.took(Kind.HANDBACK)
             elif not on and name in self.handed:
                 store.drop_intent(name)
                 self.handed.discard(name)
@@ -129,7 +132,7 @@ class Adversary:
 
     def paused(self, inst: Installation, slot: str) -> bool:
         """A replica stalled past its leases' TTL (a long GC pause, a frozen VM)."""
-        return inst.name == BLUE and self.swarm.schedule.active(Kind.LEASE_LOSS, slot) is not None
+        return inst.name == BLUE and self.swarm.schedule.hit(Kind.LEASE_LOSS, slot) is not None
 
     def killed(self, inst: Installation, slot: str) -> None:
         inst.stop(slot)
@@ -172,6 +175,8 @@ class Adversary:
             self.swarm.region.give_notice(inst.server_id, deadline)
         except Exception as e:  # gone meanwhile
             self.swarm.notes.append(f"notice to {inst.server_id} not given: {e}")
+        else:
+            self.swarm.schedule.took(Kind.NOTICE)
 
     def _reclaim(self, f: Fault) -> None:
         region = self.swarm.region
@@ -183,6 +188,9 @@ class Adversary:
         except ValueError as e:  # no spot pool in that hall
             self.swarm.notes.append(f"reclaim in {f.target}: {e}")
         after = _standing(region.all_servers())
+        given = sum(n for _, n in after.values()) - sum(n for _, n in before.values())
+        if given > 0:
+            self.swarm.schedule.took(Kind.RECLAIM)
         for partition, (held, noticed) in sorted(after.items()):
             was = before.get(partition, (held, 0))[1]
             room = max(was, budget_room(held, 0.5))
@@ -195,9 +203,11 @@ class Adversary:
         if isinstance(twin, SimSlurm) and twin.nodes_by_name:
             names = sorted(twin.nodes_by_name)
             twin.forget(names[self.rng.randrange(len(names))])
+            self.swarm.schedule.took(Kind.SCHEDULER_FORGETS)
 
     def _token_reset(self, f: Fault) -> None:
         blue = self.swarm.blue
+        self.swarm.schedule.took(Kind.TOKEN_RESET)
         if blue.lease_kind == "kubernetes":
             blue.kube_leases.recreate(f.target)
             return
@@ -215,6 +225,7 @@ class Adversary:
         others = [o for s, o in sorted(blue.replicas.items()) if s != victim]
         if r is None or not others or partition not in r.runner.held:
             return
+        self.swarm.schedule.took(Kind.TAKEOVER_MID_CYCLE)
         other = others[0]
         # The victim stalls past its TTL: its heartbeat lapses, its lease expires.
         self.swarm.slow(LEASE_TTL_S + 1.0)

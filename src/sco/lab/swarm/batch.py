@@ -128,6 +128,7 @@ class Tally:
     failing: list[tuple[Trial, SeedResult]] = dataclasses.field(default_factory=list)
     misses: dict[str, int] = dataclasses.field(default_factory=dict)
     checked: dict[str, int] = dataclasses.field(default_factory=dict)
+    effective: dict[str, int] = dataclasses.field(default_factory=dict)  # kind -> effects
     state: str = "memory"
 
     def add(self, trial: Trial, result: SeedResult) -> None:
@@ -143,6 +144,8 @@ class Tally:
             self.misses[why] = self.misses.get(why, 0) + n
         for name, n in result.checked.items():
             self.checked[name] = self.checked.get(name, 0) + n
+        for kind, n in result.effective.items():
+            self.effective[kind] = self.effective.get(kind, 0) + n
 
     def line(self) -> dict[str, object]:
         return {
@@ -150,6 +153,8 @@ class Tally:
             "state": self.state,
             "simulated_days": round(self.simulated_s / 86400.0, 2),
             "faults_injected": self.faults,
+            "faults_effective": sum(self.effective.values()),
+            "faults_effective_by_kind": dict(sorted(self.effective.items())),
             "cycles": self.cycles,
             "invariant_violations": self.violations,
             "invariants": list(INVARIANTS),

@@ -8,6 +8,7 @@ replica that learned it was fenced out must take none after.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -46,6 +47,19 @@ class Schedule:
     now: Callable[[], float]
     writes: dict[str, int] = field(default_factory=dict)  # replica -> writes made
     fired: set[int] = field(default_factory=set)  # faults that happen once, done
+    # kind -> times a fault changed what happened (a call refused, slowed or lost, a
+    # replica paused or killed, a notice given): scheduled is not the same as effective
+    effects: Counter[str] = field(default_factory=Counter)
+
+    def hit(self, kind: Kind, target: str = "") -> Fault | None:
+        """`active`, for a caller that acts on the answer: a fault found took effect."""
+        f = self.active(kind, target)
+        if f is not None:
+            self.effects[str(kind)] += 1
+        return f
+
+    def took(self, kind: Kind, times: int = 1) -> None:
+        self.effects[str(kind)] += times
 
     def active(self, kind: Kind, target: str = "") -> Fault | None:
         t = self.now() - self.start_s
@@ -118,9 +132,9 @@ class CloudFaults:
 
     def _call(self, what: str) -> None:
         s = self.stage.schedule
-        if s.active(Kind.CREDENTIAL_EXPIRED):
+        if s.hit(Kind.CREDENTIAL_EXPIRED):
             raise RetryableProviderError(f"{what}: the credential expired (OpenBao away)")
-        slow = s.active(Kind.SLOW_CLOUD)
+        slow = s.hit(Kind.SLOW_CLOUD)
         if slow is not None:
             self.stage.slow(slow.value)
         if self.partition and s.once(Kind.TAKEOVER_MID_CYCLE, self.partition) is not None:
@@ -137,7 +151,7 @@ class CloudFaults:
 
     def list(self, partition: str) -> Sequence[ServerView]:
         self._call("list")
-        if self.stage.schedule.active(Kind.LIST_ERROR):
+        if self.stage.schedule.hit(Kind.LIST_ERROR):
             raise RetryableProviderError("list: 503 from Nova")
         views = self.last[partition] = tuple(self.inner.list(partition))
         return views
@@ -147,23 +161,23 @@ class CloudFaults:
     ) -> CreateResult:
         self._call("create")
         s = self.stage.schedule
-        if s.active(Kind.CREATE_ERROR):
+        if s.hit(Kind.CREATE_ERROR):
             raise RetryableProviderError("create: 503 from Nova (nothing created)")
-        if s.active(Kind.CREATE_REFUSED):
+        if s.hit(Kind.CREATE_REFUSED):
             raise InsufficientCapacity(pool, f"no room in {pool} (the cloud says)")
         self.stage.acted(self.replica, partition, "create", f"{count} in {pool} ({request_id})")
         self.stage.created(request_id, partition, self.inner.installation)
         result: CreateResult = self.inner.create(
             pool, count, request_id, partition, plan_generation
         )
-        if s.active(Kind.CREATE_TIMEOUT):
+        if s.hit(Kind.CREATE_TIMEOUT):
             raise RetryableProviderError("create: timed out (it took effect)")
         return result
 
     def delete(self, server_ids: Sequence[str]) -> None:
         self._call("delete")
         self.stage.asked_to_delete(self.inner.installation, server_ids)
-        if self.stage.schedule.active(Kind.DELETE_ERROR):
+        if self.stage.schedule.hit(Kind.DELETE_ERROR):
             raise RetryableProviderError("delete: 503 from Nova")
         self.stage.acted(self.replica, self.partition, "delete", ",".join(server_ids))
         self.stage.touched(self.inner.installation, server_ids, "delete")
@@ -248,7 +262,7 @@ class StoreFaults:
         self.replica = replica
 
     def _reach(self) -> None:
-        if self.stage.schedule.active(Kind.DATABASE_DOWN):
+        if self.stage.schedule.hit(Kind.DATABASE_DOWN):
             raise DatabaseDown("could not connect to the database")
 
     def _write(self, partition: str) -> None:
@@ -256,12 +270,14 @@ class StoreFaults:
         n = s.writes[self.replica] = s.writes.get(self.replica, 0) + 1
         kill = s.active(Kind.KILL, self.replica)
         if kill is not None and n >= kill.value and s.once(Kind.KILL, self.replica):
+            s.took(Kind.KILL)
             raise Killed(f"{self.replica} killed before write {n}")
         race = s.active(Kind.STORE_CONFLICT, self.replica)
         # While it lasts, each write loses its compare-and-swap with the fault's odds
         # (drawn from the write's number: a replay loses the same ones).
         if race is not None and random.Random(f"{race.at_s}/{n}").random() < race.value:
             self.lost_races += 1
+            s.took(Kind.STORE_CONFLICT)
             raise StateConflict(f"{partition}: a row moved (the swarm's conflict)")
 
 
@@ -332,7 +348,7 @@ class LeaseFaults:
             self._reach_database()
 
     def _reach_database(self) -> None:
-        if self.stage.schedule.active(Kind.DATABASE_DOWN):
+        if self.stage.schedule.hit(Kind.DATABASE_DOWN):
             raise DatabaseDown("could not connect to the database")
 
     def claim_fence(

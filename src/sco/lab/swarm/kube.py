@@ -53,6 +53,7 @@ class SimKube:
     registered: dict[str, float] = field(default_factory=dict)  # node -> when it joined
     calls: int = 0  # calls that change something: a dry run must make none
     breaches: Breaches = field(default_factory=Breaches)  # what sco did against a promise
+    refused: int = 0  # calls refused while it was away (a fault's effect)
     _next: int = 0
 
     def __post_init__(self) -> None:
@@ -63,6 +64,7 @@ class SimKube:
 
     def _reach(self) -> None:
         if not self.available:
+            self.refused += 1
             from urllib3.exceptions import HTTPError
 
             raise HTTPError("connection refused: the API server is away")

@@ -56,6 +56,7 @@ class SeedResult:
     wall_s: float
     notes: list[str] = field(default_factory=list)
     state: str = "memory"  # what fleet state it ran on
+    effective: dict[str, int] = field(default_factory=dict)  # kind -> effects
 
     @property
     def ok(self) -> bool:
@@ -181,6 +182,7 @@ class Swarm:
             wall_s=time.perf_counter() - wall,
             notes=self.notes,
             state=self.state,
+            effective=dict(self.schedule.effects),
         )
 
     def step(self, t: float) -> None:
@@ -230,7 +232,8 @@ class Swarm:
             or s.active(Kind.CREDENTIAL_EXPIRED)
             or s.active(Kind.DATABASE_DOWN)
         )
-        reached = s.active(Kind.SCHEDULER_DOWN, name) is None
+        twin = inst.twins.get(name)
+        reached = twin is None or twin.available  # away as the world has it, not as planned
         report = None
 
         def once() -> None:
@@ -308,6 +311,9 @@ class Swarm:
         leaving = {v.server_id for v in mine if self._leaving_now(v.partition, v.server_id)}
         pools = {p.id: p for p in self.region.pools()}
         bounds(self.breaches, mine, pools, limits, leaving)
+        for twin in self.blue.twins.values():
+            self.schedule.took(Kind.SCHEDULER_DOWN, twin.refused)
+            twin.refused = 0
         for source in [self.breaches, *(t.breaches for t in self.blue.twins.values())]:
             checked, found = source.drain()
             self.ledger.checked.update(checked)

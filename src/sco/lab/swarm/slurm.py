@@ -32,10 +32,12 @@ class SimSlurm(BatchCluster):
         self.calls = 0  # tool calls that change something: a dry run must make none
         self.told: dict[str, list[tuple[float, str]]] = {}  # node -> (at, reason) of drains
         self.breaches = Breaches()  # what sco did against a promise
+        self.refused = 0  # calls refused while it was away (a fault's effect)
         self._next_id = 1
 
     def _reach(self) -> None:
         if not self.available:
+            self.refused += 1
             raise SlurmUnavailable(f"{self.name}: Unable to contact slurm controller")
 
     # ------------------------------------------------------------ SlurmTools
