@@ -30,6 +30,8 @@ from sco.lab.swarm.world import BLUE, LEASE_TTL_S, Installation, Replica, fresh_
 from sco.lab.twins.fleet import MemoryFleetStore
 from sco.ports import ServerView
 
+ROLLING_STEP_S = 3 * LEASE_TTL_S  # between two replicas' restarts in a rolling upgrade
+
 # A partition below its floor this long after the world last moved (a fault, a
 # reclaim, a restart) has had time for guaranteed capacity to be created and join.
 FLOOR_GRACE_S = 2 * 70.0 + 4 * 30.0 + LEASE_TTL_S + 60.0
@@ -64,6 +66,8 @@ class Adversary:
         self.restarts: list[tuple[float, Installation, str]] = []
         self.jobs = {p.name: 0 for p in swarm.spec.partitions}  # next job to submit
         self.handed: set[str] = set()
+        self.rolling: list[tuple[float, str]] = []  # (when, slot) of a rolling restart
+        self.mixed_until = float("-inf")  # both lease kinds may run until then
         self.disturbed = START_S  # when the world last moved under sco's feet
         self.short_since: dict[str, float] = {}
 
@@ -85,6 +89,13 @@ class Adversary:
             r.clock.skew_s = skew.value if skew is not None else 0.0
             if r.clock.skew_s:
                 s.took(Kind.CLOCK_SKEW)
+        for at, slot in list(self.rolling):
+            if self.now >= at:
+                self.rolling.remove((at, slot))
+                if slot in blue.replicas:
+                    blue.stop(slot)
+                    blue.start(slot)
+                self.disturbed = self.now
         for at, inst, slot in list(self.restarts):
             if self.now >= at:
                 self.restarts.remove((at, inst, slot))
@@ -211,11 +222,13 @@ class Adversary:
         if blue.lease_kind == "kubernetes":
             blue.kube_leases.recreate(f.target)
             return
-        # Leases move from the database to Kubernetes (the chart's default): a redeploy.
+        # Leases move from the database to Kubernetes (the chart's default): a rolling
+        # upgrade, one replica now and the next a while later; both kinds run between.
         blue.lease_kind = "kubernetes"
-        for slot in list(blue.replicas):
-            blue.stop(slot)
-            blue.start(slot)
+        slots = sorted(blue.replicas)
+        for k, slot in enumerate(slots):
+            self.rolling.append((self.now + k * ROLLING_STEP_S, slot))
+        self.mixed_until = self.now + (len(slots) - 1) * ROLLING_STEP_S + LEASE_TTL_S
 
     # ------------------------------------------------------------ a takeover mid-cycle
 

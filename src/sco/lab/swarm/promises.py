@@ -89,6 +89,10 @@ PROMISES = (
             "notice at once",
             "docs/contracts.md",
             "what the budget holds back is reported as short, never taken anyway"),
+    Promise("rollout_hands_over_once",
+            "while replicas of both lease kinds run (a rolling change of leases.kind), no "
+            "write is refused for a stale fence unless a fault stalled a replica",
+            "docs/replicas.md", "a rolling change of `leases.kind` hands each partition over once"),
     Promise("handback_creates_nothing",
             "while a handback is in force, its partition's leader creates nothing",
             "docs/control-plane.md", "creates nothing more"),

@@ -41,6 +41,9 @@ from sco.ports import NodeView
 log = logging.getLogger(__name__)
 
 TICK_S = 10.0
+# Faults that stall or stop a replica: a refused write may follow them in any rollout.
+STALLS = (Kind.LEASE_LOSS, Kind.TAKEOVER_MID_CYCLE, Kind.KILL, Kind.CLOCK_SKEW,
+          Kind.DATABASE_DOWN, Kind.SLOW_CLOUD)  # fmt: skip
 DRY_RUN_EVERY_S = 1800.0
 
 
@@ -146,6 +149,10 @@ class Swarm:
     def refused_write(self, replica: str, partition: str) -> None:
         self.ledger.checked["fenced_stops_and_says_so"] += 1
         self.adversary.fenced[(replica, partition)] = self.now()
+        if self.now() <= self.adversary.mixed_until:
+            stalled = any(self.schedule.active(k) for k in STALLS)
+            self.breaches.look("rollout_hands_over_once", not stalled,
+                               f"{replica}'s write to {partition} refused mid-rollout")  # fmt: skip
 
     def takeover(self, victim: str, partition: str) -> None:
         """The victim stalls mid-cycle past its lease; the other replica takes the
@@ -311,6 +318,8 @@ class Swarm:
         leaving = {v.server_id for v in mine if self._leaving_now(v.partition, v.server_id)}
         pools = {p.id: p for p in self.region.pools()}
         bounds(self.breaches, mine, pools, limits, leaving)
+        if self.now() <= self.adversary.mixed_until:  # each step of a rollout is looked at
+            self.breaches.look("rollout_hands_over_once", False, "")
         for twin in self.blue.twins.values():
             self.schedule.took(Kind.SCHEDULER_DOWN, twin.refused)
             twin.refused = 0
