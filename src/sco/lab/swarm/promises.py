@@ -89,6 +89,11 @@ PROMISES = (
             "notice at once",
             "docs/contracts.md",
             "what the budget holds back is reported as short, never taken anyway"),
+    Promise("deferral_kept",
+            "sco never makes a job eligible at once that someone deferred past Slurm's own "
+            "hold",
+            "docs/slurm.md", "is someone's deferral (`scontrol update StartTime=...`): sco "
+            "leaves such a job to wait"),
     Promise("rollout_hands_over_once",
             "while replicas of both lease kinds run (a rolling change of leases.kind), no "
             "write is refused for a stale fence unless a fault stalled a replica",

@@ -19,6 +19,9 @@ from sco.lab.swarm.promises import Breaches
 from sco.lab.workload.cluster import BatchCluster, QueuedJob
 from sco.lab.workload.swf import BatchJob
 
+DEFERRED_S = 3600.0  # how far a user defers a requeued job
+REQUEUE_HOLD_MAX_S = 300.0  # the longest begin time that is Slurm's own hold (docs/slurm.md)
+
 
 class SimSlurm(BatchCluster):
     """slurmctld and its nodes on the swarm's clock. `available` false: the tools
@@ -70,9 +73,18 @@ class SimSlurm(BatchCluster):
             self.breaches.look("own_moves_only_drain", bool(own),
                                f"job {q.job.job_id} requeued off {own}")  # fmt: skip
         super().requeue(job_ids)
+        # Its user defers one requeued job in five by an hour (`scontrol update
+        # StartTime=`): sco must leave it to wait.
+        for held in [self.live[i] for i in job_ids if i in self.live and i % 5 == 0]:
+            if held.state == "PENDING":
+                held.eligible_at = self.now() + DEFERRED_S
 
     def start_now(self, job_ids: Sequence[int]) -> None:
         self._reach()
+        for i in job_ids:
+            wait = self.live[i].eligible_at if i in self.live else 0.0
+            deferred = wait > self.now() + REQUEUE_HOLD_MAX_S
+            self.breaches.look("deferral_kept", deferred, f"job {i}, deferred, started now")
         super().start_now(job_ids)
 
     def delete_node(self, node: str) -> None:
