@@ -25,8 +25,8 @@ from sco.lab.swarm.checks import Ledger
 from sco.lab.swarm.faults import Schedule
 from sco.lab.swarm.promises import Breaches, budget_room
 from sco.lab.swarm.slurm import SimSlurm
-from sco.lab.swarm.spec import START_S, Fault, Kind, WorldSpec
-from sco.lab.swarm.world import BLUE, LEASE_TTL_S, Installation, Replica, fresh_state
+from sco.lab.swarm.spec import BLUE, START_S, Fault, Kind, WorldSpec
+from sco.lab.swarm.world import LEASE_TTL_S, Installation, Replica, fresh_state
 from sco.lab.twins.fleet import MemoryFleetStore
 from sco.ports import ServerView
 

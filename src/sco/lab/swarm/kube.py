@@ -19,12 +19,23 @@ from typing import Any
 
 from sco.adapters.kubernetes.connect import api_error
 from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, DRAIN_REASON
-from sco.adapters.kubernetes.pods import PARTITION_LABEL
+from sco.adapters.kubernetes.pods import INSTALLATION_LABEL, PARTITION_LABEL
 from sco.domain.demand import HANDBACK
+from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.lab.swarm.promises import Breaches
+from sco.lab.swarm.spec import BLUE
 from sco.lab.workload.kubecluster import CacheInformer, ListResponse
 
 Json = dict[str, Any]
+
+
+def kube_installation(name: str) -> str:
+    """The swarm's installation under test runs its Kubernetes partitions as the
+    default installation (its nodes carry no installation label, as those of an sco
+    from before installations had names); another installation is named."""
+    return DEFAULT_INSTALLATION if name == BLUE else name
+
+
 _TAKES_ALL = ("reclaim_notice", HANDBACK)  # drains that take do-not-disrupt pods too
 
 
@@ -147,15 +158,18 @@ class SimKube:
         for k in range(n):
             self._new_pod(protected=k < protected)
 
-    def register(self, name: str, server_id: str) -> None:
+    def register(self, name: str, server_id: str, installation: str = BLUE) -> None:
         """A server booted and its kubelet registered it, Ready, with the partition's
-        label (as user data gives it)."""
+        labels (as user data gives them: a named installation's too)."""
         if name in self.nodes_by_name:
             return
         self.registered[name] = self.now()
         stamp = datetime.fromtimestamp(self.now(), UTC).isoformat().replace("+00:00", "Z")
+        labels = {PARTITION_LABEL: self.partition}
+        if kube_installation(installation) != DEFAULT_INSTALLATION:
+            labels[INSTALLATION_LABEL] = installation
         self.nodes_by_name[name] = {
-            "metadata": {"name": name, "labels": {PARTITION_LABEL: self.partition}},
+            "metadata": {"name": name, "labels": labels},
             "spec": {"providerID": f"openstack:///{server_id}"},
             "status": {
                 "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
@@ -243,3 +257,43 @@ class SimKube:
             ),
             tuple((n, p["spec"].get("nodeName")) for n, p in self.pods.items()),
         )
+
+
+class KubeCaller:
+    """One installation's client of a cluster it may share with another: what it
+    changes on a Node (labels, a cordon, a delete) or a pod (an eviction, a delete)
+    must be on a Node of its own installation's servers (`own_nodes_only`)."""
+
+    def __init__(self, sim: SimKube, installation: str, owner: Callable[[str], str | None]) -> None:
+        self.sim = sim
+        self.installation = installation
+        self.owner = owner  # server id -> its installation, as the cloud says
+
+    def _mine(self, node: str, what: str) -> None:
+        spec = (self.sim.nodes_by_name.get(node) or {}).get("spec") or {}
+        server = str(spec.get("providerID", "")).rsplit("/", 1)[-1]
+        owner = self.owner(server) if server else None
+        self.sim.breaches.look("own_nodes_only", owner not in (None, self.installation),
+                               f"{self.installation} {what} {owner}'s node {node}")  # fmt: skip
+
+    def patch_node(self, name: str, body: Json) -> Json:
+        self._mine(name, "patched")
+        return self.sim.patch_node(name, body)
+
+    def delete_node(self, name: str) -> None:
+        self._mine(name, "deleted")
+        self.sim.delete_node(name)
+
+    def create_namespaced_pod_eviction(self, name: str, namespace: str, body: Json) -> None:
+        self._mine(self._node_of(name), f"evicted pod {name} from")
+        self.sim.create_namespaced_pod_eviction(name, namespace, body)
+
+    def delete_namespaced_pod(self, name: str, namespace: str) -> None:
+        self._mine(self._node_of(name), f"deleted pod {name} from")
+        self.sim.delete_namespaced_pod(name, namespace)
+
+    def list_pod_for_all_namespaces(self, field_selector: str = "", **kwargs: Any) -> ListResponse:
+        return self.sim.list_pod_for_all_namespaces(field_selector, **kwargs)
+
+    def _node_of(self, pod: str) -> str:
+        return str((self.sim.pods.get(pod) or {}).get("spec", {}).get("nodeName") or "")

@@ -65,6 +65,11 @@ PROMISES = (
     Promise("cycles_do_not_crash",
             "no cycle or lease round ends in an error that no fault raised",
             "docs/reliability.md", "any other exception is a **crash**"),
+    Promise("own_nodes_only",
+            "in a Kubernetes cluster two installations share, each changes (labels, "
+            "cordons, evicts from, deletes) only Nodes of its own servers",
+            "docs/kubernetes.md",
+            "sco labels, cordons, drains and deletes only its own installation's Nodes"),
     Promise("max_units_bound",
             "a partition never holds more spot units than its max_units (servers leaving "
             "apart: under notice, drained or being deleted)",

@@ -22,19 +22,18 @@ from sco.engine.clock import ManualClock
 from sco.lab.swarm.adversary import Adversary
 from sco.lab.swarm.checks import Ledger, Notice, Violation, check_history, check_lives
 from sco.lab.swarm.faults import DatabaseDown, Killed, Schedule
-from sco.lab.swarm.kube import SimKube
 from sco.lab.swarm.promises import Breaches, bounds
 from sco.lab.swarm.slurm import SimSlurm
-from sco.lab.swarm.spec import START_S, Kind, WorldSpec
+from sco.lab.swarm.spec import BLUE, GREEN, START_S, Kind, WorldSpec
 from sco.lab.swarm.world import (
-    BLUE,
-    GREEN,
     KUBE_GRACE_S,
     REQUEUE_LEAD_S,
     Installation,
     Replica,
+    node_life,
     node_name_of,
     region_of,
+    running_on,
 )
 from sco.ports import NodeView
 
@@ -85,11 +84,14 @@ class Swarm:
         )
         self.green: Installation | None = None
         if spec.second_installation:
-            # Another sco in the project, a partition named as one of blue's.
+            # Another sco in the project, a partition named as one of blue's; a
+            # Kubernetes one shares blue's cluster.
             first = spec.partitions[0]
-            plan = type(first)(first.name, "static", 1, 3, ((0.0, 2),), ())
+            kind = "kubernetes" if first.kind == "kubernetes" else "static"
+            plan = type(first)(first.name, kind, 1, 3, ((0.0, 2),), ())
+            shared = {first.name: self.blue.twins[first.name]} if kind != "static" else None
             self.green = Installation(
-                GREEN, spec, [plan], self.region, self.clock, self, folder, ("r1",), state
+                GREEN, spec, [plan], self.region, self.clock, self, folder, ("r1",), state, shared
             )
         self.adversary = Adversary(self)
         # server -> (partition, installation, reclaim told at, its node joined at)
@@ -200,8 +202,9 @@ class Swarm:
         for inst in (self.blue, self.green):
             if inst is None:
                 continue
-            for twin in inst.twins.values():
-                twin.step()
+            for name, twin in inst.twins.items():
+                if inst is self.blue or name not in self.blue.twins:  # a shared one once
+                    twin.step()
             for slot in sorted(inst.replicas):
                 if slot in inst.replicas and not self.adversary.paused(inst, slot):
                     self._turn(inst, inst.replicas[slot])
@@ -391,7 +394,7 @@ class Swarm:
                 if isinstance(twin, SimSlurm):
                     twin.register(node_name_of(twin, v.server_id), frozenset({"sco", twin.feature}))
                 else:
-                    twin.register(node_name_of(twin, v.server_id), v.server_id)
+                    twin.register(node_name_of(twin, v.server_id), v.server_id, inst.name)
 
     def _gone(
         self, partition: str, who: str | None, sid: str, told: float | None, since: float | None
@@ -405,7 +408,7 @@ class Swarm:
         now = self.clock.now()
         self._gone_at[sid] = now
         if twin is not None:
-            since, told = self._node_life(twin, sid)
+            since, told = node_life(twin, sid)
         else:
             told = self.region.reclaim_told_at(sid)
         if inst is self.blue and since is not None:
@@ -413,27 +416,10 @@ class Swarm:
             if twin is not None:
                 slurm = isinstance(twin, SimSlurm)
                 window = REQUEUE_LEAD_S if slurm else KUBE_GRACE_S
-                for what in self._running(twin, sid):
+                for what in running_on(twin, sid):
                     self.ledger.cut(partition, sid, what, now, window, since, not slurm)
         if twin is not None:
             twin.server_gone(node_name_of(twin, sid))
-
-    @staticmethod
-    def _node_life(twin: SimSlurm | SimKube, sid: str) -> tuple[float | None, float | None]:
-        """(since when the server's node was in its scheduler, when it was first told of
-        a reclaim), None for a node that never was."""
-        name = node_name_of(twin, sid)
-        if isinstance(twin, SimSlurm):
-            node = twin.nodes_by_name.get(name)
-            return (node.registered_at if node else None), twin.told_reclaim_by(name)
-        return twin.registered.get(name), twin.told_reclaim_at(name)
-
-    @staticmethod
-    def _running(twin: SimSlurm | SimKube, sid: str) -> list[str]:
-        if isinstance(twin, SimSlurm):
-            jobs = twin.running_on(node_name_of(twin, sid))
-            return [f"job {q.job.job_id}" for q in jobs if q.requeue]
-        return [f"pod {p}" for p in twin.running_on(node_name_of(twin, sid))]
 
     def _after_cycle(self, partition: str) -> None:
         inst = self.blue

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 START_S = 1_800_000_000.0  # the simulated clock's start (2027-01-15)
+BLUE = "blue"  # the installation under test
+GREEN = "green"  # another sco in the same project, with a partition of the same name
 
 
 class Kind(StrEnum):

@@ -45,7 +45,7 @@ from sco.engine.watcher import ExclusionWatcher
 from sco.lab.history import WindowedHistory
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.swarm.faults import CloudFaults, LeaseFaults, NodeFaults, Stage, StoreFaults, faulty
-from sco.lab.swarm.kube import SimKube
+from sco.lab.swarm.kube import KubeCaller, SimKube, kube_installation
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import START_S, PartitionPlan, WorldSpec
 from sco.lab.traces import RegionSpec, Series, TraceSet
@@ -71,8 +71,6 @@ class SwarmStore(FleetStore, FleetAudit, Protocol):
     """Fleet state as the swarm keeps it: every role, and what its checks audit."""
 
 
-BLUE = "blue"  # the installation under test
-GREEN = "green"  # another sco in the same project, with a partition of the same name
 LEASE_TTL_S = 30.0
 REQUEUE_LEAD_S = 60.0  # a reclaim's jobs are requeued this long before it (2 cycles)
 KUBE_GRACE_S = 60.0  # a reclaim's pods are deleted from this long before it (2 cycles)
@@ -211,6 +209,23 @@ def node_name_of(twin: SimSlurm | SimKube, server_id: str) -> str:
     return node_name(server_id) if isinstance(twin, SimSlurm) else f"node-{server_id}"
 
 
+def node_life(twin: SimSlurm | SimKube, sid: str) -> tuple[float | None, float | None]:
+    """(since when the server's node was in its scheduler, when it was first told of
+    a reclaim), None for a node that never was."""
+    name = node_name_of(twin, sid)
+    if isinstance(twin, SimSlurm):
+        node = twin.nodes_by_name.get(name)
+        return (node.registered_at if node else None), twin.told_reclaim_by(name)
+    return twin.registered.get(name), twin.told_reclaim_at(name)
+
+
+def running_on(twin: SimSlurm | SimKube, sid: str) -> list[str]:
+    if isinstance(twin, SimSlurm):
+        jobs = twin.running_on(node_name_of(twin, sid))
+        return [f"job {q.job.job_id}" for q in jobs if q.requeue]
+    return [f"pod {p}" for p in twin.running_on(node_name_of(twin, sid))]
+
+
 class Installation:
     """One sco: fleet state, its partitions' schedulers, replicas and signal jobs."""
 
@@ -225,7 +240,10 @@ class Installation:
         folder: Path,
         slots: Sequence[str],
         state: str = "memory",
+        shared: Mapping[str, SimSlurm | SimKube] | None = None,
     ) -> None:
+        """`shared`: clusters this installation's partitions of those names share with
+        another installation's (the same Kubernetes cluster)."""
         if state not in STATES:
             raise ValueError(f"state: one of {', '.join(STATES)}, not {state!r}")
         self.name = name
@@ -255,7 +273,9 @@ class Installation:
         self.store.upsert_pools(region.pools())
         self.tenant = Tenant(region, name)
         self.twins: dict[str, SimSlurm | SimKube] = {
-            p.name: twin_of(p, clock, name) for p in plans if p.kind != "static"
+            p.name: (shared or {}).get(p.name) or twin_of(p, clock, name)
+            for p in plans
+            if p.kind != "static"
         }
         self.kube_leases = KubeLeases()
         self.lease_kind = spec.leases
@@ -366,7 +386,10 @@ class Installation:
                 PartitionDemand(part, steps, UnitSeries(constant=p.floor), p.max_units, p.max_units)
             )
             if isinstance(twin, SimKube):
-                planes[p.name] = _kube_plane(twin, p.name, listing, clock, self.region.pools())
+                caller = KubeCaller(twin, self.name, self.region.installation_of)
+                planes[p.name] = _kube_plane(
+                    caller, twin, p.name, self.name, listing, clock, self.region.pools()
+                )
         return DemandRouter([FileDemandSource(static, START_S), *sources], list(self.plans)), planes
 
     def close(self) -> None:
@@ -390,8 +413,10 @@ def _kind(kind: str) -> SchedulerKind:
 
 
 def _kube_plane(
+    core: KubeCaller,
     twin: SimKube,
     partition: str,
+    installation: str,
     listing: Callable[[str], Sequence[ServerView]],
     clock: Clock,
     pools: Sequence[Pool],
@@ -400,9 +425,13 @@ def _kube_plane(
     from sco.adapters.kubernetes.nodes import KubernetesNodes
     from sco.adapters.kubernetes.pods import PARTITION_LABEL
 
-    kube = KubePartition({PARTITION_LABEL: partition}, {"cpu": str(CPUS)})
+    kube = KubePartition(
+        {PARTITION_LABEL: partition},
+        {"cpu": str(CPUS)},
+        installation=kube_installation(installation),
+    )
     return KubernetesNodes(
-        twin,
+        core,
         twin.node_informer,  # type: ignore[arg-type]
         twin.pod_informer,  # type: ignore[arg-type]
         clock,
