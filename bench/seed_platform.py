@@ -174,6 +174,7 @@ def measure(
         "baremetal_created": len(metal.created),
         "baremetal_reclaimed_and_replaced": int(bool(metal.reclaimed) and metal.replaced),
         "lost": metal.lost,
+        "short_s": round(metal.short_s, 1),
         "leaked": metal.leaked,
     }
 
