@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -208,3 +209,18 @@ def test_a_deadline_passing_between_sweep_and_look_is_still_deleted(tmp_path: Pa
     )  # fmt: skip
     assert len(cloud.servers) == 1
     assert all(v.notice_deadline is None for v in cloud.servers.values())
+
+
+def test_a_drill_takes_back_only_the_partition_named_in_any_hall() -> None:
+    """`sco reclaim --partition NAME --count N`: a drill on one partition; its servers in
+    every spot pool are candidates, another partition's none."""
+    cloud = FakeCloud(2)
+    other = spot_pool(hall="hall-2", zone="h2")
+    cloud.extra_pools.append(other)
+    cloud.servers["b0"] = ServerView("b0", "batch", other.id, "r", 1, ServerStatus.ACTIVE, 5.0)
+    r = Reclaimer(cloud, ManualClock(1000.0))
+    done = r.request(None, None, 3, 60.0, Budget(), partition="batch")
+    assert [v.server_id for v in done.choice.victims] == ["b0"]
+    assert done.choice.short == 2
+    with pytest.raises(ValueError, match="no spot pool of flavor 'any' in hall 'hall-9'"):
+        r.request("hall-9", None, 1, 60.0, Budget(), partition="batch")

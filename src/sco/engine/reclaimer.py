@@ -63,17 +63,23 @@ class Reclaimer:
         of them (serving or not) when it can be read."""
         return self.survey(hall, flavor)[0]
 
-    def survey(self, hall: str, flavor: str) -> tuple[list[Candidate], dict[str, Standing]]:
-        """The candidates of `hall` and `flavor`, and the standing of their partitions
-        over every server they hold (what the disruption budget counts), from one
-        listing so that both agree."""
+    def survey(
+        self, hall: str | None, flavor: str | None, partition: str | None = None
+    ) -> tuple[list[Candidate], dict[str, Standing]]:
+        """The candidates of `hall` and `flavor` (None: any), of `partition` only when
+        given (a drill), and the standing of their partitions over every server they
+        hold (what the disruption budget counts), from one listing so that both agree."""
         spot = {
-            p.id for p in self.cloud.pools() if p.is_spot and p.hall == hall and p.flavor == flavor
+            p.id
+            for p in self.cloud.pools()
+            if p.is_spot and hall in (None, p.hall) and flavor in (None, p.flavor)
         }
         if not spot:
-            raise ValueError(f"no spot pool of flavor {flavor!r} in hall {hall!r}")
+            raise ValueError(
+                f"no spot pool of flavor {flavor or 'any'!r} in hall {hall or 'any'!r}"
+            )
         every = self.cloud.all_servers()
-        servers = [v for v in every if v.pool in spot]
+        servers = [v for v in every if v.pool in spot and partition in (None, v.partition)]
         serving = self._serving({v.partition for v in servers})
         found = [
             Candidate(
@@ -113,10 +119,17 @@ class Reclaimer:
         return out
 
     def request(
-        self, hall: str, flavor: str, count: int, notice_s: float, budget: Budget
+        self,
+        hall: str | None,
+        flavor: str | None,
+        count: int,
+        notice_s: float,
+        budget: Budget,
+        partition: str | None = None,
     ) -> Noticed:
-        """Give notice to up to `count` spot servers of `hall`/`flavor`."""
-        found, standing = self.survey(hall, flavor)
+        """Give notice to up to `count` spot servers of `hall`/`flavor` (None: any), of
+        `partition` only when given."""
+        found, standing = self.survey(hall, flavor, partition)
         choice = choose(found, count, self.over_target(found), budget, standing)
         deadline = self.clock.now() + notice_s
         failed: list[str] = []

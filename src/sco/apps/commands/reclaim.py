@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 @click.option("--state", default=None, help="Fleet state, to spare serving nodes (state.url).")
 @click.option("--hall", default=None, help="The hall whose capacity is wanted back.")
 @click.option("--flavor", default=None, help="The flavor whose capacity is wanted back.")
+@click.option(
+    "--partition",
+    default=None,
+    help="Only servers of this partition (a drill): with it, --hall and --flavor may be left "
+    "out (any).",
+)
 @click.option("--count", type=int, default=None, help="How many servers' worth.")
 @click.option("--notice", "notice", default="120s", show_default=True, help="Notice given.")
 @click.option(
@@ -81,7 +87,8 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def reclaim(
     config: Path | None, state: str | None, hall: str | None, flavor: str | None,
-    count: int | None, notice: str, max_noticed: int | None, max_fraction: float | None,
+    partition: str | None, count: int | None, notice: str, max_noticed: int | None,
+    max_fraction: float | None,
     wait: bool, sweep_only: bool, trace_dir: Path | None, maps: tuple[str, ...],
     speed: float, pool_size: int | None, as_json: bool,
 ) -> None:  # fmt: skip
@@ -93,10 +100,11 @@ def reclaim(
 
     settings = settings_of(config, {"state.url": state_override(state)})
     replaying = trace_dir is not None
-    if not (sweep_only or replaying) and (
-        hall is None or flavor is None or count is None or count < 1
-    ):
-        raise BadInput("give --hall, --flavor and --count (>= 1), --trace, or --sweep")
+    where = partition is not None or (hall is not None and flavor is not None)
+    if not (sweep_only or replaying) and (not where or count is None or count < 1):
+        raise BadInput(
+            "give --hall, --flavor (or --partition) and --count (>= 1), --trace, or --sweep"
+        )
     with start_errors():
         plays = trace_pools(trace_dir, maps, pool_size) if trace_dir is not None else None
     if speed <= 0:
@@ -107,14 +115,14 @@ def reclaim(
     # The sweep reports what it leaves alone (an unreadable notice) in the log.
     logs.setup("reclaim", settings.log.level, settings.log.format)
     with start_errors(), operator_cloud(settings, with_state=bool(state or config)) as cloud:
-        _reclaim(cloud, sweep_only, plays, speed, notice_s, hall, flavor, count, wait,
-                 Budget(max_noticed, max_fraction), as_json)  # fmt: skip
+        _reclaim(cloud, sweep_only, plays, speed, notice_s, (hall, flavor, partition), count,
+                 wait, Budget(max_noticed, max_fraction), as_json)  # fmt: skip
 
 
 def _reclaim(
     cloud: Cloud, sweep_only: bool, plays: Plays | None, speed: float, notice_s: float,
-    hall: str | None, flavor: str | None, count: int | None, wait: bool, budget: Budget,
-    as_json: bool,
+    where: tuple[str | None, str | None, str | None], count: int | None, wait: bool,
+    budget: Budget, as_json: bool,
 ) -> None:  # fmt: skip
     if cloud.warning:
         click.echo(f"warning: {cloud.warning}", err=True)
@@ -130,11 +138,10 @@ def _reclaim(
     if plays is not None:
         _replay(reclaimer, plays, speed, notice_s, budget, as_json)
         return
-    assert hall is not None
-    assert flavor is not None
     assert count is not None
+    hall, flavor, partition = where
     try:
-        done = reclaimer.request(hall, flavor, count, notice_s, budget)
+        done = reclaimer.request(hall, flavor, count, notice_s, budget, partition)
     except ValueError as e:
         raise BadInput(str(e)) from None
     for v in done.choice.victims:
