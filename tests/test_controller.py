@@ -415,3 +415,40 @@ def test_a_node_back_in_its_scheduler_within_the_grace_stays(tmp_path: Path) -> 
     w.at(250.0)
     assert c.cycle().created == 0
     assert w.store.instance(node.id).state is State.READY
+
+
+class _Undiscovered:
+    """The region, its discovery missing one pool (an aggregate taken out of it)."""
+
+    def __init__(self, region: SimRegion, missing: str) -> None:
+        self.region = region
+        self.missing = missing
+
+    def pools(self) -> list[object]:
+        return [p for p in self.region.pools() if p.id != self.missing]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.region, name)
+
+
+def test_servers_in_a_pool_discovery_lost_are_kept_and_not_replaced(tmp_path: Path) -> None:
+    # Regression (the swarm's pool_missing, seed 35): a controller made while discovery
+    # missed a pool took its servers as surplus to every plan, replaced them elsewhere
+    # and held more than max_units until the drains ended.
+    w = World(tmp_path, target=3)
+    c = w.controller()
+    c.cycle()
+    w.at(150.0)
+    c.cycle()
+    held = {i.pool for i in w.records() if i.state is State.READY}
+    assert len([i for i in w.records() if i.state is State.READY]) == 3
+    lost = sorted(held)[0]
+    kept = {i.server_id for i in w.records() if i.pool == lost}
+    later = w.controller(provider=_Undiscovered(w.region, lost))  # type: ignore[arg-type]
+    for t in (160.0, 300.0, 450.0):
+        w.at(t)
+        report = later.cycle()
+        assert (report.created, report.drained, report.deleted) == (0, 0, 0)
+    assert {i.server_id for i in w.records() if i.pool == lost} == kept
+    assert len([i for i in w.records() if i.state is State.READY]) == 3
+    assert later.undiscovered == {lost}

@@ -395,6 +395,7 @@ def _flags(v: PoolView) -> tuple[str, ...]:
         name
         for name, on in (
             ("excluded", v.excluded),
+            ("undiscovered", v.undiscovered),
             ("degraded", v.degraded),
             ("no room", v.available == 0),
         )

@@ -27,6 +27,9 @@ class PoolView:
     price_per_h: float | None = None
     excluded: bool = False  # the watcher took it out: nothing new goes there
     degraded: bool = False  # failing, but among the last candidates: placed with less weight
+    # Discovery does not list it, yet the partition holds servers there (fleet state
+    # knows it): it keeps them and gets nothing new, as an excluded pool.
+    undiscovered: bool = False
     recent_reclaims: int = 0
     last_reclaim_at: float | None = None  # the latest reclaim seen in this pool
     last_refusal_at: float | None = None  # the latest create it refused

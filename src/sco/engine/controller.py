@@ -90,6 +90,7 @@ class PartitionController:
         self.pools: dict[PoolId, Pool] = {
             p.id: p for p in world.provider.pools() if partition.accepts(p.flavor)
         }
+        self.undiscovered: set[PoolId] = set()  # see `_adopt_undiscovered`
         self.records = Records(partition.name, store, fence)
         self.ledger = PoolLedger(store, config.pool_refresh_s)
         self.sightings = Sightings()
@@ -174,6 +175,7 @@ class PartitionController:
         handback = signals.intent(self.partition.name) == HANDBACK
         tally.lap("signals")
         drained, busy, pinned, untold = _node_sets(self.records.live(), nodes)
+        self._adopt_undiscovered()
         snapshot = self._snapshot(now, demand, handback, busy)
         if handback:
             decision = Decision({}, {}, ("handback: the operator asked for everything back",))
@@ -248,6 +250,25 @@ class PartitionController:
                 ):  # capacity it was: a replacement is owed
                     self.acquirer.owed += 1
 
+    def _adopt_undiscovered(self) -> None:
+        """Pools the partition holds servers in that discovery did not list when this
+        controller was made (an aggregate taken out of it, or a discovery that missed
+        one), read from fleet state: they keep what they hold and get nothing new.
+        Unknown, their servers were surplus to every plan and replaced at once, and
+        the partition went over `max_units` until the drains ended."""
+        missing = {i.pool for i in self.records.live()} - self.pools.keys()
+        if not missing:
+            return
+        for pool in self.records.store.pools():
+            if pool.id in missing and self.partition.accepts(pool.flavor):
+                self.pools[pool.id] = pool
+                self.undiscovered.add(pool.id)
+                log.warning(
+                    "partition %s: pool %s holds its servers but discovery does not list "
+                    "it: keeping them there, creating nothing new there",
+                    self.partition.name, pool.id,
+                )  # fmt: skip
+
     def _snapshot(
         self, now: float, demand: Demand, handback: bool, busy: frozenset[str]
     ) -> PartitionSnapshot:
@@ -270,6 +291,7 @@ class PartitionController:
             measured_cold_start_n=self.config.measured_cold_start_n,
             handback=handback,
             busy=busy,
+            undiscovered=frozenset(self.undiscovered),
         )
 
     def _publish(self, decision: Decision, now: float, demand: Demand) -> Plan:

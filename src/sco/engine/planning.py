@@ -32,15 +32,19 @@ def snapshot_of(
     measured_cold_start_n: int,
     handback: bool = False,
     busy: frozenset[str] = frozenset(),
+    undiscovered: frozenset[PoolId] = frozenset(),
 ) -> PartitionSnapshot:
-    """What the policy sees; a partition handed back wants nothing (floor 0 too)."""
+    """What the policy sees; a partition handed back wants nothing (floor 0 too). A
+    pool `undiscovered` has no room and is excluded: what it holds stays, nothing new
+    goes there."""
     views = {}
     for p, pool in pools.items():
         state = signals.state(p, now)
         score = signals.score(p)
+        lost = p in undiscovered
         views[p] = PoolView(
             pool=pool,
-            headroom=headroom.get(p, 0),
+            headroom=0 if lost else headroom.get(p, 0),
             reserved=records[p].reserved if p in records else 0,
             price_per_h=prices.get(p),
             recent_reclaims=signals.recent_reclaims(p, now),
@@ -51,7 +55,8 @@ def snapshot_of(
             cold_start_s=cold_start(pool, score, measured_cold_start_n),
             score=score,
             version=records[p].version if p in records else 0,
-            excluded=state is ExclusionState.EXCLUDED,
+            excluded=lost or state is ExclusionState.EXCLUDED,
+            undiscovered=lost,
             degraded=state is ExclusionState.DEGRADED,
         )
     if handback:

@@ -79,6 +79,10 @@ class InstanceStore(Protocol):
 
     def upsert_pools(self, pools: Sequence[Pool]) -> None: ...
 
+    def pools(self) -> list[Pool]:
+        """Every pool ever upserted, those discovery no longer lists too."""
+        ...
+
     def pool_records(self) -> Mapping[PoolId, PoolRecord]:
         """Pools with their CAS version and pending reservation counts."""
         ...
@@ -207,8 +211,6 @@ class IntentStore(Protocol):
 class FleetReads(Protocol):
     """What operators read of fleet state (`sco status`, `sco explain`, `sco slurm
     usage`), never the control plane."""
-
-    def pools(self) -> list[Pool]: ...
 
     def partitions(self) -> list[str]:
         """Every partition with instances or a plan."""

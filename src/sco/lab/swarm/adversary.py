@@ -26,6 +26,7 @@ from sco.lab.swarm.faults import Schedule
 from sco.lab.swarm.promises import Breaches, budget_room
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import BLUE, START_S, Fault, Kind, WorldSpec
+from sco.lab.swarm.typos import Typos
 from sco.lab.swarm.world import LEASE_TTL_S, Installation, Replica, fresh_state
 from sco.lab.twins.fleet import MemoryFleetStore
 from sco.ports import ServerView
@@ -46,6 +47,7 @@ class Arena(Protocol):
     schedule: Schedule
     ledger: Ledger
     breaches: Breaches
+    typos: Typos
     notes: list[str]
     blue: Installation
 
@@ -108,6 +110,7 @@ class Adversary:
     def _instant(self, s: Schedule) -> None:
         for kind, act in (
             (Kind.NOTICE, self._notice),
+            (Kind.NOTICE_MALFORMED, self._mistype),
             (Kind.RECLAIM, self._reclaim),
             (Kind.SCHEDULER_FORGETS, self._forget),
             (Kind.TOKEN_RESET, self._token_reset),
@@ -188,6 +191,17 @@ class Adversary:
             self.swarm.notes.append(f"notice to {inst.server_id} not given: {e}")
         else:
             self.swarm.schedule.took(Kind.NOTICE)
+
+    def _mistype(self, f: Fault) -> None:
+        """Someone sets a server's notice by hand, and mistypes it."""
+        fit = [
+            i.server_id
+            for i in self._records()
+            if i.server_id and i.state in HAS_SERVER and i.notice_deadline is None
+        ]
+        if fit:
+            self.swarm.typos.write(fit[self.rng.randrange(len(fit))], f.target)
+            self.swarm.schedule.took(Kind.NOTICE_MALFORMED)
 
     def _reclaim(self, f: Fault) -> None:
         region = self.swarm.region

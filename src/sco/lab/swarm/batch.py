@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from itertools import islice
 
 from sco.adapters.kubernetes.connect import client_installed
+from sco.engine.builder import Ports
 from sco.lab.swarm.promises import INVARIANTS
 from sco.lab.swarm.run import SeedResult, run_seed
-from sco.lab.swarm.spec import ALL_KINDS, Fault, Kind, WorldSpec, world_of
+from sco.lab.swarm.spec import ALL_KINDS, PORTS_OF, Fault, Kind, WorldSpec, world_of
 
 HASH_SEED = "0"
+BUNDLE = tuple(f.name for f in dataclasses.fields(Ports))  # the ports a runner is made of
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,11 @@ class Tally:
         for kind, n in result.effective.items():
             self.effective[kind] = self.effective.get(kind, 0) + n
 
+    def ports_faulted(self) -> list[str]:
+        """The ports of the builder's bundle a fault took effect at, in its order."""
+        hit = {port for kind, n in self.effective.items() if n for port in PORTS_OF[Kind(kind)]}
+        return [p for p in BUNDLE if p in hit]
+
     def line(self) -> dict[str, object]:
         return {
             "seeds": self.seeds,
@@ -155,6 +162,8 @@ class Tally:
             "faults_injected": self.faults,
             "faults_effective": sum(self.effective.values()),
             "faults_effective_by_kind": dict(sorted(self.effective.items())),
+            "ports_faulted": self.ports_faulted(),
+            "ports_not_faulted": [p for p in BUNDLE if p not in self.ports_faulted()],
             "cycles": self.cycles,
             "invariant_violations": self.violations,
             "invariants": list(INVARIANTS),

@@ -15,6 +15,7 @@ from typing import Any, Protocol, cast
 
 from sco.domain.pools import Pool, PoolId
 from sco.lab.swarm.spec import Fault, Kind
+from sco.lab.swarm.typos import Typos
 from sco.ports import (
     CreateResult,
     FencedOut,
@@ -36,6 +37,18 @@ class Killed(BaseException):
 
 class DatabaseDown(Exception):
     """Fleet state cannot be reached."""
+
+
+class LeaseApiDown(Exception):
+    """Kubernetes' API cannot be reached for Leases."""
+
+
+class EventLogDown(Exception):
+    """The event log (Kafka, or its table) cannot be reached."""
+
+
+class HistoryDown(Exception):
+    """The history store (chDB, ClickHouse) cannot be reached."""
 
 
 @dataclass
@@ -89,6 +102,7 @@ class Stage(Protocol):
     """What the wrappers need of the running swarm."""
 
     schedule: Schedule
+    typos: Typos  # servers whose notice was mistyped
 
     def now(self) -> float: ...
 
@@ -141,19 +155,34 @@ class CloudFaults:
             self.stage.takeover(self.replica, self.partition)
 
     def pools(self) -> Sequence[Pool]:
-        return list(self.inner.pools())
+        pools = list(self.inner.pools())
+        gone = self.stage.schedule.active(Kind.POOL_MISSING)
+        if gone is None or not any(p.aggregate == gone.target for p in pools):
+            return pools
+        self.stage.schedule.took(Kind.POOL_MISSING)
+        return [p for p in pools if p.aggregate != gone.target]
 
     def headroom(self, pools: Sequence[PoolId]) -> Mapping[PoolId, int]:
+        if self.stage.schedule.hit(Kind.HEADROOM_STALE):
+            # What the OpenStack adapter answers when placement's summaries are older
+            # than `headroom_stale_s`: no room it can vouch for, anywhere.
+            return dict.fromkeys(pools, 0)
         return dict(self.inner.headroom(pools))
 
     def prices(self, pools: Sequence[PoolId]) -> Mapping[PoolId, float]:
-        return dict(self.inner.prices(pools))
+        prices = dict(self.inner.prices(pools))
+        shift = self.stage.schedule.active(Kind.PRICE_SHIFT)
+        moved = [p for p in prices if shift is not None and p.split("/")[1] == shift.target]
+        if shift is None or not moved:
+            return prices
+        self.stage.schedule.took(Kind.PRICE_SHIFT)
+        return {p: v * shift.value if p in moved else v for p, v in prices.items()}
 
     def list(self, partition: str) -> Sequence[ServerView]:
         self._call("list")
         if self.stage.schedule.hit(Kind.LIST_ERROR):
             raise RetryableProviderError("list: 503 from Nova")
-        views = self.last[partition] = tuple(self.inner.list(partition))
+        views = self.last[partition] = self.stage.typos.listed(self.inner.list(partition))
         return views
 
     def create(
@@ -216,11 +245,13 @@ class NodeFaults:
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         self.stage.acted(self.replica, partition, "drain", f"{server_id} {reason}")
+        self.stage.typos.drained(server_id, reason)
         self.inner.drain(partition, server_id, drain_by, reason)
 
 
 _WRITES = ("record", "reserve", "save_plan", "settle_reservation", "emit", "put_exclusion")
 _READS = (
+    "pools",
     "instances",
     "pool_records",
     "reservations",
@@ -346,6 +377,8 @@ class LeaseFaults:
     def _reach(self) -> None:
         if self.in_database:
             self._reach_database()
+        elif self.stage.schedule.hit(Kind.LEASE_API_DOWN):
+            raise LeaseApiDown("the Kubernetes API answered 503 to a Lease call")
 
     def _reach_database(self) -> None:
         if self.stage.schedule.hit(Kind.DATABASE_DOWN):
@@ -388,3 +421,56 @@ class LeaseFaults:
     def forget_replica(self, name: str) -> None:
         self._reach()
         self.inner.forget_replica(name)
+
+
+class HistoryFaults:
+    """The scorer's history as it reaches it: away while `history_down` lasts."""
+
+    def __init__(self, inner: Any, schedule: Schedule) -> None:
+        self.inner = inner
+        self.schedule = schedule
+
+    def _reach(self) -> None:
+        if self.schedule.hit(Kind.HISTORY_DOWN):
+            raise HistoryDown("the history store refused the connection")
+
+    def load(self, events: Sequence[Any]) -> int:
+        self._reach()
+        return int(self.inner.load(events))
+
+    def pool_stats(self, now: float, window_s: float) -> Any:
+        self._reach()
+        return self.inner.pool_stats(now, window_s)
+
+
+class EventsFaults:
+    """The event log as the relay, the watcher and the history loader reach it: away
+    while `events_down` lasts."""
+
+    def __init__(self, inner: Any, schedule: Schedule) -> None:
+        self.inner = inner
+        self.schedule = schedule
+
+    def _reach(self) -> None:
+        if self.schedule.hit(Kind.EVENTS_DOWN):
+            raise EventLogDown("the event log's brokers are unreachable")
+
+    def absorb_outbox(self) -> int:
+        self._reach()
+        return int(self.inner.absorb_outbox())
+
+    def append(self, events: Sequence[Any]) -> None:
+        self._reach()
+        self.inner.append(events)
+
+    def read(self, consumer: str, limit: int) -> Any:
+        self._reach()
+        return self.inner.read(consumer, limit)
+
+    def commit(self, consumer: str, offset: int) -> None:
+        self._reach()
+        self.inner.commit(consumer, offset)
+
+    def dead_letter(self, consumer: str, record: Any, error: str) -> None:
+        self._reach()
+        self.inner.dead_letter(consumer, record, error)

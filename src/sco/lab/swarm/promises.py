@@ -103,6 +103,9 @@ PROMISES = (
             "while replicas of both lease kinds run (a rolling change of leases.kind), no "
             "write is refused for a stale fence unless a fault stalled a replica",
             "docs/replicas.md", "a rolling change of `leases.kind` hands each partition over once"),
+    Promise("unreadable_notice_is_none",
+            "a server whose sco:reclaim-at is not a time is not drained for a reclaim",
+            "docs/openstack.md", "A value that is not a time is no notice: sco leaves the"),
     Promise("handback_creates_nothing",
             "while a handback is in force, its partition's leader creates nothing",
             "docs/control-plane.md", "creates nothing more"),

@@ -21,10 +21,11 @@ from sco.domain.lifecycle import State
 from sco.engine.clock import ManualClock
 from sco.lab.swarm.adversary import Adversary
 from sco.lab.swarm.checks import Ledger, Notice, Violation, check_history, check_lives
-from sco.lab.swarm.faults import DatabaseDown, Killed, Schedule
+from sco.lab.swarm.faults import DatabaseDown, EventLogDown, HistoryDown, Killed, Schedule
 from sco.lab.swarm.promises import Breaches, bounds
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import BLUE, GREEN, START_S, Kind, WorldSpec
+from sco.lab.swarm.typos import Typos
 from sco.lab.swarm.world import (
     KUBE_GRACE_S,
     REQUEUE_LEAD_S,
@@ -76,6 +77,7 @@ class Swarm:
         self.schedule = Schedule(spec.faults, START_S, self.clock.now)
         self.ledger = Ledger(START_S)
         self.breaches = Breaches()  # the swarm's own sightings, with the twins'
+        self.typos = Typos(self.breaches)
         self._leaving: set[str] = set()  # blue's servers it sent a delete for
         self.cycles = 0
         self.notes: list[str] = []
@@ -304,10 +306,13 @@ class Swarm:
         if self.schedule.active(Kind.DATABASE_DOWN) or now < self._next_signals:
             return
         self._next_signals = now + 15.0
-        if inst.relay():
-            inst.watcher.poll(limit=100_000)
-        if inst.scorer.due(now):
-            inst.scorer.run(now)
+        try:
+            if inst.relay():
+                inst.watcher.poll(limit=100_000)
+            if inst.scorer.due(now):
+                inst.scorer.run(now)
+        except (EventLogDown, HistoryDown) as e:  # each job tries again on its next turn
+            log.debug("%s's signal jobs: %s", inst.name, e)
 
     # ------------------------------------------------------------ what the checks read
 

@@ -37,10 +37,39 @@ class Kind(StrEnum):
     NOTICE = "notice"  # a reclaim notice to a server in the state `target` names
     RECLAIM = "reclaim"  # the reference reclaimer takes `value` servers of a hall back
     HANDBACK = "handback"  # the operator hands a partition back, and cancels at the end
+    HEADROOM_STALE = "headroom_stale"  # placement's summaries too old: no room anywhere
+    PRICE_SHIFT = "price_shift"  # a hall's prices move by `value` times
+    POOL_MISSING = "pool_missing"  # discovery leaves pool `target` out (its aggregate gone)
+    LEASE_API_DOWN = "lease_api_down"  # Kubernetes' API refuses the lease calls
+    EVENTS_DOWN = "events_down"  # the event log refuses appends and reads (Kafka away)
+    HISTORY_DOWN = "history_down"  # the scorer's history cannot be loaded or read
+    NOTICE_MALFORMED = "notice_malformed"  # a server's sco:reclaim-at set by hand, mistyped
 
 
 ALL_KINDS = tuple(Kind)
+# The port of the builder's bundle (`sco.engine.builder.Ports`) each kind of fault is
+# at; the operator's hand-back is an order, not a fault of a port.
+_AT_THE_CLOUD = (Kind.LIST_ERROR, Kind.CREATE_ERROR, Kind.CREATE_TIMEOUT, Kind.CREATE_REFUSED,
+                 Kind.DELETE_ERROR, Kind.SLOW_CLOUD, Kind.CREDENTIAL_EXPIRED, Kind.NOTICE,
+                 Kind.RECLAIM, Kind.HEADROOM_STALE, Kind.PRICE_SHIFT, Kind.POOL_MISSING,
+                 Kind.NOTICE_MALFORMED)  # fmt: skip
+PORTS_OF: dict[Kind, tuple[str, ...]] = {
+    **dict.fromkeys(_AT_THE_CLOUD, ("provider",)),
+    Kind.SCHEDULER_DOWN: ("nodes", "demand"),  # Slurm's demand is read from the same queue
+    Kind.SCHEDULER_FORGETS: ("nodes",),
+    **dict.fromkeys((Kind.STORE_CONFLICT, Kind.DATABASE_DOWN, Kind.KILL), ("state",)),
+    **dict.fromkeys(
+        (Kind.LEASE_LOSS, Kind.TOKEN_RESET, Kind.TAKEOVER_MID_CYCLE, Kind.LEASE_API_DOWN),
+        ("leases",),
+    ),
+    Kind.CLOCK_SKEW: ("clock",),
+    Kind.EVENTS_DOWN: ("events", "relay"),
+    Kind.HISTORY_DOWN: ("history",),
+    Kind.HANDBACK: (),
+}
 NOTICE_STATES = ("creating", "active", "ready", "draining", "noticed-sooner", "noticed-later")
+# What a hand may write in a server's sco:reclaim-at instead of a deadline.
+TYPOS = ("tomorrow", "1795950000s", "2027-13-01T00:00:00Z", "nan", "soon")
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +220,20 @@ def _fault(rng: random.Random, spec: WorldSpec, kinds: Sequence[Kind]) -> Fault:
         value = rng.uniform(0.2, 0.6)  # the odds each write loses its race
     elif kind is Kind.SLOW_CLOUD:
         value = rng.uniform(1, 20)
-    if kind in (Kind.NOTICE, Kind.RECLAIM, Kind.SCHEDULER_FORGETS, Kind.TAKEOVER_MID_CYCLE):
+    elif kind is Kind.PRICE_SHIFT:
+        target = rng.choice([p.hall for p in spec.pools])
+        value = rng.choice([0.25, 0.5, 2.0, 4.0])
+    elif kind is Kind.NOTICE_MALFORMED:
+        target = rng.choice(TYPOS)
+    elif kind is Kind.POOL_MISSING:
+        target = rng.choice(spec.pools).name
+        duration = rng.uniform(300, 1800)  # read when a controller is made: make it last
+    if kind in (
+        Kind.NOTICE,
+        Kind.RECLAIM,
+        Kind.SCHEDULER_FORGETS,
+        Kind.TAKEOVER_MID_CYCLE,
+        Kind.NOTICE_MALFORMED,
+    ):
         duration = 0.0 if kind is not Kind.TAKEOVER_MID_CYCLE else duration
     return Fault(kind, round(at, 1), round(duration, 1), target, round(value, 2))

@@ -44,7 +44,16 @@ from sco.engine.signals_jobs import HistoryLoader, ScoringJob
 from sco.engine.watcher import ExclusionWatcher
 from sco.lab.history import WindowedHistory
 from sco.lab.region import SimConfig, SimRegion
-from sco.lab.swarm.faults import CloudFaults, LeaseFaults, NodeFaults, Stage, StoreFaults, faulty
+from sco.lab.swarm.faults import (
+    CloudFaults,
+    EventsFaults,
+    HistoryFaults,
+    LeaseFaults,
+    NodeFaults,
+    Stage,
+    StoreFaults,
+    faulty,
+)
 from sco.lab.swarm.kube import KubeCaller, SimKube, kube_installation
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import START_S, PartitionPlan, WorldSpec
@@ -280,10 +289,14 @@ class Installation:
         self.kube_leases = KubeLeases()
         self.lease_kind = spec.leases
         pools = list(region.pools())
-        self.watcher = ExclusionWatcher(self.events, self.store, pools)
+        # The watcher's and the scorer's own processes reach the log (and the scorer its
+        # history) through the seed's faults.
+        self.reaching = EventsFaults(self.events, stage.schedule)
+        self.watcher = ExclusionWatcher(self.reaching, self.store, pools)
         scorer = ScorerConfig()
+        history = HistoryFaults(WindowedHistory(scorer.window_s), stage.schedule)
         self.scorer = ScoringJob(
-            HistoryLoader(self.events, WindowedHistory(scorer.window_s)),
+            HistoryLoader(self.reaching, history),
             self.store,
             {p.id: p for p in pools},
             scorer,
@@ -297,7 +310,7 @@ class Installation:
 
     def relay(self) -> int:
         """The outbox into the event log; returns how many events were new to it."""
-        return self.events.absorb_outbox()
+        return self.reaching.absorb_outbox()
 
     def partitions(self) -> list[Partition]:
         return [
