@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -427,3 +430,56 @@ def test_evaluate_fleet_bad_input(tmp_path: Path, args: list[str], message: str)
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_score_every_alone_scores_every_policy_score_every_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/configuration.md: `policy.score_every_s` is how often `sco score --every` and
+    `sco history load --score-every` score when given no duration; without the option,
+    one pass, which serves no port (`http.score_port` is the loop's)."""
+    from click.testing import CliRunner
+
+    from sco.apps import signals as commands
+    from sco.apps.cli import cli
+    from sco.assembly import signals as loops
+
+    config = write_yaml(tmp_path / "sco.yaml", {"policy": {"score_every_s": 123},
+                                                "http": {"score_port": 9999}})  # fmt: skip
+    ran: list[tuple[str, float | None, int]] = []
+
+    @contextmanager
+    def serving(component: str, settings: object, port: int, verbose: int = 0) -> Iterator[None]:
+        ran.append((component, None, port))
+        yield
+
+    def score(settings: object, every_s: float | None, process: Any, say: object) -> int:
+        with process():
+            ran[-1] = (ran[-1][0], every_s, ran[-1][2])
+        return 0
+
+    def load(settings: object, process: Any, say: object, every_s: float | None) -> None:
+        score(settings, every_s, process, say)
+
+    monkeypatch.setattr(commands, "process", serving)  # the loops themselves not run
+    monkeypatch.setattr(loops, "score", score)
+    monkeypatch.setattr(loops, "load_history", load)
+    for args in (["score"], ["score", "--every"], ["score", "--every", "7m"],
+                 ["score", "--every", "--port", "9998"], ["history", "load", "--score-every"],
+                 ["history", "load"]):  # fmt: skip
+        done = CliRunner().invoke(cli, [*args, "--config", str(config)])
+        assert done.exit_code == 0, done.output
+    assert ran == [
+        ("score", None, 0),
+        ("score", 123.0, 9999),
+        ("score", 420.0, 9999),
+        ("score", 123.0, 9998),
+        ("history-load", 123.0, 9103),
+        ("history-load", None, 9103),
+    ]
+    # One pass serves nothing: a port asked of it is refused, not ignored.
+    refused = sco("score", "--config", config, "--port", "9102", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "--port" in refused.stderr
+    assert "--every" in refused.stderr
+    assert sco("score", "--config", config, "--every", "0s", cwd=tmp_path).returncode == 2

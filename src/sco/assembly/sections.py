@@ -196,7 +196,13 @@ class PolicySettings(_Section):
     )
     exclusion: ExclusionConfig = Field(default_factory=ExclusionConfig)
     scorer: ScorerConfig = Field(default_factory=ScorerConfig)
-    score_every_s: float = Field(default=300.0, gt=0, description="`sco score --every` default.")
+    score_every_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often `sco score --every` and `sco history load --score-every` score "
+        "when the option is given without a duration (without the option, `sco score` makes "
+        "one pass and the loader does not score).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -210,7 +216,12 @@ class HttpSettings(_Section):
     bind: str = Field(default="0.0.0.0", description="Address the /metrics and /healthz listen on.")
     run_port: int = Field(default=9100, ge=0, le=65535, description="`sco run`; 0: none.")
     watch_port: int = Field(default=9101, ge=0, le=65535, description="`sco watch`; 0: none.")
-    score_port: int = Field(default=9102, ge=0, le=65535, description="`sco score`; 0: none.")
+    score_port: int = Field(
+        default=9102,
+        ge=0,
+        le=65535,
+        description="`sco score --every`; 0: none. One pass (no --every) serves no port.",
+    )
     history_port: int = Field(
         default=9103, ge=0, le=65535, description="`sco history load`; 0: none."
     )

@@ -131,8 +131,20 @@ def watch(config: Path | None, state: str | None, port: int | None) -> None:
 @config_option
 @click.option("--state", default=None, help="Fleet state: a SQLite file or a URL (state.url).")
 @click.option("--history", default=None, help="Pool history: chdb://PATH or http://host:8123.")
-@click.option("--every", default=None, help="Score every so often (5m) until stopped.")
-@click.option("--port", type=click.IntRange(0, 65535), default=None, help="http.score_port.")
+@click.option(
+    "--every",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[DURATION]",
+    help="Score every so often (5m) until stopped; alone, every policy.score_every_s.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="http.score_port: /metrics and health while scoring --every.",
+)
 def score(
     config: Path | None, state: str | None, history: str | None, every: str | None, port: int | None
 ) -> None:
@@ -141,15 +153,27 @@ def score(
     cannot be read."""
     from sco.apps.signals import score as run_score
 
-    every_s = parse_duration(every, "--every") if every else None
-    if every_s is not None and every_s <= 0:
-        raise BadInput("--every: must be > 0")
+    if every is None and port is not None:
+        # One pass ends before anything could scrape it: it serves no port.
+        raise BadInput("--port: one pass serves no port; give --every to score in a loop")
     settings = settings_of(
         config,
         {"state.url": state_override(state), "history.url": history, "http.score_port": port},
     )
+    every_s = _every_s(every, "--every", settings.policy.score_every_s)
     with start_errors():
         run_score(settings, every_s, verbose_level())
+
+
+def _every_s(given: str | None, option: str, default_s: float) -> float | None:
+    """A loop's period: None (the option not given: one pass), the option's duration,
+    or `default_s` (policy.score_every_s) when it is given without one."""
+    if given is None:
+        return None
+    every_s = parse_duration(given, option) if given else default_s
+    if every_s <= 0:
+        raise BadInput(f"{option}: must be > 0")
+    return every_s
 
 
 @click.group()
@@ -164,9 +188,12 @@ def history() -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="http.history_port.")
 @click.option(
     "--score-every",
+    is_flag=False,
+    flag_value="",
     default=None,
-    help="Also score pools this often (5m), in this process: on chDB, instead of `sco score "
-    "--every` (one process holds the engine).",
+    metavar="[DURATION]",
+    help="Also score pools this often (5m; alone, every policy.score_every_s), in this "
+    "process: on chDB, instead of `sco score --every` (one process holds the engine).",
 )
 def history_load(
     config: Path | None, state: str | None, url: str | None, port: int | None,
@@ -176,12 +203,10 @@ def history_load(
     loaded twice counts once)."""
     from sco.apps.signals import load_history
 
-    every_s = parse_duration(score_every, "--score-every") if score_every else None
-    if every_s is not None and every_s <= 0:
-        raise BadInput("--score-every: must be > 0")
     settings = settings_of(
         config, {"state.url": state_override(state), "history.url": url, "http.history_port": port}
     )
+    every_s = _every_s(score_every, "--score-every", settings.policy.score_every_s)
     with start_errors():
         load_history(settings, verbose_level(), every_s)
 
