@@ -1,5 +1,8 @@
 """The tour of docs/tour.md, run as written: every command of every step, in order, in
-one shell's environment, each step's promise checked. Ends with one JSON line:
+one shell's environment, every promise of each step checked, from the world where it
+is about the world (Nova, fleet state, Slurm, the Kubernetes stand-in, the replicas'
+/metrics, the process table: bench/tourlib), not only from what a command printed.
+Ends with one JSON line:
 
     {"steps": 13, "passed": 13, "lab_up_s": 31.2, "processes": 13}
 
@@ -29,13 +32,20 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sco_harness.lab_plane import kube_url
 from sco_harness.lab_world import MARK
 from sco_harness.openstack_stack import STACK_PORTS
+
+# Its parts are in bench/tourlib (as soak.py's are in bench/soaklib): run as a script,
+# this file's folder is first on the path; loaded by path, it is not there at all.
+sys.path.append(str(Path(__file__).resolve().parent))
+
+from tourlib import promises
+from tourlib.lab import Lab
 
 ROOT = Path(__file__).resolve().parents[1]
 TOUR = ROOT / "docs" / "tour.md"
@@ -57,39 +67,6 @@ def steps(text: str) -> list[Step]:
     return [Step(int(m[1]), m[2].strip(), m[4]) for m in STEP.finditer(text)]
 
 
-@dataclass
-class Lab:
-    """The shell the reader types into: its folder, its environment, what was seen."""
-
-    root: Path
-    env: dict[str, str]
-    seen: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def folder(self) -> Path:
-        return self.root / ".lab"
-
-    def sh(self, commands: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", "-e", "-c", commands], cwd=self.root, env=self.env, capture_output=True,
-            text=True, timeout=timeout_s, check=False,
-        )  # fmt: skip
-
-    def source_env(self) -> None:
-        """What `. .lab/env` leaves in the shell."""
-        for line in (self.folder / "env").read_text().splitlines():
-            if line.startswith("export "):
-                key, _, value = line[len("export ") :].partition("=")
-                self.env[key] = value
-
-    def log(self) -> str:
-        return (self.folder / "lab.log").read_text(errors="replace")
-
-    def get(self, url: str) -> str:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return str(r.read().decode())
-
-
 Check = Callable[[Lab, str], str | None]  # None: as promised; else what was seen instead
 
 
@@ -104,6 +81,7 @@ def _started(lab: Lab, out: str) -> str | None:
 
 def _web_ready(lab: Lab, out: str) -> str | None:
     lab.source_env()
+    lab.seen["kube"] = kube_url(lab.folder)
     ready = [int(n) for n in re.findall(r"holds:.*?(\d+) ready", out)]  # web's, metal's
     if len(ready) < 1 or ready[0] < 2:
         return "web does not hold 2 ready nodes yet"
@@ -152,7 +130,7 @@ def _processes(lab: Lab) -> list[str]:
     pid = (lab.folder / "slurm" / "run" / "slurmctld.pid").read_text().strip()
     if Path(f"/proc/{pid}").exists():
         found.append("slurmctld")
-    pods = lab.get(f"{kube_url(lab.folder)}/api/v1/pods")
+    pods = lab.get(f"{lab.seen['kube']}/api/v1/pods")
     if '"kind": "PodList"' in pods.replace('":"', '": "'):
         found.append("kubernetes")
     agents = str(lab.folder / "agents")
@@ -170,13 +148,6 @@ def _read(path: Path) -> bytes:
         return b""
 
 
-def _planned(_lab: Lab, out: str) -> str | None:
-    m = re.search(r"(\d+) creates", out)
-    if "plan generation" not in out or not m or int(m[1]) < 4:
-        return "no plan, or fewer than 4 creates in the last hour"
-    return None
-
-
 def _contracts(lab: Lab, out: str) -> str | None:
     page = json.loads(lab.get(f"{lab.env['LAB_STATUS']}/status.json"))
     serving = [
@@ -184,25 +155,6 @@ def _contracts(lab: Lab, out: str) -> str | None:
     ]
     if len(serving) < 4 or '"state": "serving"' not in out:
         return f"{len(serving)} batch contracts serving"
-    return None
-
-
-def _noticed(lab: Lab, out: str) -> str | None:
-    from sco.adapters.slurm.nodes import node_name
-
-    m = re.search(r"lab: (\S+) noticed: leave by", out)
-    if not m:
-        return "no notice given"
-    lab.seen["server"], lab.seen["node"] = m[1], node_name(m[1])
-    return None
-
-
-def _draining(lab: Lab, out: str) -> str | None:
-    node, server = lab.seen["node"], lab.seen["server"]
-    if not re.search(rf"ready -> noticed \[reclaim_notice\].*\(server {server}\)", lab.log()):
-        return "sco has not seen the notice"
-    if not re.search(rf"^{node}\s+1\s+batch\s+(drng|drain)", out, re.M):
-        return f"{node} is not draining"
     return None
 
 
@@ -216,35 +168,17 @@ def _replaced(lab: Lab, out: str) -> str | None:
     return None
 
 
-def _counted(lab: Lab, out: str) -> str | None:
-    if not re.search(r"[1-9]\d* reclaims with notice", out):
-        return "explain counts no reclaim with notice"
-    if not re.search(r"\([1-9]\d* replacing reclaimed\)", out):
-        return "explain counts no replacement"
-    if not re.search(r'^sco_reclaims_total\{[^}]*partition="batch"[^}]*\} [1-9]', out, re.M):
-        return "no replica counts the reclaim"
-    page = lab.get(f"{lab.env['LAB_STATUS']}/")
-    if not re.search(
-        r'class="l bad" data-field="last_hour">[^<]*[1-9]\d* reclaims? with notice', page
-    ):
-        return "the status page does not show the last hour's reclaim in red"
-    return None
-
-
-def _excluded(lab: Lab, out: str) -> str | None:
-    pools = json.loads(lab.sh(".venv/bin/sco pools --json").stdout)
-    rows = pools if isinstance(pools, list) else pools.get("pools", [])
-    hall_a = [p for p in rows if "hall-a/spot" in json.dumps(p)]
-    if "excluded until" not in out or not any("excluded" in json.dumps(p) for p in hall_a):
-        return "hall-a's spot pool is not excluded"
-    return None
-
-
-def _handed_back(_lab: Lab, out: str) -> str | None:
-    return None if "holds nothing" in out else "web still holds servers"
-
-
-def _stopped(lab: Lab, _out: str) -> str | None:
+def _stopped(lab: Lab, out: str) -> str | None:
+    if "web: back in service" not in out:
+        return "the handback was not cancelled"
+    if lab.sql("SELECT intent FROM partition_intents WHERE partition = 'web'"):
+        return "web's handback is still in fleet state"
+    said = [m for m in ("lab: control plane stopped", "lab: stopped") if m in out]
+    if len(said) < 2 or out.index(said[0]) > out.index(said[1]) or "swept" in out:
+        return f"not the supervisor, then the cloud (or the world left things): {out[-300:]}"
+    stopping = r"^\S+ world\.1 +\| stopping: agents, slurmd, slurmctld, munge"
+    if not (lab.folder / "lab.log").exists() or not re.search(stopping, lab.log(), re.M):
+        return "the world did not stop its agents, slurmd, slurmctld and munge itself"
     left = _left_running(lab)
     if left:
         return f"left running: {left}"
@@ -281,7 +215,8 @@ def _left_running(lab: Lab) -> list[str]:
 
 def _ports(lab: Lab) -> list[int]:
     http, nova = int(lab.env["SCO_LAB_HTTP_BASE"]), int(lab.env["SCO_OS_BASE_PORT"])
-    return [*range(http, http + 11), *range(nova, nova + STACK_PORTS)]
+    kube = [int(lab.seen["kube"].rsplit(":", 1)[1])] if "kube" in lab.seen else []
+    return [*range(http, http + 11), *range(nova, nova + STACK_PORTS), *kube]
 
 
 def _listening(port: int) -> bool:
@@ -290,21 +225,29 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-# title -> (check, seconds its last command may be rerun until the check passes)
-CHECKS: dict[str, tuple[Check, float]] = {
-    "Start the lab": (_started, 0),
-    "Point your shell at the lab": (_web_ready, 60),
-    "Submit Slurm jobs": (_submitted, 0),
-    "Watch nodes join": (_joined, 120),
-    "Read the plan": (_planned, 0),
-    "Contracts and agents": (_contracts, 30),
-    "Take a server back with notice": (_noticed, 0),
-    "See the drain": (_draining, 25),
-    "The requeue and the replacement": (_replaced, 90),
-    "What happened, said three ways": (_counted, 0),
-    "Exclude a pool with a burst of reclaims": (_excluded, 90),
-    "Hand a partition back": (_handed_back, 0),
-    "Take it back, and stop the lab": (_stopped, 0),
+@dataclass(frozen=True)
+class Promise:
+    check: Check
+    within_s: float = 0  # how long its last command may be rerun until the check passes
+    before: Callable[[Lab], None] | None = None  # records what the check compares with
+
+
+CHECKS: dict[str, Promise] = {
+    "Start the lab": Promise(_started),
+    "Point your shell at the lab": Promise(_web_ready, 60),
+    "Submit Slurm jobs": Promise(_submitted),
+    "Watch nodes join": Promise(_joined, 120),
+    "Read the plan": Promise(promises.planned, 30),
+    "Contracts and agents": Promise(_contracts, 30),
+    "Take a server back with notice": Promise(promises.noticed),
+    "See the drain": Promise(promises.draining, 25),
+    "The requeue and the replacement": Promise(_replaced, 90),
+    "What happened, said three ways": Promise(promises.counted, 30),
+    "Exclude a pool with a burst of reclaims": Promise(
+        promises.excluded, 90, promises.before_burst
+    ),
+    "Hand a partition back": Promise(promises.handed_back, 0, promises.before_handback),
+    "Take it back, and stop the lab": Promise(_stopped),
 }
 
 
@@ -338,13 +281,16 @@ def run_tour(lab: Lab, say: Callable[[str], None]) -> dict[str, Any]:
 
 
 def _step(lab: Lab, step: Step) -> str | None:
-    check, within_s = CHECKS[step.title]
-    deadline = time.monotonic() + within_s
+    promise = CHECKS[step.title]
+    if promise.before is not None:
+        promise.before(lab)
+    deadline = time.monotonic() + promise.within_s
     done = lab.sh(step.commands)
+    lab.seen["step_out"] = done.stdout + done.stderr  # all its commands', once
     while True:
         if done.returncode != 0:
             return f"exit {done.returncode}: {(done.stderr or done.stdout)[-500:]}"
-        why = check(lab, done.stdout + done.stderr)
+        why = promise.check(lab, done.stdout + done.stderr)
         if why is None or time.monotonic() > deadline:
             return why
         time.sleep(2)
