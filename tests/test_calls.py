@@ -237,3 +237,56 @@ def test_a_create_that_no_longer_stands_when_a_worker_gets_to_it_is_never_sent(
         failed = [h for h in w.store.history() if h.to_state == State.FAILED]
         assert len(failed) == 3
         assert all("not sent: it waited 31 s for a worker" in h.reason for h in failed)
+
+
+def test_a_replacement_answered_after_the_next_cycle_owes_nothing_twice(tmp_path: Path) -> None:
+    # Regression (the swarm on sco run's worker pool, seed 23): the cycle after a
+    # replacement was sent cut what is owed to what is short (nothing: the request
+    # counts), then the late answer took its replacement off again. Owed went below
+    # zero, and the next create of n made n + 1 records and servers on a reservation
+    # of n, over max_units.
+    w = World(tmp_path)
+    calls = HeldCalls()
+    c = _controller(w, calls)
+    for t in range(0, 200, 20):
+        w.at(t)
+        c.cycle()
+        calls.run()
+        calls.answer()
+    assert _states(w) == [State.READY] * 3
+    noticed = w.records()[0].server_id
+    assert noticed is not None
+    w.region.give_notice(noticed, 600.0)  # leaving, and still counted meanwhile
+    w.at(300)
+    c.cycle()  # the notice seen: a replacement owed, and requested
+    assert c.acquirer.owed == 1
+    assert len(calls.held) == 1
+    w.at(320)
+    c.cycle()  # the create still waits for a worker: its records are REQUESTED
+    calls.run()
+    calls.answer()
+    w.at(340)
+    c.cycle()  # the answer is recorded now, on records the listing had not settled
+    assert c.acquirer.owed == 0
+
+
+def test_a_create_waiting_for_a_worker_is_not_sent_once_the_partition_is_handed_back(
+    tmp_path: Path,
+) -> None:
+    # Regression (the swarm on sco run's worker pool, seeds 68, 79, 159): a create
+    # decided before `sco handback` went out after it, though the leader "creates
+    # nothing more" once the intent is recorded.
+    w = World(tmp_path)
+    calls = HeldCalls()
+    c = _controller(w, calls)
+    c.cycle()
+    w.store.put_intent("p1", "handback", 5.0, "operator")
+    w.at(5)
+    calls.run()
+    assert w.region.list("p1") == [], "no create goes out after the handback"
+    calls.answer()
+    w.at(10)
+    c.cycle()
+    failed = [h for h in w.store.history() if h.to_state == State.FAILED]
+    assert len(failed) == 3
+    assert all("handed back while it waited" in h.reason for h in failed)

@@ -11,7 +11,7 @@ reclaimed spot; everything else it is given.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
@@ -62,8 +62,12 @@ class Acquirer:
         clock: Clock,
         config: ControllerConfig,
         calls: Executor,
+        handed_back: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`handed_back`: whether the operator has handed the partition back, read
+        when a create that waited for a worker is about to go out."""
         self.partition = partition
+        self.handed_back = handed_back
         self.provider = provider
         self.nodes = nodes
         self.records = records
@@ -243,11 +247,14 @@ class Acquirer:
 
     def _stale_create(self, sent: _Request, now: float) -> str:
         """Why a create that waited for a worker must not go out, if it must not: the
-        partition's lease was let go meanwhile (another leader may act on it now), or
-        half the listing grace has gone by (its records are closed at the grace, and a
-        server made later would be a stranger the partition adopts over its target)."""
+        partition's lease was let go meanwhile (another leader may act on it now), the
+        operator handed it back (it creates nothing more), or half the listing grace
+        has gone by (its records are closed at the grace, and a server made later
+        would be a stranger the partition adopts over its target)."""
         if self.records.fence.token != sent.fence:
             return "the partition's lease was let go while it waited"
+        if now > sent.at and self.handed_back():  # a read of fleet state: only once it waited
+            return "the partition was handed back while it waited"
         waited = now - sent.at
         if waited >= self.config.list_grace_s / 2:
             return f"it waited {waited:.0f} s for a worker, past half the listing grace"
@@ -316,7 +323,10 @@ class Acquirer:
     def _count_created(self, codes: Sequence[Reason], replacing: int, pool: PoolId) -> None:
         replaced = min(replacing, len(codes))
         self.tally.created += len(codes)
-        self.owed -= replaced
+        # A cycle between the send and its answer may have cut what is owed already
+        # (the request counted as live): owed never goes below nothing, or the next
+        # create would make more records than it reserved.
+        self.owed = max(0, self.owed - replaced)
         if replaced:
             self.tally.replaced[pool] += replaced
         for code in codes:

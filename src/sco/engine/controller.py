@@ -108,6 +108,7 @@ class PartitionController:
             clock=world.clock,
             config=config,
             calls=world.calls,
+            handed_back=lambda: world.signals.handed_back(partition.name),
         )
 
     @property

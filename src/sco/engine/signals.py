@@ -20,6 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from sco.domain.demand import HANDBACK
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion, ExclusionState, PoolScore
 from sco.ports import IntentStore, PoolAgeStore, SignalStore
@@ -167,6 +168,11 @@ class FleetSignals:
     def intent(self, partition: str) -> str | None:
         """What the operator asked of `partition` (`handback`), if anything."""
         return self._intents.get(partition)
+
+    def handed_back(self, partition: str) -> bool:
+        """Whether the operator has handed `partition` back, read from fleet state now
+        rather than at the last refresh: a create about to go out asks."""
+        return self.intent_store.intents().get(partition) == HANDBACK
 
     def up_since(self, pool: PoolId) -> float | None:
         """Since when `pool` has had capacity; None when it has none or no one said."""

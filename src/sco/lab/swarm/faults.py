@@ -116,6 +116,10 @@ class Stage(Protocol):
 
     def created(self, request_id: str, partition: str, installation: str) -> None: ...
 
+    def sending(self, replica: str, installation: str, partition: str, request_id: str) -> None:
+        """`replica` sends a create now (perhaps from its workers' queue)."""
+        ...
+
     def asked_to_delete(self, installation: str, server_ids: Sequence[str]) -> None:
         """`installation` sent these servers' delete (whether the cloud took it or not):
         they are leaving."""
@@ -195,6 +199,7 @@ class CloudFaults:
         if s.hit(Kind.CREATE_REFUSED):
             raise InsufficientCapacity(pool, f"no room in {pool} (the cloud says)")
         self.stage.acted(self.replica, partition, "create", f"{count} in {pool} ({request_id})")
+        self.stage.sending(self.replica, self.inner.installation, partition, request_id)
         self.stage.created(request_id, partition, self.inner.installation)
         result: CreateResult = self.inner.create(
             pool, count, request_id, partition, plan_generation

@@ -106,6 +106,11 @@ PROMISES = (
     Promise("unreadable_notice_is_none",
             "a server whose sco:reclaim-at is not a time is not drained for a reclaim",
             "docs/openstack.md", "A value that is not a time is no notice: sco leaves the"),
+    Promise("create_only_while_standing",
+            "a create that waited for a worker goes out only while its sender leads the "
+            "partition and its records stand",
+            "docs/control-plane.md", "create that waited for a worker goes out only while it "
+            "still stands"),
     Promise("handback_creates_nothing",
             "while a handback is in force, its partition's leader creates nothing",
             "docs/control-plane.md", "creates nothing more"),

@@ -13,7 +13,7 @@ import math
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,10 +25,12 @@ from sco.lab.swarm.faults import DatabaseDown, EventLogDown, HistoryDown, Killed
 from sco.lab.swarm.promises import Breaches, bounds
 from sco.lab.swarm.slurm import SimSlurm
 from sco.lab.swarm.spec import BLUE, GREEN, START_S, Kind, WorldSpec
+from sco.lab.swarm.stage import Hooks
 from sco.lab.swarm.typos import Typos
 from sco.lab.swarm.world import (
     KUBE_GRACE_S,
     REQUEUE_LEAD_S,
+    STEP_S,
     Installation,
     Replica,
     node_life,
@@ -40,10 +42,7 @@ from sco.ports import NodeView
 
 log = logging.getLogger(__name__)
 
-TICK_S = 10.0
-# Faults that stall or stop a replica: a refused write may follow them in any rollout.
-STALLS = (Kind.LEASE_LOSS, Kind.TAKEOVER_MID_CYCLE, Kind.KILL, Kind.CLOCK_SKEW,
-          Kind.DATABASE_DOWN, Kind.SLOW_CLOUD)  # fmt: skip
+TICK_S = STEP_S
 DRY_RUN_EVERY_S = 1800.0
 
 
@@ -66,7 +65,7 @@ class SeedResult:
         return not self.violations
 
 
-class Swarm:
+class Swarm(Hooks):
     """One world (see `sco.lab.swarm.world`), run from its spec."""
 
     def __init__(self, spec: WorldSpec, folder: Path, state: str = "memory") -> None:
@@ -103,71 +102,6 @@ class Swarm:
         self._in_takeover = False
         self._next_dry_run = START_S + DRY_RUN_EVERY_S / 2
         self._next_signals = START_S
-
-    # ------------------------------------------------------------ Stage
-
-    def now(self) -> float:
-        return self.clock.now()
-
-    def slow(self, seconds: float) -> None:
-        """The world moves on while a call waits: the region and the clock, not the
-        other replicas (their turn comes when this one's cycle returns)."""
-        t = self.clock.now() + seconds
-        self.region.advance_to(t)
-        self.clock.set(t)
-
-    def acted(self, replica: str, partition: str, what: str, detail: str) -> None:
-        key = (replica, partition)
-        if key in self.adversary.fenced and what != "tend":
-            self.ledger.violate(
-                "fenced_stops_and_says_so",
-                self.now(),
-                f"{replica} refused a write to {partition}, then {what} {detail}",
-            )
-
-    def asked_to_delete(self, installation: str, server_ids: Sequence[str]) -> None:
-        if installation == BLUE:
-            self._leaving.update(server_ids)
-
-    def touched(self, installation: str, server_ids: Sequence[str], what: str) -> None:
-        self.ledger.checked["own_servers_only"] += len(server_ids)
-        for sid in server_ids:
-            owner = self.region.installation_of(sid)
-            if owner is not None and owner != installation:
-                self.ledger.violate(
-                    "own_servers_only", self.now(), f"{installation} {what} {owner}'s {sid}"
-                )
-
-    def created(self, request_id: str, partition: str, installation: str) -> None:
-        self.ledger.checked["one_create_per_reservation"] += 1
-        self.ledger.creates[request_id] += 1
-        if self.ledger.creates[request_id] > 1:
-            self.ledger.violate(
-                "one_create_per_reservation", self.now(), f"request {request_id} sent again"
-            )
-        if installation == BLUE:
-            handed = partition in self.adversary.handed
-            self.breaches.look("handback_creates_nothing", handed,
-                               f"{partition} handed back, {request_id} sent")  # fmt: skip
-
-    def refused_write(self, replica: str, partition: str) -> None:
-        self.ledger.checked["fenced_stops_and_says_so"] += 1
-        self.adversary.fenced[(replica, partition)] = self.now()
-        if self.now() <= self.adversary.mixed_until:
-            stalled = any(self.schedule.active(k) for k in STALLS)
-            self.breaches.look("rollout_hands_over_once", not stalled,
-                               f"{replica}'s write to {partition} refused mid-rollout")  # fmt: skip
-
-    def takeover(self, victim: str, partition: str) -> None:
-        """The victim stalls mid-cycle past its lease; the other replica takes the
-        partition and cycles it; then the victim's call returns."""
-        if self._in_takeover:
-            return
-        self._in_takeover = True
-        try:
-            self.adversary.takeover(victim, partition)
-        finally:
-            self._in_takeover = False
 
     # ------------------------------------------------------------ the loop
 
@@ -218,17 +152,29 @@ class Swarm:
 
     def _turn(self, inst: Installation, r: Replica) -> None:
         now = self.clock.now()
+        # The workers run beside the lease round: the seed says which goes first.
+        early = r.calls.rng.random() < 0.5
+        if early:
+            self._workers(r)
         if now >= r.next_tend:
             r.next_tend = now + r.runner.config.lease_every_s
             if not self.guard(inst, r, r.runner.tend_leases):
                 return
             if r.runner.pump is not None:
                 self.guard(inst, r, r.runner.pump.step)
+        if not early:
+            self._workers(r)
         for name in sorted(r.runner.controllers):
             if now < r.next_cycle.get(name, 0.0) or r.slot not in inst.replicas:
                 continue
             r.next_cycle[name] = now + self.spec.interval_s
             self.cycle(inst, r, name)
+
+    def _workers(self, r: Replica) -> None:
+        stall = self.schedule.active(Kind.CALLS_STALLED, r.slot)
+        if stall is not None and r.calls.queue:
+            self.schedule.took(Kind.CALLS_STALLED, len(r.calls.queue))
+        r.calls.step(stall is not None)
 
     def cycle(self, inst: Installation, r: Replica, name: str) -> None:
         """One cycle of `name` by `r`, and what the checks learn of it."""
@@ -463,7 +409,11 @@ class Swarm:
         check_lives(self.ledger, self.blue.store, self._seen_by_sco(now), alive, now)
         for name in self.blue.plans:
             live = [i for i in self.blue.store.instances(name) if i.state is not State.GONE]
-            listed = {v.server_id for v in self.blue.tenant.list(name)}
+            # A create a worker sent after the last cycle: its REQUESTED records stand
+            # for it until a listing or its answer names the server.
+            asked = {i.request_id for i in live if i.server_id is None}
+            views = self.blue.tenant.list(name)
+            listed = {v.server_id for v in views if v.request_id not in asked}
             missing = listed - {i.server_id for i in live}
             for sid in sorted(missing):
                 self.ledger.violate(

@@ -44,6 +44,7 @@ class Kind(StrEnum):
     EVENTS_DOWN = "events_down"  # the event log refuses appends and reads (Kafka away)
     HISTORY_DOWN = "history_down"  # the scorer's history cannot be loaded or read
     NOTICE_MALFORMED = "notice_malformed"  # a server's sco:reclaim-at set by hand, mistyped
+    CALLS_STALLED = "calls_stalled"  # a replica's call workers hang: its calls wait
 
 
 ALL_KINDS = tuple(Kind)
@@ -65,6 +66,7 @@ PORTS_OF: dict[Kind, tuple[str, ...]] = {
     Kind.CLOCK_SKEW: ("clock",),
     Kind.EVENTS_DOWN: ("events", "relay"),
     Kind.HISTORY_DOWN: ("history",),
+    Kind.CALLS_STALLED: ("calls",),
     Kind.HANDBACK: (),
 }
 NOTICE_STATES = ("creating", "active", "ready", "draining", "noticed-sooner", "noticed-later")
@@ -204,7 +206,7 @@ def _fault(rng: random.Random, spec: WorldSpec, kinds: Sequence[Kind]) -> Fault:
     target, value = "", 0.0
     if kind in (Kind.SCHEDULER_DOWN, Kind.SCHEDULER_FORGETS, Kind.HANDBACK, Kind.TOKEN_RESET):
         target = rng.choice(parts)
-    elif kind in (Kind.LEASE_LOSS, Kind.CLOCK_SKEW, Kind.KILL):
+    elif kind in (Kind.LEASE_LOSS, Kind.CLOCK_SKEW, Kind.KILL, Kind.CALLS_STALLED):
         target = rng.choice(spec.replicas)
         value = {Kind.CLOCK_SKEW: rng.uniform(-2, 2), Kind.KILL: rng.randint(1, 30)}.get(kind, 0)
     elif kind is Kind.TAKEOVER_MID_CYCLE:

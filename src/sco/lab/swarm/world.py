@@ -12,6 +12,7 @@ order fixed by the seed: a run can be repeated exactly.
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +45,7 @@ from sco.engine.signals_jobs import HistoryLoader, ScoringJob
 from sco.engine.watcher import ExclusionWatcher
 from sco.lab.history import WindowedHistory
 from sco.lab.region import SimConfig, SimRegion
+from sco.lab.swarm.calls import SeededCalls
 from sco.lab.swarm.faults import (
     CloudFaults,
     EventsFaults,
@@ -81,6 +83,7 @@ class SwarmStore(FleetStore, FleetAudit, Protocol):
 
 
 LEASE_TTL_S = 30.0
+STEP_S = 10.0  # the swarm's clock moves this much a step
 REQUEUE_LEAD_S = 60.0  # a reclaim's jobs are requeued this long before it (2 cycles)
 KUBE_GRACE_S = 60.0  # a reclaim's pods are deleted from this long before it (2 cycles)
 CPUS, MEMORY_MB = 4, 8192
@@ -147,6 +150,7 @@ class Replica:
     store: StoreFaults
     clock: SkewedClock
     connection: SqlFleetStore | None  # its own connection to the database, if any
+    calls: SeededCalls  # its call workers
     next_tend: float = 0.0
     next_cycle: dict[str, float] = field(default_factory=dict)
 
@@ -338,6 +342,9 @@ class Installation:
         cloud = CloudFaults(self.tenant, self.stage, slot)
         clock = SkewedClock(self.clock)
         listing = _Listing(cloud)
+        # `sco run`'s two workers, each call the region's API latency.
+        per_step = int(2 * STEP_S / self.region.config.api_latency_s)
+        calls = SeededCalls(random.Random(f"{self.spec.seed}/{name}"), per_step)
         demand, planes = self._schedulers(listing, clock)
         nodes = NodeFaults(NodeRouter(planes, cloud), self.stage, slot)
         if self.lease_kind == "database":
@@ -354,6 +361,7 @@ class Installation:
             leases=leases,
             events=self.events,
             relay=self.relay,
+            calls=calls,
         )
         runner = builder.replica(
             ports,
@@ -366,14 +374,19 @@ class Installation:
                 pace=clock.now,
             ),
         )
-        replica = Replica(slot, name, self.name, runner, cloud, nodes, store, clock, connection)
+        replica = Replica(
+            slot, name, self.name, runner, cloud, nodes, store, clock, connection, calls
+        )
         self.replicas[slot] = replica
         return replica
 
     def stop(self, slot: str) -> None:
         """The process is gone (killed: nothing handed back)."""
         replica = self.replicas.pop(slot, None)
-        if replica is not None and replica.connection is not None:
+        if replica is None:
+            return
+        replica.calls.shutdown(cancel_futures=True)
+        if replica.connection is not None:
             replica.connection.close()
 
     def _schedulers(
