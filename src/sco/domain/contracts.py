@@ -191,6 +191,10 @@ class StoredContract:
     # stopped in between may deliver its own late).
     prev_token_hash: str | None = None
     prev_token_expires_at: float | None = None
+    # The token last seen to reach the node, still accepted until it expires: the
+    # current one may be undelivered (the cloud was away), and so the replaced one.
+    delivered_token_hash: str | None = None
+    delivered_token_expires_at: float | None = None
 
     @property
     def acked(self) -> AckStatus | None:
@@ -203,15 +207,19 @@ class StoredContract:
 
     def digests(self) -> tuple[str, ...]:
         """The digests a node may present for this contract (expired or not)."""
-        return tuple(d for d in (self.token_hash, self.prev_token_hash) if d)
+        held = (self.token_hash, self.prev_token_hash, self.delivered_token_hash)
+        return tuple(dict.fromkeys(d for d in held if d))
 
     def accepts(self, digest: str, now: float) -> bool:
         """Whether a node presenting a token with `digest` is this contract's node: the
-        current token, or the one it replaced, each until its own expiry."""
-        if digest == self.token_hash and self.token_valid(now):
-            return True
-        until = self.prev_token_expires_at
-        return digest == self.prev_token_hash and until is not None and until > now
+        current token, the one it replaced, or the last one seen delivered, each until
+        its own expiry."""
+        held = (
+            (self.token_hash, self.token_expires_at),
+            (self.prev_token_hash, self.prev_token_expires_at),
+            (self.delivered_token_hash, self.delivered_token_expires_at),
+        )
+        return any(digest == d and until is not None and until > now for d, until in held)
 
 
 def token_digest(token: str) -> str:

@@ -53,8 +53,9 @@ class TokenLedger(Protocol):
     def set_token(
         self, instance_id: str, token_hash: str, expires_at: float, now: float, fence: int = 0
     ) -> bool:
-        """Store a new token's digest before it is delivered; the token it replaces is
-        still accepted until its own expiry (`revoke` ends both). False when there is no
+        """Store a new token's digest before it is delivered; the token it replaces, and
+        the one last marked delivered, stay accepted until their own expiry (`revoke`
+        ends them all). False when there is no
         such contract or another writer set a token since; FencedOut when `fence` is
         below the partition's lease token."""
         ...

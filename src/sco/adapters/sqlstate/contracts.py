@@ -127,6 +127,8 @@ def _row(r: Any) -> StoredContract:
         token_hash=r.token_hash,
         prev_token_hash=r.prev_token_hash,
         prev_token_expires_at=r.prev_token_expires_at,
+        delivered_token_hash=r.delivered_token_hash,
+        delivered_token_expires_at=r.delivered_token_expires_at,
     )
 
 
@@ -181,13 +183,14 @@ class ContractStore:
 
     @_feed
     def by_token(self, token_hash: str, now: float) -> StoredContract | None:
-        """The contract whose token, or the token that one replaced, hashes to
-        `token_hash` and has not expired."""
+        """The contract whose token, the token that one replaced, or the token last
+        seen delivered hashes to `token_hash` and has not expired."""
         c = t.contracts.c
         q = select(t.contracts).where(
             or_(
                 and_(c.token_hash == token_hash, c.token_expires_at > now),
                 and_(c.prev_token_hash == token_hash, c.prev_token_expires_at > now),
+                and_(c.delivered_token_hash == token_hash, c.delivered_token_expires_at > now),
             )
         )
         with self.engine.connect() as conn:
@@ -246,6 +249,8 @@ class ContractStore:
                         token_expires_at=None,
                         prev_token_hash=None,
                         prev_token_expires_at=None,
+                        delivered_token_hash=None,
+                        delivered_token_expires_at=None,
                     )
                     .returning(c.instance_id)
                 )
@@ -305,7 +310,11 @@ class ContractStore:
             conn.execute(
                 update(t.contracts)
                 .where(c.instance_id == instance_id, c.token_hash == token_hash)
-                .values(token_delivered=True)
+                .values(
+                    token_delivered=True,
+                    delivered_token_hash=c.token_hash,
+                    delivered_token_expires_at=c.token_expires_at,
+                )
             )
 
     @_feed

@@ -205,6 +205,8 @@ contracts = Table(
     Column("prev_token_expires_at", Float),
     Column("token_set_at", Float),
     Column("token_delivered", Boolean, nullable=False, server_default=true()),
+    Column("delivered_token_hash", String(64)),  # the token last seen to reach the node
+    Column("delivered_token_expires_at", Float),
     Column("ack_version", Integer),
     Column("ack_status", String(16)),
     Column("ack_detail", Text),

@@ -24,6 +24,7 @@ from sco.domain.lifecycle import LIVE, State, Trigger
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import Exclusion, PoolScore
+from sco.lab.twins.contracts import MemoryContracts
 from sco.lab.twins.leases import MemoryLeaseTable
 from sco.ports import (
     FleetCounts,
@@ -47,11 +48,20 @@ class _PoolRow:
 class MemoryFleetStore:
     """Fleet state behind the FleetStore port, in this process only."""
 
-    def __init__(self, keep_changes: bool = False, leases: MemoryLeaseTable | None = None) -> None:
+    def __init__(
+        self,
+        keep_changes: bool = False,
+        leases: MemoryLeaseTable | None = None,
+        contracts: bool = False,
+    ) -> None:
         """`keep_changes`: keep every change recorded, in order, for `changes()` (a copy
         into a database replays them); `leases`: the lease table whose tokens fence its
-        writes (default: one of its own, `self.leases`)."""
+        writes (default: one of its own, `self.leases`); `contracts`: transitions write
+        the nodes' contracts (`self.contracts`), as the database does (a simulation,
+        whose nodes read none, leaves them out)."""
         self.leases = leases if leases is not None else MemoryLeaseTable()
+        self.contracts = MemoryContracts(self.leases)
+        self.write_contracts = contracts
         self._changes: list[Change] | None = [] if keep_changes else None
         self._pools: dict[PoolId, _PoolRow] = {}
         self._instances: dict[str, Instance] = {}
@@ -152,6 +162,8 @@ class MemoryFleetStore:
                 self._instances[ch.after.id] = ch.after
         if self._changes is not None:
             self._changes.extend(changes)
+        if self.write_contracts:
+            self.contracts.record(changes)
         for ch in changes:
             self._remember(ch)
             event = event_of(ch)
