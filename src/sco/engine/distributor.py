@@ -35,10 +35,10 @@ class Mirror:
         self.rows: dict[str, StoredContract] = {}
         self._by_digest: dict[str, str] = {}
 
-    def load(self, rows: Iterable[StoredContract]) -> None:
+    def load(self, rows: Iterable[StoredContract], now: float) -> None:
         self.rows.clear()
         self._by_digest.clear()
-        self.apply(rows, now=time.time())
+        self.apply(rows, now=now)
 
     def apply(self, rows: Iterable[StoredContract], now: float) -> None:
         for row in rows:
@@ -70,10 +70,17 @@ class ChangeFeed:
     on contracts that changed. Its methods run on one event loop."""
 
     def __init__(
-        self, contracts: ContractFeed, poll_s: float, gone_keep_s: float = 86400.0
+        self,
+        contracts: ContractFeed,
+        poll_s: float,
+        gone_keep_s: float = 86400.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`clock`: the time contracts are written in, by which gone ones age (wall
+        time; the swarm's simulated clock in the lab)."""
         self.contracts = contracts
         self.poll_s = poll_s
+        self.clock = clock
         self.mirror = Mirror(gone_keep_s)
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._poke = asyncio.Event()
@@ -130,9 +137,9 @@ class ChangeFeed:
         """Everything, from where the change log stands (read first: a change after
         it is read again, which is harmless)."""
         last = await asyncio.to_thread(self.contracts.last_change)
-        gone_since = time.time() - self.mirror.gone_keep_s
+        gone_since = self.clock() - self.mirror.gone_keep_s
         rows = await asyncio.to_thread(self.contracts.current, gone_since)
-        self.mirror.load(rows)
+        self.mirror.load(rows, self.clock())
         self.last = last
         self.copied = True
         # Fleet state answered: ready, not "unreachable" while the first follow of
@@ -143,11 +150,7 @@ class ChangeFeed:
     async def run(self) -> None:
         while True:
             try:
-                if not self.loaded:
-                    await self._load()
-                    self._wake(self.mirror.rows)  # anything waited on may have moved
-                await self._follow()
-                self.healthy = True
+                await self.refresh()
             except Exception as e:  # the database is away: serve what is known
                 if self.healthy or not self.loaded:
                     log.warning("distributor: cannot read contract changes: %s", e)
@@ -164,13 +167,24 @@ class ChangeFeed:
                     await self._poke.wait()
             self._poke.clear()
 
+    async def refresh(self) -> None:
+        """Bring the copy up to date once: everything again if it was lost, else the
+        changes since it was. Raises what fleet state raised."""
+        if not self.loaded:
+            await self._load()
+            self._wake(self.mirror.rows)  # anything waited on may have moved
+        await self._follow()
+        self.healthy = True
+
     async def _follow(self) -> None:
         last, changed = await asyncio.to_thread(self.contracts.changed_since, self.last)
         if changed:
             rows = await asyncio.to_thread(self.contracts.get_many, sorted(changed))
-            self.mirror.apply(rows.values(), now=time.time())
+            self.mirror.apply(rows.values(), now=self.clock())
             self.last = last
             self._wake(changed)
+        # The change log is stamped with wall time by whoever writes it, whatever the
+        # clock the contracts are read by.
         if time.time() - self._pruned_at > 600:
             self._pruned_at = time.time()
             await asyncio.to_thread(self.contracts.prune_changes, time.time() - 3600)
@@ -179,7 +193,7 @@ class ChangeFeed:
         """A row a request read from fleet state itself: newer than this copy, so
         the copy takes it (else the next request, served from the copy, would see
         an older version than this one did)."""
-        self.mirror.apply([row], now=time.time())
+        self.mirror.apply([row], now=self.clock())
         self._wake([row.instance_id])
 
     def _wake(self, instance_ids: Iterable[str]) -> None:

@@ -301,13 +301,19 @@ class StoreFaults:
         if self.stage.schedule.hit(Kind.DATABASE_DOWN):
             raise DatabaseDown("could not connect to the database")
 
-    def _write(self, partition: str) -> None:
+    def before_write(self) -> int:
+        """Count the replica's write; it may die here. Returns the write's number."""
         s = self.stage.schedule
         n = s.writes[self.replica] = s.writes.get(self.replica, 0) + 1
         kill = s.active(Kind.KILL, self.replica)
         if kill is not None and n >= kill.value and s.once(Kind.KILL, self.replica):
             s.took(Kind.KILL)
             raise Killed(f"{self.replica} killed before write {n}")
+        return n
+
+    def _write(self, partition: str) -> None:
+        s = self.stage.schedule
+        n = self.before_write()
         race = s.active(Kind.STORE_CONFLICT, self.replica)
         # While it lasts, each write loses its compare-and-swap with the fault's odds
         # (drawn from the write's number: a replay loses the same ones).

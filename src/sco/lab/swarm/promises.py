@@ -111,6 +111,10 @@ PROMISES = (
             "partition and its records stand",
             "docs/control-plane.md", "create that waited for a worker goes out only while it "
             "still stands"),
+    Promise("node_token_accepted",
+            "a node holding the token sco handed it is served its own contract by the "
+            "distributor until that token's expiry",
+            "docs/contracts.md", "a node never holds a token the distributor"),
     Promise("handback_creates_nothing",
             "while a handback is in force, its partition's leader creates nothing",
             "docs/control-plane.md", "creates nothing more"),

@@ -145,6 +145,7 @@ class Swarm(Hooks):
                 if slot in inst.replicas and not self.adversary.paused(inst, slot):
                     self._turn(inst, inst.replicas[slot])
             self._signals(inst)
+            self._agents(inst)
         self._promises()
         if self.clock.now() >= self._next_dry_run:
             self._next_dry_run += DRY_RUN_EVERY_S
@@ -169,6 +170,14 @@ class Swarm(Hooks):
                 continue
             r.next_cycle[name] = now + self.spec.interval_s
             self.cycle(inst, r, name)
+
+    def _agents(self, inst: Installation) -> None:
+        """Every server of `inst` holding a token asks the distributor for its contract."""
+        live = [v.server_id for p in inst.plans for v in self.region.list(p, inst.name)]
+        asked, refused = inst.agents.ask(live)
+        self.ledger.checked["node_token_accepted"] += asked
+        for sid, why in refused:
+            self.ledger.violate("node_token_accepted", self.now(), f"{inst.name}'s {sid}: {why}")
 
     def _workers(self, r: Replica) -> None:
         stall = self.schedule.active(Kind.CALLS_STALLED, r.slot)

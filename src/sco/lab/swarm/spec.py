@@ -45,6 +45,8 @@ class Kind(StrEnum):
     HISTORY_DOWN = "history_down"  # the scorer's history cannot be loaded or read
     NOTICE_MALFORMED = "notice_malformed"  # a server's sco:reclaim-at set by hand, mistyped
     CALLS_STALLED = "calls_stalled"  # a replica's call workers hang: its calls wait
+    TOKEN_DELIVERY_DOWN = "token_delivery_down"  # the cloud refuses to set a node's token
+    DISTRIBUTOR_DOWN = "distributor_down"  # the distributor cannot read fleet state
 
 
 ALL_KINDS = tuple(Kind)
@@ -67,6 +69,9 @@ PORTS_OF: dict[Kind, tuple[str, ...]] = {
     Kind.EVENTS_DOWN: ("events", "relay"),
     Kind.HISTORY_DOWN: ("history",),
     Kind.CALLS_STALLED: ("calls",),
+    Kind.TOKEN_DELIVERY_DOWN: ("tokens",),
+    # The distributor is a process of its own, not a port of the runner's.
+    Kind.DISTRIBUTOR_DOWN: (),
     Kind.HANDBACK: (),
 }
 NOTICE_STATES = ("creating", "active", "ready", "draining", "noticed-sooner", "noticed-later")

@@ -34,7 +34,7 @@ from sco.decide.scorer import ScorerConfig
 from sco.domain.demand import Partition, SchedulerKind
 from sco.domain.pools import Pool, PoolId
 from sco.engine import builder
-from sco.engine.builder import FleetState, Ports, Pumping
+from sco.engine.builder import FleetState, NodeTokens, Ports, Pumping
 from sco.engine.clock import CountingIds, ManualClock
 from sco.engine.cycle import ControllerConfig
 from sco.engine.leases import PairedLeases
@@ -45,6 +45,7 @@ from sco.engine.signals_jobs import HistoryLoader, ScoringJob
 from sco.engine.watcher import ExclusionWatcher
 from sco.lab.history import WindowedHistory
 from sco.lab.region import SimConfig, SimRegion
+from sco.lab.swarm.agents import TOKEN_TTL_S, Agents, Courier, LedgerFaults
 from sco.lab.swarm.calls import SeededCalls
 from sco.lab.swarm.faults import (
     CloudFaults,
@@ -65,6 +66,7 @@ from sco.lab.twins.fleet import MemoryFleetStore
 from sco.lab.twins.leases import KubeLeases
 from sco.ports import (
     Clock,
+    Contracts,
     CreateResult,
     DemandSource,
     FleetAudit,
@@ -277,11 +279,13 @@ class Installation:
             self.url = fresh_state(folder / f"{name}.sqlite")
             sql = SqlFleetStore(self.url, run_migrations=False)
             self.store, self.events, self._close = sql, SqlEventLog(sql.engine), sql.close
+            self.contracts: Contracts = sql.contracts
             table = SqlLeases(sql.engine)
             self.lease_table, self.lapse = table, table.lapse
         else:
-            memory = MemoryFleetStore()
+            memory = MemoryFleetStore(contracts=True)
             self.store, self.events, self._close = memory, MemoryEventLog(memory), memory.close
+            self.contracts = memory.contracts
             self.lease_table, self.lapse = memory.leases, memory.leases.lapse
         self.store.upsert_pools(region.pools())
         self.tenant = Tenant(region, name)
@@ -290,6 +294,8 @@ class Installation:
             for p in plans
             if p.kind != "static"
         }
+        # The contract distributor, and an agent on each server given a token.
+        self.agents = Agents(self.contracts, stage, clock.now)
         self.kube_leases = KubeLeases()
         self.lease_kind = spec.leases
         pools = list(region.pools())
@@ -351,6 +357,11 @@ class Installation:
             leases = LeaseFaults(table, self.stage, in_database=True)
         else:
             leases = LeaseFaults(PairedLeases(self.kube_leases, table), self.stage, False)
+        ledger = LedgerFaults(
+            connection.contracts if connection is not None else self.contracts,
+            store, lambda: cloud.partition,
+        )  # fmt: skip
+        courier = Courier(self.region, self.stage, self.agents)
         ports = Ports(
             provider=cloud,
             nodes=nodes,
@@ -361,6 +372,7 @@ class Installation:
             leases=leases,
             events=self.events,
             relay=self.relay,
+            tokens=NodeTokens(ledger, courier, TOKEN_TTL_S, frozenset(self.plans)),
             calls=calls,
         )
         runner = builder.replica(
@@ -421,6 +433,7 @@ class Installation:
     def close(self) -> None:
         for slot in list(self.replicas):
             self.stop(slot)
+        self.agents.close()
         self._close()
 
 
