@@ -10,6 +10,8 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sco.domain.lifecycle import State
 from sco.domain.pools import PoolId
 from sco.engine.controller import PartitionController
@@ -290,3 +292,64 @@ def test_a_create_waiting_for_a_worker_is_not_sent_once_the_partition_is_handed_
     failed = [h for h in w.store.history() if h.to_state == State.FAILED]
     assert len(failed) == 3
     assert all("handed back while it waited" in h.reason for h in failed)
+
+
+def test_an_answer_whose_recording_fails_is_recorded_by_a_later_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression (the swarm, seed 89): the cycle that applied the creates' answers
+    # lost fleet state while recording the first; that answer and those behind it were
+    # dropped all the same. A server then reclaimed before any listing showed it had
+    # no record naming it: its REQUESTED record was closed as "no server was created".
+    w = World(tmp_path)
+    calls = HeldCalls()
+    c = _controller(w, calls)
+    c.cycle()
+    calls.run()
+    made = sorted(sid for _, answer, _ in calls.ran for sid in answer.result.server_ids)
+    assert len(made) == 3
+    calls.answer()
+    requests = {i.request_id for i in w.records()}
+    assert len(requests) >= 2  # an answer behind the one whose recording fails
+
+    def away(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("could not connect to the database")
+
+    record = w.store.record
+    monkeypatch.setattr(w.store, "record", away)
+    w.at(10)
+    with pytest.raises(ConnectionError):
+        c.cycle()  # applying the answers, fleet state goes away
+    monkeypatch.setattr(w.store, "record", record)
+    w.region.delete(made)  # reclaimed before any listing of sco's showed them
+    w.at(100)  # past the listing grace
+    assert w.region.list("p1") == []
+    c.cycle()
+    lives = {sid: state for _, sid, state in w.store.lives() if sid}
+    assert sorted(lives) == made  # each server named by a record
+    assert set(lives.values()) == {"gone"}
+    assert not any("no server was created" in h.reason for h in w.store.history())
+
+
+def test_a_call_that_failed_is_applied_once() -> None:
+    # The call's own failure (a create whose worker could not read fleet state to ask
+    # whether the partition was handed back) is the same every time: kept for the next
+    # cycle as a failed recording is, it raised again in every cycle and the partition
+    # stopped for good (the swarm, seed 58, on a first version of the fix above).
+    from sco.engine.calls import InlineCalls, Outbound
+
+    out = Outbound(InlineCalls())
+    applied: list[Future[Any]] = []
+
+    def apply(future: Future[Any]) -> int:
+        applied.append(future)
+        return int(future.result())
+
+    def away() -> int:
+        raise ConnectionError("could not connect to the database")
+
+    with pytest.raises(ConnectionError):
+        out.send(away, apply)
+    assert out.send(lambda: 1, apply) == 1  # the failed call is not applied again
+    assert len(applied) == 2
+    assert out.answers() == 0

@@ -81,6 +81,7 @@ class Acquirer:
         self.tally = CycleTally()  # the cycle under way, which answers count toward
         self._outbound = Outbound(calls)
         self._last_sweep = float("-inf")
+        self._deleting: set[str] = set()  # TERMINATING records whose delete this one sent
 
     def answers(self) -> int:
         """Apply the answers of calls sent by earlier cycles; returns the transitions."""
@@ -151,11 +152,33 @@ class Acquirer:
         except SchedulerUnavailable as e:
             log.warning("partition %s: drains not all sent, will resend: %s", self.partition, e)
 
+    def _inherited(self, sending: Sequence[str]) -> list[str]:
+        """Servers of TERMINATING records whose delete this controller never sent: a
+        controller before it wrote them (another replica, or this one's process before
+        a restart), and their delete may have died with it, unsent in its workers'
+        queue. They are sent once more now, not at the record's timeout: until then the
+        server lives on, counted by no plan, and its replacements put the partition
+        over max_units. A delete sent twice deletes nothing more."""
+        terminating = {
+            i.id: i.server_id
+            for i in self.records.held().values()
+            if i.state is State.TERMINATING and i.server_id
+        }
+        resend = [
+            sid
+            for iid, sid in terminating.items()
+            if iid not in self._deleting and sid not in sending
+        ]
+        self._deleting = set(terminating)
+        return resend
+
     def _delete(self, server_ids: list[str]) -> None:
         """Delete servers whose TERMINATING records are already written: the intent
         is recorded first, so a controller whose lease was taken over (its write
         refused) deletes nothing, and a delete that fails is sent again when the
-        record's timeout passes."""
+        record's timeout passes. The servers of TERMINATING records whose delete this
+        controller never sent go with them (`_inherited`)."""
+        server_ids = server_ids + self._inherited(server_ids)
         if not server_ids:
             return
         self._outbound.send(lambda: self.provider.delete(server_ids), self._delete_answered)

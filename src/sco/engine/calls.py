@@ -58,10 +58,18 @@ class Outbound:
         return self.answers()
 
     def answers(self) -> int:
-        """Apply every answer that has come (in the order their calls were sent)."""
-        done: list[Sent[Any]] = []
-        waiting: list[Sent[Any]] = []
-        for sent in self._sent:
-            (done if sent.future.done() else waiting).append(sent)
-        self._sent = waiting
-        return sum(sent.apply(sent.future) for sent in done)
+        """Apply every answer that has come (in the order their calls were sent). An
+        answer the call returned leaves once recorded: one whose recording fails (fleet
+        state away) stays, with those behind it, for the next cycle. Dropped, a create's
+        answer named its servers nowhere, and one reclaimed before any listing showed
+        it had no record. A call that failed is applied once: it fails the same way
+        every time."""
+        n = 0
+        for sent in [s for s in self._sent if s.future.done()]:
+            failed = sent.future.cancelled() or sent.future.exception() is not None
+            if failed:
+                self._sent.remove(sent)
+            n += sent.apply(sent.future)
+            if not failed:
+                self._sent.remove(sent)
+        return n
