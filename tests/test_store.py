@@ -74,7 +74,7 @@ def test_migrations_run_on_open(db: str) -> None:
         assert {"outbox", "event_log", "consumer_offsets", "dead_letters", "exclusions"} <= tables
         assert {"contracts", "contract_changes"} <= tables
         with s.engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0008"
     finally:
         s.close()
 

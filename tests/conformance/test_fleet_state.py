@@ -681,3 +681,18 @@ def test_settling_a_reservation_is_not_fenced(fleet: FleetStateRules) -> None:
     fleet.settle(which=0, count=1)
     fleet.settle(which=0, count=0)
     fleet.holds()
+
+
+def test_a_pool_reads_back_as_written_its_notice_and_cold_start_too(
+    fleet: FleetStateRules,
+) -> None:
+    """A controller reads a pool from fleet state when discovery no longer lists it.
+    SQL dropped its notice and cold start (a pool with notice read as one without),
+    the twin kept them (found by the swarm: a seed ran differently on the two)."""
+    told = replace(POOLS[0], notice_s=120.0, cold_start_s=70.0)
+    fleet.store.upsert_pools([told])
+    assert {p.id: p for p in fleet.store.pools()}[told.id] == told
+    changed = replace(told, notice_s=0.0, cold_start_s=None, price_per_h=2.5)
+    fleet.store.upsert_pools([changed])
+    assert {p.id: p for p in fleet.store.pools()}[told.id] == changed
+    fleet.holds()

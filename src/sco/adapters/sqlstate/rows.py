@@ -85,6 +85,8 @@ def pool_row(p: Pool) -> dict[str, Any]:
         "capacity_class": p.capacity_class.value,
         "units_per_instance": p.units_per_instance,
         "price_per_h": p.price_per_h,
+        "notice_s": p.notice_s,
+        "cold_start_s": p.cold_start_s,
     }
 
 
@@ -97,6 +99,8 @@ def pool_of(r: Any) -> Pool:
         units_per_instance=r.units_per_instance,
         price_per_h=r.price_per_h,
         aggregate=r.aggregate,
+        notice_s=float(r.notice_s),
+        cold_start_s=r.cold_start_s,
     )
 
 

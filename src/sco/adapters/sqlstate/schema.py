@@ -32,6 +32,8 @@ pools = Table(
     Column("price_per_h", Float, nullable=False),
     Column("version", Integer, nullable=False),
     Column("up_since", Float),
+    Column("notice_s", Float, nullable=False, server_default="0"),
+    Column("cold_start_s", Float),
 )
 
 instances = Table(
