@@ -192,3 +192,28 @@ def test_every_invariant_is_a_promise_the_documentation_makes() -> None:
     names = [line for line in listed.stdout.splitlines() if not line.startswith(" ")]
     assert names == [p.name for p in PROMISES]
     assert f'{PROMISES[0].doc}: "{PROMISES[0].says}"' in listed.stdout
+
+
+def test_a_kubernetes_partition_grows_with_its_pending_pods(tmp_path: Path) -> None:
+    """The swarm's Kubernetes demand is sco's intake over the cluster: the workload
+    grown past the partition's targets gets its nodes all the same (a demand read
+    from the targets would leave its pods pending)."""
+    from sco.lab.swarm.kube import SimKube
+    from sco.lab.swarm.run import TICK_S, Swarm
+    from sco.lab.swarm.spec import START_S
+
+    spec = world_of(1).with_faults([])
+    (plan,) = [p for p in spec.partitions if p.kind == "kubernetes"]
+    swarm = Swarm(spec, tmp_path, "memory")
+    try:
+        twin = swarm.blue.twins[plan.name]
+        assert isinstance(twin, SimKube)
+        twin.workload = ((0.0, 2 * plan.max_units),)  # two pods fill a node
+        while swarm.clock.now() < START_S + 1800:
+            swarm.step(swarm.clock.now() + TICK_S)
+        pending = [n for n, p in twin.pods.items() if not p["spec"].get("nodeName")]
+        assert pending == []
+        servers = [v for v in swarm.region.all_servers() if v.partition == plan.name]
+        assert len(servers) == plan.max_units
+    finally:
+        swarm.blue.close()

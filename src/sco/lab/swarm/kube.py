@@ -4,7 +4,10 @@
 Pods of a partition's workload run on its Ready, schedulable nodes, a few per
 node; some carry `sco.io/do-not-disrupt`, and a disruption budget holds
 evictions that would leave too few running. An evicted or deleted pod is
-replaced by a pending one, as its controller would. The Kubernetes client's
+replaced by a pending one, as its controller would. The workload grows and
+shrinks over time (`workload`); a pod no node has room for is pending and
+marked unschedulable, as the scheduler marks it, which is what sco's intake
+reads as demand. The Kubernetes client's
 own `ApiException` is raised, so sco's error handling runs as against a real
 API server (the client is the `kubernetes` extra).
 """
@@ -12,10 +15,10 @@ API server (the client is the `kubernetes` extra).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sco.adapters.kubernetes.connect import api_error
 from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, DRAIN_REASON
@@ -23,8 +26,14 @@ from sco.adapters.kubernetes.pods import INSTALLATION_LABEL, PARTITION_LABEL
 from sco.domain.demand import HANDBACK
 from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.lab.swarm.promises import Breaches
-from sco.lab.swarm.spec import BLUE
+from sco.lab.swarm.spec import BLUE, START_S
 from sco.lab.workload.kubecluster import CacheInformer, ListResponse
+
+if TYPE_CHECKING:
+    from sco.adapters.kubernetes.demand import KubePartition
+    from sco.domain.demand import Partition
+    from sco.domain.pools import Pool
+    from sco.ports import Clock, DemandSource, SchedulerCluster, ServerView
 
 Json = dict[str, Any]
 
@@ -36,6 +45,8 @@ def kube_installation(name: str) -> str:
     return DEFAULT_INSTALLATION if name == BLUE else name
 
 
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+KUBE_STALE_S = 30.0  # demand is unavailable once the informers fail this long (sco's default)
 _TAKES_ALL = ("reclaim_notice", HANDBACK)  # drains that take do-not-disrupt pods too
 
 
@@ -54,6 +65,9 @@ class SimKube:
 
     partition: str
     now: Callable[[], float]
+    workload: tuple[tuple[float, int], ...] = ()  # (from when, pods) of the workload
+    protected: int = 0  # of its pods, those do-not-disrupt
+    cpus: int = 4  # a node's allocatable CPUs
     pods_per_node: int = 2
     min_available: int = 1  # the workload's disruption budget
     available: bool = True
@@ -67,9 +81,11 @@ class SimKube:
     refused: int = 0  # calls refused while it was away (a fault's effect)
     _next: int = 0
 
+    away_since: float | None = None  # the API server is away since
+
     def __post_init__(self) -> None:
-        self.node_informer = CacheInformer(lambda: list(self.nodes_by_name.values()), "nodes")
-        self.pod_informer = CacheInformer(lambda: list(self.pods.values()), "pods")
+        self.node_informer = Watch(self, lambda: list(self.nodes_by_name.values()), "nodes")
+        self.pod_informer = Watch(self, lambda: list(self.pods.values()), "pods")
 
     # ------------------------------------------------------------ CoreV1Api
 
@@ -153,10 +169,18 @@ class SimKube:
 
     # ------------------------------------------------------------ the world's side
 
-    def add_pods(self, n: int, protected: int) -> None:
-        """The workload: `n` pods, the first `protected` of them do-not-disrupt."""
-        for k in range(n):
-            self._new_pod(protected=k < protected)
+    def scale(self, n: int) -> None:
+        """The workload's owner sets it to `n` pods: new ones pending, the first
+        `protected` do-not-disrupt; fewer, the newest go first, pending before
+        running (the owner's choice, not a loss)."""
+        for _ in range(n - len(self.pods)):
+            pinned = sum(1 for p in self.pods if self._protected(p))
+            self._new_pod(protected=pinned < self.protected)
+        if len(self.pods) > n:
+            newest = sorted(self.pods, key=lambda p: (bool(self.pods[p]["spec"].get("nodeName")),
+                                                      -int(p.rsplit("-", 1)[1])))  # fmt: skip
+            for name in newest[: len(self.pods) - n]:
+                del self.pods[name]
 
     def register(self, name: str, server_id: str, installation: str = BLUE) -> None:
         """A server booted and its kubelet registered it, Ready, with the partition's
@@ -172,7 +196,8 @@ class SimKube:
             "metadata": {"name": name, "labels": labels},
             "spec": {"providerID": f"openstack:///{server_id}"},
             "status": {
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}],
+                "allocatable": {"cpu": str(self.cpus), "pods": "110"},
             },
         }
 
@@ -186,7 +211,14 @@ class SimKube:
             self._replace(pod, lost=True)
 
     def step(self) -> None:
-        """Pending pods are bound to Ready, schedulable nodes with room."""
+        """The workload takes its size of the moment; pending pods are bound to Ready,
+        schedulable nodes with room."""
+        # Away, calls are refused, and the informers serve their cache while failing.
+        self.away_since = None if self.available else (self.away_since or self.now())
+        t = self.now() - START_S
+        size = [n for at, n in self.workload if at <= t]
+        if size:
+            self.scale(size[-1])
         load: dict[str, int] = {}
         for p in self.pods.values():
             on = p["spec"].get("nodeName")
@@ -198,6 +230,7 @@ class SimKube:
             for name, node in self.nodes_by_name.items():
                 if self._takes_work(node) and load.get(name, 0) < self.pods_per_node:
                     pod["spec"]["nodeName"] = name
+                    pod["status"] = {"phase": "Running"}
                     load[name] = load.get(name, 0) + 1
                     break
 
@@ -212,6 +245,7 @@ class SimKube:
         self._next += 1
         notes = {DO_NOT_DISRUPT: "true"} if protected else {}
         name = f"work-{self._next}"
+        share = self.cpus / self.pods_per_node
         self.pods[name] = {
             "metadata": {
                 "name": name,
@@ -219,8 +253,14 @@ class SimKube:
                 "labels": {"app": "work"},
                 "annotations": notes,
             },
-            "spec": {"containers": [{"name": "c"}]},
-            "status": {"phase": "Running"},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": str(share)}}}],
+                "nodeSelector": {PARTITION_LABEL: self.partition},
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [UNSCHEDULABLE],
+            },
         }
 
     def _replace(self, pod: Json, lost: bool) -> None:
@@ -257,6 +297,23 @@ class SimKube:
             ),
             tuple((n, p["spec"].get("nodeName")) for n, p in self.pods.items()),
         )
+
+
+class Watch(CacheInformer):
+    """An informer over the simulated API server: its cache is always what the
+    cluster holds (a watch loses nothing here), and it fails while the server is
+    away, for as long as it is."""
+
+    def __init__(self, sim: SimKube, source: Callable[[], list[Json]], name: str) -> None:
+        super().__init__(source, name)
+        self.sim = sim
+
+    def failing_for(self) -> float:
+        since = self.sim.away_since
+        if since is None:
+            return 0.0
+        self.last_error = "connection refused: the API server is away"
+        return self.sim.now() - since
 
 
 class KubeCaller:
@@ -297,3 +354,67 @@ class KubeCaller:
 
     def _node_of(self, pod: str) -> str:
         return str((self.sim.pods.get(pod) or {}).get("spec", {}).get("nodeName") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSpec:
+    partition: Partition
+    floor: int
+    max_units: int
+
+
+def kube_partition(partition: str, installation: str, cpus: int) -> KubePartition:
+    """An installation's partition in the swarm's cluster, as sco's config gives it."""
+    from sco.adapters.kubernetes.demand import KubePartition
+
+    return KubePartition(
+        {PARTITION_LABEL: partition},
+        {"cpu": str(cpus), "pods": "110"},
+        installation=kube_installation(installation),
+    )
+
+
+def kube_intake(
+    twin: SimKube,
+    kube: KubePartition,
+    spec: KubeSpec,
+    listing: Callable[[str], Sequence[ServerView]],
+    pools: Sequence[Pool],
+) -> DemandSource:
+    """sco's Kubernetes intake over the cluster's informers: the workload's pending
+    pods are the partition's demand (no Events written: the world keeps none)."""
+    from sco.adapters.kubernetes.demand import KubeDemandSpec, KubernetesDemandSource
+
+    demand = KubeDemandSpec(spec.partition, kube, spec.floor, spec.max_units, spec.max_units)
+    return KubernetesDemandSource(
+        twin.pod_informer,  # type: ignore[arg-type]
+        twin.node_informer,  # type: ignore[arg-type]
+        [demand],
+        stale_s=KUBE_STALE_S,
+        listing=listing,
+        pools=pools,
+    )
+
+
+def kube_plane(
+    core: KubeCaller,
+    twin: SimKube,
+    kube: KubePartition,
+    listing: Callable[[str], Sequence[ServerView]],
+    clock: Clock,
+    pools: Sequence[Pool],
+    grace_s: float,
+) -> SchedulerCluster:
+    """sco's Kubernetes node plane of the partition, through `core`."""
+    from sco.adapters.kubernetes.nodes import KubernetesNodes
+
+    return KubernetesNodes(
+        core,
+        twin.node_informer,  # type: ignore[arg-type]
+        twin.pod_informer,  # type: ignore[arg-type]
+        clock,
+        grace_s,
+        {kube.labels[PARTITION_LABEL]: kube},
+        listing,
+        pools,
+    )

@@ -102,10 +102,10 @@ class PartitionPlan:
     kind: str  # "slurm", "kubernetes" or "static"
     floor: int
     max_units: int
-    targets: tuple[tuple[float, int], ...]  # (offset, target) for static and Kubernetes
+    # (offset, target) for static; for Kubernetes, the workload in nodes' worth of pods
+    targets: tuple[tuple[float, int], ...]
     jobs: tuple[tuple[float, float, bool], ...]  # (offset, run_s, requeue) for Slurm
-    pods: int = 0  # Kubernetes: the workload's pods
-    protected: int = 0  # ... of which do-not-disrupt
+    protected: int = 0  # Kubernetes: of the workload's pods, those do-not-disrupt
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +198,8 @@ def _partition(rng: random.Random, name: str, kind: str, duration: float) -> Par
             targets.append((t, rng.randint(floor, max_units)))
             t += rng.uniform(600, 2400)
     pods = rng.randint(2, 2 * max_units) if kind == "kubernetes" else 0
-    return PartitionPlan(
-        name, kind, floor, max_units, tuple(targets), tuple(jobs), pods, rng.randint(0, pods // 3)
-    )
+    protected = rng.randint(0, pods // 3)
+    return PartitionPlan(name, kind, floor, max_units, tuple(targets), tuple(jobs), protected)
 
 
 def _fault(rng: random.Random, spec: WorldSpec, kinds: Sequence[Kind]) -> Fault:

@@ -57,9 +57,16 @@ from sco.lab.swarm.faults import (
     StoreFaults,
     faulty,
 )
-from sco.lab.swarm.kube import KubeCaller, SimKube, kube_installation
+from sco.lab.swarm.kube import (
+    KubeCaller,
+    KubeSpec,
+    SimKube,
+    kube_intake,
+    kube_partition,
+    kube_plane,
+)
 from sco.lab.swarm.slurm import SimSlurm
-from sco.lab.swarm.spec import START_S, PartitionPlan, WorldSpec
+from sco.lab.swarm.spec import BLUE, START_S, PartitionPlan, WorldSpec
 from sco.lab.traces import RegionSpec, Series, TraceSet
 from sco.lab.twins.eventlog import MemoryEventLog
 from sco.lab.twins.fleet import MemoryFleetStore
@@ -215,9 +222,9 @@ def twin_of(plan: PartitionPlan, clock: ManualClock, installation: str) -> SimSl
         shape = Size(CPUS, MEMORY_MB)
         feature = SlurmPartition(plan.name, ("batch",), shape, installation=installation).feature
         return SimSlurm(f"slurm-{plan.name}", CPUS, MEMORY_MB, clock.now, feature)
-    kube = SimKube(plan.name, clock.now)
-    kube.add_pods(plan.pods, plan.protected)
-    return kube
+    per_node = 2
+    workload = tuple((t, n * per_node) for t, n in plan.targets)
+    return SimKube(plan.name, clock.now, workload, plan.protected, CPUS, per_node)
 
 
 def node_name_of(twin: SimSlurm | SimKube, server_id: str) -> str:
@@ -419,15 +426,20 @@ class Installation:
                 sources.append(SlurmDemandSource(view, [spec], listing))
                 planes[p.name] = SlurmNodes(view, {p.name: sp}, listing, clock)
                 continue
+            if isinstance(twin, SimKube):
+                kube = kube_partition(p.name, self.name, CPUS)
+                caller = KubeCaller(twin, self.name, self.region.installation_of)
+                planes[p.name] = kube_plane(
+                    caller, twin, kube, listing, clock, self.region.pools(), KUBE_GRACE_S
+                )
+                if self.name == BLUE:  # the workload is blue's; another's demand is its file
+                    wants = KubeSpec(part, p.floor, p.max_units)
+                    sources.append(kube_intake(twin, kube, wants, listing, self.region.pools()))
+                    continue
             steps = UnitSeries(steps=tuple((float(t), n) for t, n in p.targets))
             static.append(
                 PartitionDemand(part, steps, UnitSeries(constant=p.floor), p.max_units, p.max_units)
             )
-            if isinstance(twin, SimKube):
-                caller = KubeCaller(twin, self.name, self.region.installation_of)
-                planes[p.name] = _kube_plane(
-                    caller, twin, p.name, self.name, listing, clock, self.region.pools()
-                )
         return DemandRouter([FileDemandSource(static, START_S), *sources], list(self.plans)), planes
 
     def close(self) -> None:
@@ -449,33 +461,3 @@ class _Listing:
 
 def _kind(kind: str) -> SchedulerKind:
     return SchedulerKind.KUBERNETES if kind == "kubernetes" else SchedulerKind.SLURM
-
-
-def _kube_plane(
-    core: KubeCaller,
-    twin: SimKube,
-    partition: str,
-    installation: str,
-    listing: Callable[[str], Sequence[ServerView]],
-    clock: Clock,
-    pools: Sequence[Pool],
-) -> SchedulerCluster:
-    from sco.adapters.kubernetes.demand import KubePartition
-    from sco.adapters.kubernetes.nodes import KubernetesNodes
-    from sco.adapters.kubernetes.pods import PARTITION_LABEL
-
-    kube = KubePartition(
-        {PARTITION_LABEL: partition},
-        {"cpu": str(CPUS)},
-        installation=kube_installation(installation),
-    )
-    return KubernetesNodes(
-        core,
-        twin.node_informer,  # type: ignore[arg-type]
-        twin.pod_informer,  # type: ignore[arg-type]
-        clock,
-        KUBE_GRACE_S,
-        {partition: kube},
-        listing,
-        pools,
-    )
