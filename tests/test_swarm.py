@@ -19,7 +19,7 @@ from sco.lab.swarm.run import SeedResult
 from sco.lab.swarm.spec import ALL_KINDS, world_of
 
 ROOT = Path(__file__).resolve().parents[1]
-SEEDS = (18, 66, 125, 153, 452)
+SEEDS = (8, 18, 29, 125, 454)
 
 
 def test_the_fixed_seeds_cover_every_fault_and_world_and_hold_every_invariant() -> None:

@@ -696,3 +696,20 @@ def test_a_pool_reads_back_as_written_its_notice_and_cold_start_too(
     fleet.store.upsert_pools([changed])
     assert {p.id: p for p in fleet.store.pools()}[told.id] == changed
     fleet.holds()
+
+
+def test_a_request_whose_ids_are_taken_is_refused_whole(fleet: FleetStateRules) -> None:
+    """An id source that repeats (the swarm's `ids_repeat`) names a reservation or a
+    record that exists: the request is a conflict and writes nothing, its pool's
+    version and reservations as they were."""
+    fleet.reserve(POOLS[0], 1, stale=False, spare=0)
+    (held,) = fleet.reserved.values()
+    at = fleet._tick()
+    again = replace(_new(POOLS[0], "p2", at), request_id=held.request_id)
+    taken = replace(_new(POOLS[0], "p2", at), id=next(iter(fleet.model)))
+    for inst in (again, taken):
+        res = Reservation(inst.request_id, POOLS[0].id, "p2", 1, at, at + 50.0)
+        request = NewRequest(res, (inst,), fleet.versions[POOLS[0].id])
+        with pytest.raises(StateConflict):
+            fleet.store.reserve(request, fence=fleet.fence("p2"))
+    fleet.holds()

@@ -47,6 +47,7 @@ class Kind(StrEnum):
     CALLS_STALLED = "calls_stalled"  # a replica's call workers hang: its calls wait
     TOKEN_DELIVERY_DOWN = "token_delivery_down"  # the cloud refuses to set a node's token
     DISTRIBUTOR_DOWN = "distributor_down"  # the distributor cannot read fleet state
+    IDS_REPEAT = "ids_repeat"  # a replica's id source gives again the last id it gave
 
 
 ALL_KINDS = tuple(Kind)
@@ -70,6 +71,7 @@ PORTS_OF: dict[Kind, tuple[str, ...]] = {
     Kind.HISTORY_DOWN: ("history",),
     Kind.CALLS_STALLED: ("calls",),
     Kind.TOKEN_DELIVERY_DOWN: ("tokens",),
+    Kind.IDS_REPEAT: ("ids",),
     # The distributor is a process of its own, not a port of the runner's.
     Kind.DISTRIBUTOR_DOWN: (),
     Kind.HANDBACK: (),
@@ -210,7 +212,8 @@ def _fault(rng: random.Random, spec: WorldSpec, kinds: Sequence[Kind]) -> Fault:
     target, value = "", 0.0
     if kind in (Kind.SCHEDULER_DOWN, Kind.SCHEDULER_FORGETS, Kind.HANDBACK, Kind.TOKEN_RESET):
         target = rng.choice(parts)
-    elif kind in (Kind.LEASE_LOSS, Kind.CLOCK_SKEW, Kind.KILL, Kind.CALLS_STALLED):
+    elif kind in (Kind.LEASE_LOSS, Kind.CLOCK_SKEW, Kind.KILL, Kind.CALLS_STALLED,
+                  Kind.IDS_REPEAT):  # fmt: skip
         target = rng.choice(spec.replicas)
         value = {Kind.CLOCK_SKEW: rng.uniform(-2, 2), Kind.KILL: rng.randint(1, 30)}.get(kind, 0)
     elif kind is Kind.TAKEOVER_MID_CYCLE:

@@ -57,6 +57,7 @@ from sco.lab.swarm.faults import (
     StoreFaults,
     faulty,
 )
+from sco.lab.swarm.ids import RepeatingIds
 from sco.lab.swarm.kube import (
     KubeCaller,
     KubeSpec,
@@ -375,7 +376,7 @@ class Installation:
             demand=demand,
             state=FleetState.of(state),
             clock=clock,
-            ids=CountingIds(f"{self.name}-{slot}.{gen}-"),
+            ids=RepeatingIds(CountingIds(f"{self.name}-{slot}.{gen}-"), self.stage.schedule, slot),
             leases=leases,
             events=self.events,
             relay=self.relay,
