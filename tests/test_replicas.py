@@ -472,3 +472,32 @@ def test_every_lease_hand_over_says_why(
     assert "r3 let it expire" in said  # the orphans r1 or r2 rescued
     assert "above this replica's fair share" in said  # and handed back a TTL later
     assert "this replica is stopping" in said
+
+
+def test_a_create_answered_while_the_lease_lapsed_is_recorded_when_it_is_retaken(
+    tmp_path: Path, fleet_url: str
+) -> None:
+    # Regression (the swarm, seed 1577): a slow cloud held a replica past its leases'
+    # TTL; it took them again and made new controllers, and the answer of a create the
+    # old one had sent was dropped with it. The server was reclaimed before any listing
+    # showed it, and its records were closed at the listing grace as "no server was
+    # created": a server sco made that no record names.
+    from test_calls import HeldCalls
+
+    c = Cluster(tmp_path, fleet_url)
+    calls = HeldCalls()
+    runner = c.start("r1", calls=calls)  # type: ignore[arg-type]
+    c.step(5, ["r1"])  # the leases, then a first cycle: its creates wait for workers
+    assert calls.held
+    first = dict(runner.controllers)
+    c.step(20, [])  # the replica stalls past its leases' TTL
+    calls.run()  # the cloud makes the servers (not listed yet)
+    made = {sid for _, answer, _ in calls.ran for sid in answer.result.server_ids}
+    assert made
+    calls.answer()  # the answers are back
+    for sid in made:  # reclaimed before any listing
+        c.region.give_notice(sid, c.clock.now() + 1)
+    c.step(70, ["r1"])  # it takes its leases again, with new controllers
+    assert all(runner.controllers[n] is not first[n] for n in first)
+    named = {sid for _, sid, _ in c.stores["r1"].lives() if sid}
+    assert made <= named

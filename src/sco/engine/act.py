@@ -82,10 +82,26 @@ class Acquirer:
         self._outbound = Outbound(calls)
         self._last_sweep = float("-inf")
         self._deleting: set[str] = set()  # TERMINATING records whose delete this one sent
+        self._heir: Acquirer | None = None  # the one that took over its calls in flight
 
     def answers(self) -> int:
         """Apply the answers of calls sent by earlier cycles; returns the transitions."""
         return self._outbound.answers()
+
+    def take_over(self, before: Acquirer) -> None:
+        """The calls in flight of the partition's previous acquirer in this process:
+        their answers are recorded here, on this one's records and under its lease (see
+        `Outbound.take_over`)."""
+        before._heir = self
+        self._outbound.take_over(before._outbound)
+
+    def _holder(self) -> Acquirer:
+        """Who records the answers of the calls this one sent: itself, or the acquirer
+        that took its calls over."""
+        a = self
+        while a._heir is not None:
+            a = a._heir
+        return a
 
     def act(self, actions: Actions, snapshot: PartitionSnapshot, plan: Plan, now: float) -> int:
         """Returns the transitions recorded."""
@@ -181,7 +197,9 @@ class Acquirer:
         server_ids = server_ids + self._inherited(server_ids)
         if not server_ids:
             return
-        self._outbound.send(lambda: self.provider.delete(server_ids), self._delete_answered)
+        self._outbound.send(
+            lambda: self.provider.delete(server_ids), lambda f: self._holder()._delete_answered(f)
+        )
 
     def _delete_answered(self, future: Future[None]) -> int:
         try:
@@ -244,7 +262,7 @@ class Acquirer:
         sent = _Request(request_id, pool.id, instances, tuple(codes), replacing, now, fence)
         answered = self._outbound.send(
             lambda: self._send_create(sent, plan.generation),
-            lambda future: self._create_answered(sent, future.result()),
+            lambda future: self._holder()._create_answered(sent, future.result()),
         )
         return len(instances) + answered
 

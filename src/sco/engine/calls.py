@@ -73,3 +73,11 @@ class Outbound:
             if not failed:
                 self._sent.remove(sent)
         return n
+
+    def take_over(self, before: Outbound) -> None:
+        """The calls `before` sent and has not applied the answers of: this one applies
+        them (first, as they were sent first). A partition's controller that was
+        dropped (its lease lost) and made again in the same process: the answers of
+        its creates name servers no listing may ever show (reclaimed at once)."""
+        self._sent[:0] = before._sent
+        before._sent = []

@@ -127,6 +127,9 @@ class ReplicaRunner:
         self.fenced: dict[str, int] = {}  # partition -> times its writes were refused
         self._fenced_run: dict[str, int] = {}  # ... since its last cycle that ended well
         self.controllers: dict[str, PartitionController] = {}
+        # The controllers of partitions whose lease was lost: the next controller of one
+        # here records the answers of the calls it sent.
+        self._dropped: dict[str, PartitionController] = {}
         self._lock = threading.Lock()
         self.loops = PartitionLoops(
             interval_s,
@@ -294,6 +297,9 @@ class ReplicaRunner:
         self._next_expiry = min(others.values(), default=None) if held_elsewhere else None
         for name, why in taken:
             controller = self._controller(self.partitions[name], self._fences[name])
+            before = self._dropped.pop(name, None)
+            if before is not None:  # its last cycle is over (`loops.busy`)
+                controller.acquirer.take_over(before.acquirer)
             with self._lock:
                 self.controllers[name] = controller
             self._note(name, "acquired", self.token(name), why)
@@ -315,7 +321,9 @@ class ReplicaRunner:
             fence = held.token if held is not None else 0
             if held is not None:
                 held.revoke()  # a cycle still under way writes nothing more
-            self.controllers.pop(name, None)
+            dropped = self.controllers.pop(name, None)
+            if dropped is not None:
+                self._dropped[name] = dropped
         self.loops.stop(name)
         if self.metrics is not None:
             self.metrics.forget(name)
