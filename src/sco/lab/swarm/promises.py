@@ -66,8 +66,9 @@ PROMISES = (
             "no cycle or lease round ends in an error that no fault raised",
             "docs/reliability.md", "any other exception is a **crash**"),
     Promise("own_nodes_only",
-            "in a Kubernetes cluster two installations share, each changes (labels, "
-            "cordons, evicts from, deletes) only Nodes of its own servers",
+            "in a Kubernetes or Slurm cluster two installations share, each changes "
+            "(labels, cordons, evicts from, drains, downs, requeues off, deletes) only "
+            "nodes of its own servers",
             "docs/kubernetes.md",
             "sco labels, cordons, drains and deletes only its own installation's Nodes"),
     Promise("max_units_bound",

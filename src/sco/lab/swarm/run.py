@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sco.adapters.slurm.nodes import partition_feature
 from sco.domain.lifecycle import State
 from sco.engine.clock import ManualClock
 from sco.lab.swarm.adversary import Adversary
@@ -85,10 +86,10 @@ class Swarm(Hooks):
         )
         self.green: Installation | None = None
         if spec.second_installation:
-            # Another sco in the project, a partition named as one of blue's; a
-            # Kubernetes one shares blue's cluster.
+            # Another sco in the project, a partition named as one of blue's; a Slurm
+            # or Kubernetes one shares blue's cluster.
             first = spec.partitions[0]
-            kind = "kubernetes" if first.kind == "kubernetes" else "static"
+            kind = first.kind
             plan = type(first)(first.name, kind, 1, 3, ((0.0, 2),), ())
             shared = {first.name: self.blue.twins[first.name]} if kind != "static" else None
             self.green = Installation(
@@ -352,7 +353,8 @@ class Swarm(Hooks):
                 if node is None or not node.joined:
                     continue
                 if isinstance(twin, SimSlurm):
-                    twin.register(node_name_of(twin, v.server_id), frozenset({"sco", twin.feature}))
+                    feature = partition_feature(name, inst.name)
+                    twin.register(node_name_of(twin, v.server_id), frozenset({"sco", feature}))
                 else:
                     twin.register(node_name_of(twin, v.server_id), v.server_id, inst.name)
 

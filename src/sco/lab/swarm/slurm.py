@@ -11,6 +11,7 @@ it exactly as on slurmctld.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sco.adapters.slurm.model import Job, SlurmNode
 from sco.adapters.slurm.tools import SlurmUnavailable
@@ -149,3 +150,43 @@ class SimSlurm(BatchCluster):
             ),
             tuple((q.job.job_id, q.state, q.nodes) for q in self.jobs_by_id.values()),
         )
+
+
+class SlurmCaller:
+    """One installation's tools on a slurmctld it may share with another: a node it
+    drains, downs or deletes, or takes a job off, must be of its own installation's
+    servers (`own_nodes_only`). What it reads passes through."""
+
+    def __init__(
+        self, sim: SimSlurm, installation: str, owner: Callable[[str], str | None]
+    ) -> None:
+        self.sim = sim
+        self.installation = installation
+        self.owner = owner  # node name -> the installation of its server, as the cloud says
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sim, name)
+
+    def _mine(self, nodes: Sequence[str], what: str) -> None:
+        for node in nodes:
+            owner = self.owner(node)
+            self.sim.breaches.look("own_nodes_only", owner not in (None, self.installation),
+                                   f"{self.installation} {what} {owner}'s node {node}")  # fmt: skip
+
+    def drain(self, node: str, reason: str) -> None:
+        self._mine([node], "drained")
+        self.sim.drain(node, reason)
+
+    def down(self, node: str, reason: str) -> None:
+        self._mine([node], "downed")
+        self.sim.down(node, reason)
+
+    def delete_node(self, node: str) -> None:
+        self._mine([node], "deleted")
+        self.sim.delete_node(node)
+
+    def requeue(self, job_ids: Sequence[int]) -> None:
+        for i in job_ids:
+            q = self.sim.live.get(i)
+            self._mine(q.nodes if q is not None else (), f"requeued job {i} off")
+        self.sim.requeue(job_ids)

@@ -66,7 +66,7 @@ from sco.lab.swarm.kube import (
     kube_partition,
     kube_plane,
 )
-from sco.lab.swarm.slurm import SimSlurm
+from sco.lab.swarm.slurm import SimSlurm, SlurmCaller
 from sco.lab.swarm.spec import BLUE, START_S, PartitionPlan, WorldSpec
 from sco.lab.traces import RegionSpec, Series, TraceSet
 from sco.lab.twins.eventlog import MemoryEventLog
@@ -305,6 +305,7 @@ class Installation:
         # The contract distributor, and an agent on each server given a token.
         self.agents = Agents(self.contracts, stage, clock.now)
         self.kube_leases = KubeLeases()
+        self._node_servers: dict[str, str] = {}  # Slurm node name -> server id
         self.lease_kind = spec.leases
         pools = list(region.pools())
         # The watcher's and the scorer's own processes reach the log (and the scorer its
@@ -419,9 +420,12 @@ class Installation:
             twin = self.twins.get(p.name)
             part = Partition(p.name, "swarm", _kind(p.kind))
             if isinstance(twin, SimSlurm):
-                view = SlurmView(twin, ["batch"], ttl_s=0.0)  # type: ignore[arg-type]
+                # Another installation on the cluster has a Slurm partition of its own.
+                queue = ("batch",) if self.name == BLUE else (f"batch-{self.name}",)
+                tools = SlurmCaller(twin, self.name, self._owner_of_node)
+                view = SlurmView(tools, list(queue), ttl_s=0.0)  # type: ignore[arg-type]
                 sp = SlurmPartition(
-                    p.name, ("batch",), Size(CPUS, MEMORY_MB), REQUEUE_LEAD_S, 120.0, self.name
+                    p.name, queue, Size(CPUS, MEMORY_MB), REQUEUE_LEAD_S, 120.0, self.name
                 )
                 spec = SlurmDemandSpec(part, sp, p.floor, p.max_units, p.max_units)
                 sources.append(SlurmDemandSource(view, [spec], listing))
@@ -442,6 +446,15 @@ class Installation:
                 PartitionDemand(part, steps, UnitSeries(constant=p.floor), p.max_units, p.max_units)
             )
         return DemandRouter([FileDemandSource(static, START_S), *sources], list(self.plans)), planes
+
+    def _owner_of_node(self, node: str) -> str | None:
+        """The installation whose server a Slurm node is, as the cloud says."""
+        if node not in self._node_servers:
+            self._node_servers = {
+                node_name(v.server_id): v.server_id for v in self.region.all_servers()
+            }
+        sid = self._node_servers.get(node)
+        return self.region.installation_of(sid) if sid is not None else None
 
     def close(self) -> None:
         for slot in list(self.replicas):
