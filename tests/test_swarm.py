@@ -210,7 +210,7 @@ def test_a_kubernetes_partition_grows_with_its_pending_pods(tmp_path: Path) -> N
     try:
         twin = swarm.blue.twins[plan.name]
         assert isinstance(twin, SimKube)
-        twin.workload = ((0.0, 2 * plan.max_units),)  # two pods fill a node
+        twin.workload = ((0.0, plan.max_units),)  # max_units nodes' worth of pods
         while swarm.clock.now() < START_S + 1800:
             swarm.step(swarm.clock.now() + TICK_S)
         pending = [n for n, p in twin.pods.items() if not p["spec"].get("nodeName")]

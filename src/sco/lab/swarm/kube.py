@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sco.adapters.kubernetes.connect import api_error
-from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, DRAIN_REASON
+from sco.adapters.kubernetes.demand import KubeDemandSpec, KubePartition, KubernetesDemandSource
+from sco.adapters.kubernetes.nodes import DO_NOT_DISRUPT, DRAIN_REASON, KubernetesNodes
 from sco.adapters.kubernetes.pods import INSTALLATION_LABEL, PARTITION_LABEL
 from sco.domain.demand import HANDBACK
 from sco.domain.installation import DEFAULT_INSTALLATION
@@ -30,8 +31,6 @@ from sco.lab.swarm.spec import BLUE, START_S
 from sco.lab.workload.kubecluster import CacheInformer, ListResponse
 
 if TYPE_CHECKING:
-    from sco.adapters.kubernetes.demand import KubePartition
-    from sco.domain.demand import Partition
     from sco.domain.pools import Pool
     from sco.ports import Clock, DemandSource, SchedulerCluster, ServerView
 
@@ -65,7 +64,7 @@ class SimKube:
 
     partition: str
     now: Callable[[], float]
-    workload: tuple[tuple[float, int], ...] = ()  # (from when, pods) of the workload
+    workload: tuple[tuple[float, int], ...] = ()  # (from when, nodes' worth of pods)
     protected: int = 0  # of its pods, those do-not-disrupt
     cpus: int = 4  # a node's allocatable CPUs
     pods_per_node: int = 2
@@ -173,9 +172,11 @@ class SimKube:
         """The workload's owner sets it to `n` pods: new ones pending, the first
         `protected` do-not-disrupt; fewer, the newest go first, pending before
         running (the owner's choice, not a loss)."""
+        pinned = sum(1 for p in self.pods if self._protected(p))
         for _ in range(n - len(self.pods)):
-            pinned = sum(1 for p in self.pods if self._protected(p))
-            self._new_pod(protected=pinned < self.protected)
+            pin = pinned < self.protected
+            self._new_pod(protected=pin)
+            pinned += pin
         if len(self.pods) > n:
             newest = sorted(self.pods, key=lambda p: (bool(self.pods[p]["spec"].get("nodeName")),
                                                       -int(p.rsplit("-", 1)[1])))  # fmt: skip
@@ -218,7 +219,7 @@ class SimKube:
         t = self.now() - START_S
         size = [n for at, n in self.workload if at <= t]
         if size:
-            self.scale(size[-1])
+            self.scale(size[-1] * self.pods_per_node)
         load: dict[str, int] = {}
         for p in self.pods.values():
             on = p["spec"].get("nodeName")
@@ -356,17 +357,8 @@ class KubeCaller:
         return str((self.sim.pods.get(pod) or {}).get("spec", {}).get("nodeName") or "")
 
 
-@dataclass(frozen=True, slots=True)
-class KubeSpec:
-    partition: Partition
-    floor: int
-    max_units: int
-
-
 def kube_partition(partition: str, installation: str, cpus: int) -> KubePartition:
     """An installation's partition in the swarm's cluster, as sco's config gives it."""
-    from sco.adapters.kubernetes.demand import KubePartition
-
     return KubePartition(
         {PARTITION_LABEL: partition},
         {"cpu": str(cpus), "pods": "110"},
@@ -376,20 +368,16 @@ def kube_partition(partition: str, installation: str, cpus: int) -> KubePartitio
 
 def kube_intake(
     twin: SimKube,
-    kube: KubePartition,
-    spec: KubeSpec,
+    spec: KubeDemandSpec,
     listing: Callable[[str], Sequence[ServerView]],
     pools: Sequence[Pool],
 ) -> DemandSource:
     """sco's Kubernetes intake over the cluster's informers: the workload's pending
     pods are the partition's demand (no Events written: the world keeps none)."""
-    from sco.adapters.kubernetes.demand import KubeDemandSpec, KubernetesDemandSource
-
-    demand = KubeDemandSpec(spec.partition, kube, spec.floor, spec.max_units, spec.max_units)
     return KubernetesDemandSource(
         twin.pod_informer,  # type: ignore[arg-type]
         twin.node_informer,  # type: ignore[arg-type]
-        [demand],
+        [spec],
         stale_s=KUBE_STALE_S,
         listing=listing,
         pools=pools,
@@ -406,8 +394,6 @@ def kube_plane(
     grace_s: float,
 ) -> SchedulerCluster:
     """sco's Kubernetes node plane of the partition, through `core`."""
-    from sco.adapters.kubernetes.nodes import KubernetesNodes
-
     return KubernetesNodes(
         core,
         twin.node_informer,  # type: ignore[arg-type]

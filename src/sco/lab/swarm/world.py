@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sco.adapters.demandfile.intake import FileDemandSource, PartitionDemand, UnitSeries
+from sco.adapters.kubernetes.demand import KubeDemandSpec
 from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec
 from sco.adapters.slurm.nodes import SlurmNodes, SlurmPartition, SlurmView, node_name
 from sco.adapters.sqlstate.engine import sqlite_url
@@ -60,7 +61,6 @@ from sco.lab.swarm.faults import (
 from sco.lab.swarm.ids import RepeatingIds
 from sco.lab.swarm.kube import (
     KubeCaller,
-    KubeSpec,
     SimKube,
     kube_intake,
     kube_partition,
@@ -223,9 +223,7 @@ def twin_of(plan: PartitionPlan, clock: ManualClock, installation: str) -> SimSl
         shape = Size(CPUS, MEMORY_MB)
         feature = SlurmPartition(plan.name, ("batch",), shape, installation=installation).feature
         return SimSlurm(f"slurm-{plan.name}", CPUS, MEMORY_MB, clock.now, feature)
-    per_node = 2
-    workload = tuple((t, n * per_node) for t, n in plan.targets)
-    return SimKube(plan.name, clock.now, workload, plan.protected, CPUS, per_node)
+    return SimKube(plan.name, clock.now, plan.targets, plan.protected, CPUS)
 
 
 def node_name_of(twin: SimSlurm | SimKube, server_id: str) -> str:
@@ -438,8 +436,8 @@ class Installation:
                     caller, twin, kube, listing, clock, self.region.pools(), KUBE_GRACE_S
                 )
                 if self.name == BLUE:  # the workload is blue's; another's demand is its file
-                    wants = KubeSpec(part, p.floor, p.max_units)
-                    sources.append(kube_intake(twin, kube, wants, listing, self.region.pools()))
+                    wants = KubeDemandSpec(part, kube, p.floor, p.max_units, p.max_units)
+                    sources.append(kube_intake(twin, wants, listing, self.region.pools()))
                     continue
             steps = UnitSeries(steps=tuple((float(t), n) for t, n in p.targets))
             static.append(
