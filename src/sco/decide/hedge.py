@@ -47,8 +47,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sco.decide.arbiter import ArbiterConfig, arbitrate
+from sco.decide.gangs import GangChoice, lasts, place_gangs
 from sco.decide.placement import Slot, place
-from sco.domain.demand import Demand
+from sco.domain.demand import Demand, Gang
 from sco.domain.lifecycle import LIVE, State
 from sco.domain.plans import PoolReason
 from sco.domain.pools import CapacityClass, PoolId
@@ -89,6 +90,11 @@ class HedgeConfig:
     release_after_s: float = 0.0  # spot ready this long before guaranteed goes back
     max_release_per_cycle: int = 3
     release_fraction: float = 0.1  # ... or this share of the guaranteed held, when more
+    gang_loss_weight: float = 1.0  # a gang's sure loss of its stake weighs like a pool
+    # 100 % dearer (`sco.decide.gangs`)
+    gang_default_s: float = 3600.0  # a gang's stake when it says no time limit
+    gang_requeue_weight: float = 0.25  # ... where the notice saves its work: a reclaim
+    # then costs the gang a requeue and a wait, not its stake
     arbiter: ArbiterConfig = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -200,11 +206,13 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         min(v.recent_reclaims, cfg.reclaim_count_cap) for v in spot_views
     )
     hazard = {p: h + storm for p, h in own.items()}
-    cold_s, notice = cold_start_s(snapshot, cfg), notice_s(snapshot)
     # What asks for guaranteed capacity goes there (the arbiter); spot takes the rest.
     wanted = max(0, demand.wanted_units - demand.guaranteed_units)
     crowd = crowding(wanted, len(spot_views), cfg)
-    targets = _place(wanted, spot_views, held, hazard, cfg, crowd)
+    cold_s, notice = cold_start_s(snapshot, cfg), notice_s(snapshot)
+    gangs = _Gangs(snapshot, spot_views, held, hazard, cfg, crowd, notice >= cold_s)
+    gangs.decide(wanted)
+    targets = gangs.place(wanted)
     notes: list[str] = []
     cap = cfg.spare_cap(wanted)
     spare = _spare(targets, hazard, cold_s, notice, cfg, cap)
@@ -214,7 +222,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     spare = min(spare, max(0, demand.max_units - demand.wanted_units))  # never past max
     spot_spare = hedge_g = 0
     if spare:
-        spread = _place(wanted + spare, spot_views, held, hazard, cfg, crowd)
+        spread = gangs.place(wanted + spare)
         # A spare in a pool that already holds replicas falls with them: where spot
         # cannot spread, the spare goes on guaranteed capacity.
         fresh = sum(1 for p, n in spread.items() if n and not targets.get(p))
@@ -222,7 +230,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         if spot_spare == spare:
             targets = spread
         elif spot_spare:
-            targets = _place(wanted + spot_spare, spot_views, held, hazard, cfg, crowd)
+            targets = gangs.place(wanted + spot_spare)
         hedge_g = _guaranteed_spare(
             spare - spot_spare, targets, own, cold_s, notice, cap, cfg, demand
         )
@@ -257,6 +265,8 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         "floor_need_units": float(g.need_units),
         "floor_short_units": float(g.short_units),
     }
+    plan_terms.update(gangs.terms())
+    notes += gangs.notes()
     spot = {p: n for p, n in targets.items() if n}
     return HedgePlan(spot, g.targets, tuple(notes) + g.notes, reasons, plan_terms)
 
@@ -278,20 +288,101 @@ def _place(
     hazard: Mapping[PoolId, float],
     cfg: HedgeConfig,
     crowd: float,
+    keep: Mapping[PoolId, int] | None = None,
 ) -> dict[PoolId, int]:
     """The least-cost spread (`sco.decide.placement`): an excluded pool keeps what it
-    holds but gets nothing new."""
+    holds but gets nothing new. `keep`: what staying saves (default: what is held)."""
     cheapest = min((v.price for v in views if v.price > 0), default=1.0)
+    stay = held if keep is None else keep
     slots = [
         Slot(
             v.pool.id,
             hazard[v.pool.id] + _price_term(v, cheapest, cfg),
-            held[v.pool.id],
+            stay.get(v.pool.id, 0),
             held[v.pool.id] + (0 if v.excluded else v.available),
         )
         for v in views
     ]
     return place(slots, want, crowd, cfg.stickiness_per_h)
+
+
+class _Gangs:
+    """Spot targets for a number of units, whole jobs kept in one pool each: what is
+    held stays, the newest gangs (those still without units) take the new units, pool
+    by pool (`sco.decide.gangs`), and the spread takes the rest. Without gangs, or not
+    growing, the spread alone."""
+
+    def __init__(
+        self,
+        snapshot: PartitionSnapshot,
+        views: list[PoolView],
+        held: Counter[PoolId],
+        hazard: Mapping[PoolId, float],
+        cfg: HedgeConfig,
+        crowd: float,
+        noticed: bool,
+    ) -> None:
+        self.views, self.held, self.hazard, self.cfg, self.crowd = views, held, hazard, cfg, crowd
+        self.loss_weight = cfg.gang_requeue_weight if noticed else cfg.gang_loss_weight
+        self.counts: Counter[PoolId] = Counter()  # units of gangs placed, per pool
+        self.gangs = snapshot.demand.gangs
+        self.now = snapshot.now
+        self.choices: list[GangChoice] = []
+        self._survival: dict[tuple[PoolId, float], float] = {}
+        self._by_id = {v.pool.id: v for v in views}
+
+    def decide(self, want: int) -> None:
+        """Place the newest gangs (those the units held cannot be) for `want` units."""
+        extra = want - sum(self.held.values())
+        if not self.gangs or extra <= 0:
+            return
+        newest: list[Gang] = []
+        for g in reversed(self.gangs):  # the newest have no units yet
+            if g.units > extra - sum(x.units for x in newest):
+                break
+            newest.append(g)
+        room = {v.pool.id: 0 if v.excluded else v.available for v in self.views}
+        cheapest = min((v.price for v in self.views if v.price > 0), default=1.0)
+        price = {v.pool.id: _price_term(v, cheapest, self.cfg) for v in self.views}
+        self.counts, self.choices = place_gangs(
+            newest, room, self.survival, price, self.loss_weight, self.cfg.gang_default_s
+        )
+
+    def place(self, want: int) -> dict[PoolId, int]:
+        """Spot targets for `want` units: what is held and the gangs' units stay."""
+        keep = self.held + self.counts
+        return _place(want, self.views, self.held, self.hazard, self.cfg, self.crowd, keep=keep)
+
+    def survival(self, pool: PoolId, seconds: float) -> float:
+        key = (pool, seconds)
+        if key not in self._survival:
+            self._survival[key] = survival(self._by_id[pool], self.now, seconds, self.cfg)
+        return self._survival[key]
+
+    def terms(self) -> dict[str, float]:
+        if not self.gangs:
+            return {}
+        return {
+            "gangs_pending": float(len(self.gangs)),
+            "gangs_placed": float(len(self.choices)),
+            "gangs_split": float(sum(len(c.pools) > 1 for c in self.choices)),
+        }
+
+    def notes(self) -> list[str]:
+        shown = [f"gang: {c.describe()}" for c in self.choices[:_GANG_NOTES]]
+        if len(self.choices) > _GANG_NOTES:
+            shown.append(f"gang: and {len(self.choices) - _GANG_NOTES} more")
+        return shown
+
+
+_GANG_NOTES = 10  # a fleet may place thousands of jobs in a cycle: the first say why
+
+
+def survival(v: PoolView, now: float, seconds: float, cfg: HedgeConfig) -> float:
+    """The chance pool `v` keeps an instance for `seconds` from now (`lasts`)."""
+    age_h = max(0.0, now - v.up_since) / 3600 if v.up_since is not None else 0.0
+    terms = hazard_terms(v, now, cfg)
+    return lasts(terms, age_h, cfg.lomax_alpha, cfg.lomax_beta_h, seconds)
 
 
 def _price_term(v: PoolView, cheapest: float, cfg: HedgeConfig) -> float:

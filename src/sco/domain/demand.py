@@ -45,6 +45,33 @@ class DemandError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Gang:
+    """Work that runs on `units` units at once (a job of many nodes) and is lost whole
+    when any of them goes: its units belong in one pool. `run_s` is what it asks to run
+    (its time limit), `checkpoint_s` how often it saves its work (it declared it); a
+    reclaim costs it the work since its start or its last checkpoint. None: unknown."""
+
+    units: int
+    run_s: float | None = None
+    checkpoint_s: float | None = None
+    name: str = ""  # what the scheduler calls it (a job id), for the plan's reasons
+
+    def __post_init__(self) -> None:
+        if self.units < 1:
+            raise DemandError("gangs", f"a gang has >= 1 unit, got {self.units}")
+        for field_name in ("run_s", "checkpoint_s"):
+            value = getattr(self, field_name)
+            if value is not None and not value > 0:
+                raise DemandError("gangs", f"{field_name} must be > 0, got {value}")
+
+    def at_stake_s(self, default_s: float) -> float:
+        """How long a run of it holds work a reclaim would lose: its run, or the
+        interval between its checkpoints when shorter."""
+        run = self.run_s if self.run_s is not None else default_s
+        return min(run, self.checkpoint_s) if self.checkpoint_s is not None else run
+
+
+@dataclass(frozen=True, slots=True)
 class Demand:
     """What a partition wants at one moment.
 
@@ -53,7 +80,8 @@ class Demand:
     guaranteed: of the target, units only guaranteed capacity may serve (work that
     asks for it, as a Slurm job's `--constraint=guaranteed`); unfit_work: pieces of
     work (jobs, pods) no node of the partition could ever run, reported and not
-    counted.
+    counted; gangs: pending work of many units that must run together and needs new
+    units (in the scheduler's order, the newest last), a part of the target.
     """
 
     target_units: int
@@ -62,6 +90,7 @@ class Demand:
     guaranteed_budget_units: int
     guaranteed_units: int = 0
     unfit_work: int = 0
+    gangs: tuple[Gang, ...] = ()
 
     def __post_init__(self) -> None:
         for name in (

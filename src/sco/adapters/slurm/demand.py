@@ -13,6 +13,11 @@ ever run are reported, never counted. Jobs whose `--constraint` names
 `guaranteed` count toward the units that must run on guaranteed capacity.
 The target is capped by the partition's `max_units`, the floor and budget
 come from the configuration, and a unit is a node.
+
+Pending jobs of many nodes that the idle nodes cannot take are also reported one
+by one (`Gang`: its nodes, time limit and declared checkpoints, `--comment
+sco:checkpoint=30m`), so the planner puts each one's new nodes in one pool: a job
+spread over pools is lost whole when any of them goes.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from sco.adapters.slurm.model import Job, SlurmNode
+from sco.adapters.slurm.model import CheckpointError, Job, SlurmNode, checkpoint_s
 from sco.adapters.slurm.nodes import (
     SlurmPartition,
     SlurmView,
@@ -30,7 +35,7 @@ from sco.adapters.slurm.nodes import (
     reclaim_deadline,
 )
 from sco.decide.binpack import Size, pack
-from sco.domain.demand import Demand, Partition
+from sco.domain.demand import Demand, Gang, Partition
 from sco.ports import ServerView
 
 log = logging.getLogger(__name__)
@@ -73,6 +78,8 @@ class Need:
     target: int
     guaranteed: int  # of which must be guaranteed capacity
     unfit_jobs: tuple[int, ...]  # pending jobs no node of the shape can run
+    gangs: tuple[Gang, ...] = ()  # pending jobs of many nodes that need new nodes
+    bad_checkpoints: tuple[tuple[int, str], ...] = ()  # (job, why) declarations unread
 
 
 def need(
@@ -130,7 +137,34 @@ def need(
     target = len(kept | used) + o_pack.new_nodes + g_pack.new_nodes
     g_kept = kept | g_used  # once: built per node, it made a read quadratic in the nodes
     g_wanted = sum(1 for n in guaranteed_nodes if n.name in g_kept)
-    return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)))
+    unfit_ids = set(unfit)
+    fit = [j for j in others if j.job_id not in unfit_ids]
+    gangs, bad = _gangs(spec, fit, [n for n in mine if n.name not in kept])
+    return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)), gangs, bad)
+
+
+def _gangs(
+    spec: SlurmPartition, pending: Sequence[Job], idle: Sequence[SlurmNode]
+) -> tuple[tuple[Gang, ...], tuple[tuple[int, str], ...]]:
+    """The pending jobs of many nodes that the idle nodes cannot take: each needs its
+    nodes together (`Gang`), with its time limit and declared checkpoints. Jobs are
+    taken in the queue's order, the idle nodes going to the first that fit."""
+    free = sum(1 for n in idle if not n.busy and spec.shape.fits(n.room))
+    gangs: list[Gang] = []
+    bad: list[tuple[int, str]] = []
+    for j in pending:
+        if j.node_count < 2:
+            continue
+        if j.node_count <= free:
+            free -= j.node_count
+            continue
+        try:
+            every = checkpoint_s(j.comment)
+        except CheckpointError as e:
+            bad.append((j.job_id, str(e)))
+            every = None
+        gangs.append(Gang(j.node_count, j.limit_s, every, str(j.job_id)))
+    return tuple(gangs), tuple(bad)
 
 
 def _waits_for_capacity(job: Job, now: float) -> bool:
@@ -193,6 +227,14 @@ class SlurmDemandSource:
                 spec.slurm.shape.memory_mb,
                 spec.max_units,
             )
+        for job, why in n.bad_checkpoints:
+            if job not in self._reported:
+                self._reported.add(job)
+                log.warning(
+                    "partition %s: job %d's checkpoint declaration is refused: %s; "
+                    "it is placed as a job that does not checkpoint",
+                    partition, job, why,
+                )  # fmt: skip
         target = min(spec.max_units, max(spec.min_target_units, n.target))
         return Demand(
             target_units=target,
@@ -201,6 +243,7 @@ class SlurmDemandSource:
             guaranteed_budget_units=spec.guaranteed_budget_units,
             guaranteed_units=min(n.guaranteed, target, spec.guaranteed_budget_units),
             unfit_work=len(n.unfit_jobs),
+            gangs=n.gangs,
         )
 
     def _need(

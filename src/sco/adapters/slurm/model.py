@@ -39,6 +39,8 @@ class Job:
     nodes: tuple[str, ...]  # where it runs
     restarts: int = 0  # times it was requeued
     begin_time: float = 0.0  # when it may start (pending); 0: no begin time set
+    limit_s: float | None = None  # its time limit; None: unlimited or not said
+    comment: str = ""  # its --comment, where it may declare its checkpoints
 
     @property
     def pending(self) -> bool:
@@ -246,9 +248,50 @@ def parse_jobs(doc: Any, where: str) -> list[Job]:
                 nodes=nodes,
                 restarts=_count(j.get("restart_cnt")),
                 begin_time=_opt_time(j, "begin_time", at),
+                limit_s=_limit_s(limit),
+                comment=_opt_str(j, "comment", at),
             )
         )
     return jobs
+
+
+_UNLIMITED_MIN = 0xFFFFFFFE  # squeue's INFINITE (and NO_VAL) time limits, in minutes
+
+
+def _limit_s(minutes: object) -> float | None:
+    """A job's time limit (squeue gives minutes; a number, or {set, number} later)."""
+    if isinstance(minutes, dict):
+        minutes = minutes.get("number") if minutes.get("set", True) else None
+    if isinstance(minutes, bool) or not isinstance(minutes, int):
+        return None
+    return 60.0 * minutes if 0 < minutes < _UNLIMITED_MIN else None
+
+
+CHECKPOINT_KEY = "sco:checkpoint="  # in a job's --comment: `sco:checkpoint=30m`
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class CheckpointError(ValueError):
+    """A job's checkpoint declaration that cannot be read."""
+
+
+def checkpoint_s(comment: str) -> float | None:
+    """The checkpoint interval a job declares in its comment (`sco:checkpoint=<n>[s|m|h]`,
+    among other words), None when it declares none. Raises CheckpointError naming
+    what is wrong with a declaration that cannot be read."""
+    words = [w for w in comment.split() if w.startswith(CHECKPOINT_KEY)]
+    if not words:
+        return None
+    if len(words) > 1:
+        raise CheckpointError(f"{' '.join(words)!r}: declared more than once")
+    value = words[0][len(CHECKPOINT_KEY) :]
+    m = _DURATION.match(value)
+    if m is None or float(m.group(1)) <= 0:
+        raise CheckpointError(
+            f"{words[0]!r}: want a duration > 0 in seconds, minutes or hours (e.g. 30m)"
+        )
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 def _count(value: object) -> int:

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sco.adapters.slurm.model import Job, SlurmNode
+from sco.adapters.slurm.model import CHECKPOINT_KEY, Job, SlurmNode
 from sco.adapters.slurm.tools import SlurmRefused
 from sco.decide.binpack import Size
+from sco.lab.workload.hostlist import HOSTLIST_PARTS, expand
 from sco.lab.workload.swf import BatchJob
+from sco.lab.workload.topology import pick
 
 REQUEUE_HOLD_S = 120.0  # AuthInfo cred_expire: how long slurmctld holds a requeued job
 
@@ -51,6 +52,8 @@ class QueuedJob:
     waited_s: float = 0.0  # time pending so far, over all its waits
     requeues: int = 0
     lost_node_s: float = 0.0
+    pools_spanned: int = 0  # the most pools one of its runs spanned
+    reclaims_met: int = 0  # runs ended by a reclaim (requeued on notice, or cut)
     ended_at: float | None = None
     view: tuple[tuple[object, ...], Job] | None = None  # as last read, and what it read from
 
@@ -87,6 +90,7 @@ class ClusterNode:
     view: SlurmNode | None = None  # as last read; None once anything changed
     gone_at: float | None = None  # when its server went
     seq: int = 0  # registration order: free nodes are taken in it
+    where: tuple[str, str] = ("", "")  # (hall, pool): its switches in the topology
 
 
 class BatchCluster:
@@ -101,6 +105,7 @@ class BatchCluster:
         slurm_partition: str = "batch",
         checkpoint_s: float | None = None,
         requeue_hold_s: float = REQUEUE_HOLD_S,
+        topology: Mapping[str, str] | None = None,
     ) -> None:
         if checkpoint_s is not None and checkpoint_s <= 0:
             raise ValueError(f"checkpoint_s must be > 0, got {checkpoint_s}")
@@ -111,6 +116,11 @@ class BatchCluster:
         self.slurm_partition = slurm_partition
         self.checkpoint_s = checkpoint_s
         self.requeue_hold_s = requeue_hold_s
+        # Jobs that checkpoint say so, as a user declares it (`sco:checkpoint=`).
+        self._comment = "" if checkpoint_s is None else f"{CHECKPOINT_KEY}{checkpoint_s:g}s"
+        # A switch per pool (its node feature) under one per hall: topology/tree. None:
+        # flat, a job takes the free nodes that came first.
+        self.topology = topology
         self.jobs_by_id: dict[int, QueuedJob] = {}  # every job submitted
         self.live: dict[int, QueuedJob] = {}  # pending and running
         self.nodes_by_name: dict[str, ClusterNode] = {}
@@ -146,7 +156,7 @@ class BatchCluster:
     def hostnames(self, hostlist: str) -> list[str]:
         """The node names of a Slurm hostlist (`sco-a[1-3],sco-b`), as scontrol expands
         it without asking slurmctld."""
-        return [name for part in _HOSTLIST_PARTS.findall(hostlist) for name in _expand(part)]
+        return [name for part in HOSTLIST_PARTS.findall(hostlist) for name in expand(part)]
 
     def jobs(self, partitions: Sequence[str]) -> list[Job]:
         if self.slurm_partition not in partitions:
@@ -181,6 +191,8 @@ class BatchCluster:
             nodes=q.nodes,
             restarts=q.requeues,
             begin_time=q.eligible_at if reason == "BeginTime" else 0.0,
+            limit_s=q.job.limit_s,
+            comment=self._comment,
         )
 
     def nodes(self) -> list[SlurmNode]:
@@ -243,6 +255,7 @@ class BatchCluster:
             if q is None or q.state != "RUNNING" or q.started_at is None:
                 continue
             q.done_s += now - q.started_at
+            q.reclaims_met += 1
             self._back_to_queue(q, now)
 
     def start_now(self, job_ids: Sequence[int]) -> None:
@@ -280,6 +293,7 @@ class BatchCluster:
             now = self.now()
             self._registered += 1
             n = ClusterNode(name, features, now, last_busy=now, seq=self._registered)
+            n.where = self._where(features)
             self.nodes_by_name[name] = n
             self._changed(n)
 
@@ -399,12 +413,21 @@ class BatchCluster:
                 return at, have - want
         return math.inf, math.inf
 
+    def _where(self, features: frozenset[str]) -> tuple[str, str]:
+        """(hall, pool) of a node with these features: its switches, when the cluster
+        has a topology; its pool is known by its feature either way."""
+        pool = next((f for f in sorted(features) if f.startswith("pool-")), "")
+        return ((self.topology or {}).get(pool, ""), pool)
+
     def _start(self, q: QueuedJob, free: list[ClusterNode], now: float) -> None:
-        taken, free[:] = free[: q.job.nodes], free[q.job.nodes :]
+        taken = free[: q.job.nodes] if self.topology is None else pick(free, q.job.nodes)
+        chosen = {id(n) for n in taken}
+        free[:] = [n for n in free if id(n) not in chosen]
         for n in taken:
             n.state, n.job = "allocated", q.job.job_id
         self._changed(*taken)
         q.state, q.nodes, q.started_at = "RUNNING", tuple(n.name for n in taken), now
+        q.pools_spanned = max(q.pools_spanned, len({n.where[1] for n in taken}))
         q.waited_s += now - q.pending_since
 
     def _finish(self, q: QueuedJob) -> None:
@@ -441,6 +464,7 @@ class BatchCluster:
             return
         now = self.now()
         ran = now - q.started_at
+        q.reclaims_met += 1
         kept = 0.0
         if self.checkpoint_s is not None:
             kept = math.floor(ran / self.checkpoint_s) * self.checkpoint_s
@@ -454,24 +478,6 @@ class BatchCluster:
             self._release(q, now)
             q.state, q.ended_at = "FAILED", now
             del self.live[q.job.job_id]
-
-
-_HOSTLIST_PARTS = re.compile(r"(?:[^,\[]|\[[^\]]*\])+")  # split at commas outside brackets
-_RANGE = re.compile(r"^(.*?)\[([^\]]*)\](.*)$")
-
-
-def _expand(hostlist: str) -> list[str]:
-    """`sco-a[08-10,12]x` -> sco-a08x, sco-a09x, sco-a10x, sco-a12x (widths kept)."""
-    m = _RANGE.match(hostlist)
-    if m is None:
-        return [hostlist]
-    head, ranges, tail = m.groups()
-    out: list[str] = []
-    for r in ranges.split(","):
-        lo, _, hi = r.partition("-")
-        for k in range(int(lo), int(hi or lo) + 1):
-            out += [f"{head}{k:0{len(lo)}d}{rest}" for rest in _expand(tail)]
-    return out
 
 
 def _free(n: ClusterNode, feature: str) -> bool:

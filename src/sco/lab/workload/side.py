@@ -15,12 +15,19 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec
-from sco.adapters.slurm.nodes import SlurmNodes, SlurmPartition, SlurmView, node_features, node_name
+from sco.adapters.slurm.nodes import (
+    SlurmNodes,
+    SlurmPartition,
+    SlurmView,
+    node_features,
+    node_name,
+    pool_feature,
+)
 from sco.decide.binpack import Size
 from sco.domain.demand import Demand, Partition, SchedulerKind
 from sco.engine.clock import ManualClock
 from sco.lab.region import SimRegion
-from sco.lab.workload.cluster import BatchCluster
+from sco.lab.workload.cluster import BatchCluster, QueuedJob
 from sco.lab.workload.outcomes import bounded_slowdown, pct, rounded
 from sco.lab.workload.swf import Workload
 from sco.ports import DemandSource, SchedulerCluster, ServerView
@@ -225,6 +232,7 @@ class BatchSide:
 
     def attach(self, region: SimRegion, clock: ManualClock) -> SchedulerCluster:
         self.link.attach(region, clock)
+        self.cluster.topology = {pool_feature(p.id): p.hall for p in region.pools()}
         slurm = {self.spec.partition.name: self.spec.slurm}
         return SlurmNodes(self.view, slurm, self.link.listing, clock)
 
@@ -261,7 +269,27 @@ class BatchSide:
             "lost_node_hours": round(sum(q.lost_node_s for q in jobs) / 3600.0, 3),
             "work_node_hours": round(sum(q.job.run_s * q.job.nodes for q in done) / 3600.0, 3),
             "utilisation": rounded(self.cluster.utilisation(end), 4),
+            **exposure(jobs),
         }
+
+
+def exposure(jobs: Sequence[QueuedJob]) -> dict[str, float | None]:
+    """What reclaims could reach: of the jobs of many nodes that ran, the share whose
+    nodes spanned more than one pool in some run, and the pools a run spanned on
+    average (the most of each job's runs); of all jobs, the share that met a reclaim."""
+    wide = [q for q in jobs if q.job.nodes > 1 and q.pools_spanned]
+    ran = [q for q in jobs if q.pools_spanned]
+    return {
+        "wide_jobs_multi_pool": rounded(
+            sum(q.pools_spanned > 1 for q in wide) / len(wide) if wide else None, 4
+        ),
+        "wide_job_pools_mean": rounded(
+            sum(q.pools_spanned for q in wide) / len(wide) if wide else None, 3
+        ),
+        "jobs_met_reclaim": rounded(
+            sum(q.reclaims_met > 0 for q in ran) / len(ran) if ran else None, 4
+        ),
+    }
 
 
 def slurm_spec(

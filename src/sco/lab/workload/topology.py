@@ -1,0 +1,39 @@
+"""Which free nodes a job of many nodes gets on slurmctld with topology/tree, a switch
+per pool under one per hall: the fewest switches that hold it. A job that fits one
+pool's free nodes gets the pool that fits it most tightly (the others keep their room
+for wider jobs); else one hall's, taking its fullest pools first; else the cluster's,
+fullest pools first. Nodes within a pool go in the order they came."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+
+class Placed(Protocol):
+    @property
+    def where(self) -> tuple[str, str]: ...  # (hall, pool)
+
+
+N = TypeVar("N", bound=Placed)
+
+
+def pick(free: Sequence[N], want: int) -> list[N]:
+    """`want` of `free` (in their order), as few pools and halls as hold them."""
+    pools: dict[tuple[str, str], list[N]] = {}
+    for n in free:
+        pools.setdefault(n.where, []).append(n)
+    fits = [ns for ns in pools.values() if len(ns) >= want]
+    if fits:
+        return min(fits, key=len)[:want]
+    halls: dict[str, list[list[N]]] = {}
+    for where, ns in pools.items():
+        halls.setdefault(where[0], []).append(ns)
+    roomy = [hs for hs in halls.values() if sum(map(len, hs)) >= want]
+    groups = min(roomy, key=lambda hs: sum(map(len, hs))) if roomy else list(pools.values())
+    taken: list[N] = []
+    for ns in sorted(groups, key=len, reverse=True):
+        taken += ns[: want - len(taken)]
+        if len(taken) == want:
+            break
+    return taken

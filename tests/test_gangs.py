@@ -1,0 +1,182 @@
+"""Whole jobs in one pool: the pure placement of gangs (`sco.decide.gangs`), the
+planner that uses it, the Slurm intake that reports gangs and their checkpoints, and
+the lab's topology/tree model that keeps a job's nodes together."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sco.adapters.slurm.demand import need
+from sco.adapters.slurm.model import CheckpointError, checkpoint_s, parse_jobs, parse_nodes
+from sco.decide.gangs import lasts, place_gangs, waste
+from sco.decide.hedge import HedgeConfig, plan
+from sco.domain.demand import Demand, DemandError, Gang
+from sco.domain.pools import PoolId
+from sco.domain.snapshot import PoolView
+from sco.lab.workload.topology import pick
+from sco_harness.builders import guaranteed_pool, snapshot, spot_pool
+from test_slurm_unit import PART, job, node
+
+A, B, C = PoolId("a"), PoolId("b"), PoolId("c")
+
+
+def _safe_in(*safe: PoolId) -> Any:
+    return lambda p, s: 0.99 if p in safe else 0.5
+
+
+def test_a_gang_goes_whole_to_the_pool_where_it_likeliest_lasts() -> None:
+    counts, choices = place_gangs(
+        [Gang(4, 3600.0, name="7")], {A: 8, B: 8}, _safe_in(B), {}, 1.0, 3600.0
+    )
+    assert counts == {B: 4}
+    assert choices[0].pools == {B: 4} and choices[0].candidates == 2
+    assert "job 7 (4 units" in choices[0].describe() and "survival 0.990" in choices[0].describe()
+
+
+def test_price_weighs_against_survival() -> None:
+    # B lasts better but costs 3x more: A's expected waste (0.5) is the cheaper risk.
+    counts, _ = place_gangs([Gang(2)], {A: 4, B: 4}, _safe_in(B), {B: 2.0}, 1.0, 3600.0)
+    assert counts == {A: 2}
+
+
+def test_widest_first_and_a_gang_no_pool_holds_takes_the_fewest_pools() -> None:
+    # The 5-wide gang takes the only pool that holds it; the 3-wide one what is left.
+    counts, choices = place_gangs(
+        [Gang(3, name="small"), Gang(5, name="wide")], {A: 5, B: 3, C: 2},
+        _safe_in(C), {}, 1.0, 3600.0,
+    )  # fmt: skip
+    assert [c.gang.name for c in choices] == ["wide", "small"]
+    assert choices[0].pools == {A: 5} and choices[1].pools == {B: 3}
+    counts, choices = place_gangs([Gang(6)], {A: 4, B: 2, C: 3}, _safe_in(A, C), {}, 1.0, 60.0)
+    assert sum(counts.values()) == 6 and len(choices[0].pools) == 2
+    assert "no pool had room for 6" in choices[0].describe()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 12), max_size=8),
+    st.dictionaries(st.sampled_from([A, B, C]), st.integers(0, 15), min_size=1),
+    st.dictionaries(st.sampled_from([A, B, C]), st.floats(0.0, 1.0)),
+)
+def test_gangs_never_overbook_a_pool_and_stay_whole_when_one_holds_them(
+    widths: list[int], room: dict[PoolId, int], survival: dict[PoolId, float]
+) -> None:
+    gangs = [Gang(w) for w in widths]
+    counts, choices = place_gangs(
+        gangs, room, lambda p, s: survival.get(p, 0.5), {}, 1.0, 3600.0
+    )
+    assert all(counts[p] <= room[p] for p in counts)
+    assert sum(counts.values()) <= sum(widths)
+    left = dict(room)
+    for c in choices:  # each in turn: whole in one pool whenever one had room for it
+        if any(r >= c.gang.units for r in left.values()):
+            assert len(c.pools) == 1
+        for p, n in c.pools.items():
+            left[p] -= n
+
+
+def test_survival_falls_with_time_and_rises_with_age() -> None:
+    fresh, old = {"age": 1.0}, {"age": 1.0 / 11}
+    assert lasts(fresh, 0.0, 1.0, 1.0, 3600) == pytest.approx(0.5)  # (1 / (1 + 1))^1
+    assert lasts(old, 10.0, 1.0, 1.0, 3600) == pytest.approx(11 / 12)
+    assert lasts(fresh, 0.0, 1.0, 1.0, 7200) < lasts(fresh, 0.0, 1.0, 1.0, 3600)
+    with_rate = {"age": 1.0, "recent_reclaims": 1.0}
+    assert lasts(with_rate, 0.0, 1.0, 1.0, 3600) == pytest.approx(0.5 * math.exp(-1))
+    assert waste(1.0) == 0.0 and waste(0.5) == pytest.approx(0.5) and waste(0.0) < math.inf
+
+
+def test_a_gangs_stake_is_its_run_or_its_checkpoint_interval() -> None:
+    assert Gang(2, 7200.0).at_stake_s(60.0) == 7200.0
+    assert Gang(2, 7200.0, 600.0).at_stake_s(60.0) == 600.0
+    assert Gang(2).at_stake_s(60.0) == 60.0
+    with pytest.raises(DemandError, match="gangs"):
+        Gang(0)
+    with pytest.raises(DemandError, match="checkpoint_s"):
+        Gang(2, checkpoint_s=0.0)
+
+
+def test_the_planner_puts_a_new_job_in_one_pool_not_spread() -> None:
+    """Without gangs the planner spreads six units over three pools (a pool's
+    reclaim takes all it holds); a pending job of six nodes gets them in one."""
+    pools = [spot_pool("hall-1", "a"), spot_pool("hall-2", "b"), spot_pool("hall-3", "c")]
+    views = [PoolView(p, headroom=8, up_since=0.0, notice_s=300.0) for p in pools]
+    views.append(PoolView(guaranteed_pool("hall-1"), headroom=20))
+    spread = plan(snapshot(views, want=Demand(6, 0, 20, 20)), HedgeConfig(max_spare=0))
+    assert len([n for n in spread.spot.values() if n]) == 3
+    gang = Demand(6, 0, 20, 20, gangs=(Gang(6, 3600.0, name="42"),))
+    whole = plan(snapshot(views, want=gang), HedgeConfig(max_spare=0))
+    assert sorted(whole.spot.values()) == [6]
+    assert whole.terms["gangs_placed"] == 1.0
+    assert any(n.startswith("gang: job 42 (6 units, 1.00 h at stake)") for n in whole.notes)
+
+
+def test_the_planner_prefers_the_pool_that_has_lasted_for_a_long_job() -> None:
+    old, fresh = spot_pool("hall-1", "old"), spot_pool("hall-2", "fresh")
+    views = [
+        PoolView(fresh, headroom=8, up_since=9_000.0),
+        PoolView(old, headroom=8, up_since=0.0),
+        PoolView(guaranteed_pool("hall-1"), headroom=20),
+    ]
+    want = Demand(4, 0, 20, 20, gangs=(Gang(4, 4 * 3600.0),))
+    p = plan(snapshot(views, want=want), HedgeConfig(max_spare=0, boot_spare=False))
+    assert p.spot == {old.id: 4}
+
+
+def test_the_intake_reports_jobs_the_idle_nodes_cannot_take_as_gangs() -> None:
+    wide = job(1, nodes=3, cpus=6, mem="3000M")
+    declared = {**job(2, nodes=2, cpus=4, mem="2000M"), "comment": "sco:checkpoint=10m"}
+    small = job(3)
+    idle = [node("sco-x", last_busy=0), node("sco-y", last_busy=0)]
+    n = need(PART, parse_jobs({"jobs": [wide, declared, small]}, "t"),
+             parse_nodes({"nodes": idle}, "t"), 1000.0)  # fmt: skip
+    # Job 1 cannot have the two idle nodes; job 2 takes them; job 3 is one node.
+    assert [(g.name, g.units, g.run_s, g.checkpoint_s) for g in n.gangs] == [
+        ("1", 3, 300.0, None)
+    ]
+    bad = {**job(4, nodes=2, cpus=4, mem="2000M"), "comment": "sco:checkpoint=often"}
+    m = need(PART, parse_jobs({"jobs": [bad]}, "t"), [], 1000.0)
+    assert [g.name for g in m.gangs] == ["4"] and m.gangs[0].checkpoint_s is None
+    assert m.bad_checkpoints[0][0] == 4 and "sco:checkpoint=often" in m.bad_checkpoints[0][1]
+
+
+def test_checkpoint_declarations_are_read_or_refused_by_name() -> None:
+    assert checkpoint_s("") is None
+    assert checkpoint_s("nightly sco:checkpoint=30m") == 1800.0
+    assert checkpoint_s("sco:checkpoint=90") == 90.0
+    assert checkpoint_s("sco:checkpoint=1.5h") == 5400.0
+    for bad in ("sco:checkpoint=", "sco:checkpoint=0", "sco:checkpoint=5d", "sco:checkpoint=-1"):
+        with pytest.raises(CheckpointError, match="sco:checkpoint="):
+            checkpoint_s(bad)
+    with pytest.raises(CheckpointError, match="more than once"):
+        checkpoint_s("sco:checkpoint=1m sco:checkpoint=2m")
+
+
+def test_squeue_time_limits_read_as_seconds_and_unlimited_as_none() -> None:
+    limited = parse_jobs({"jobs": [job(1)]}, "t")[0]
+    assert limited.limit_s == 300.0
+    unlimited = parse_jobs({"jobs": [{**job(1), "time_limit": 0xFFFFFFFF}]}, "t")[0]
+    assert unlimited.limit_s is None
+    newer = parse_jobs({"jobs": [{**job(1), "time_limit": {"set": True, "number": 2}}]}, "t")[0]
+    assert newer.limit_s == 120.0
+
+
+@dataclass
+class _N:
+    name: str
+    where: tuple[str, str]
+
+
+def test_topology_tree_takes_the_tightest_pool_then_one_hall() -> None:
+    free = [_N("a1", ("h1", "a")), _N("b1", ("h1", "b")), _N("a2", ("h1", "a")),
+            _N("c1", ("h2", "c")), _N("c2", ("h2", "c")), _N("c3", ("h2", "c")),
+            _N("b2", ("h1", "b"))]  # fmt: skip
+    assert [n.name for n in pick(free, 2)] == ["a1", "a2"]  # a and b fit; a came first
+    assert [n.name for n in pick(free, 3)] == ["c1", "c2", "c3"]
+    assert sorted(n.name for n in pick(free, 4)) == ["a1", "a2", "b1", "b2"]  # hall h1
+    assert len({n.where for n in pick(free, 6)}) == 3  # the whole cluster, fullest first
