@@ -19,6 +19,9 @@ from sco.decide.hedge import HedgeConfig, plan
 from sco.domain.demand import Demand, DemandError, Gang
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PoolView
+from sco.engine.clock import ManualClock
+from sco.lab.workload.cluster import BatchCluster
+from sco.lab.workload.swf import BatchJob
 from sco.lab.workload.topology import pick
 from sco_harness.builders import guaranteed_pool, snapshot, spot_pool
 from test_slurm_unit import PART, job, node
@@ -35,8 +38,10 @@ def test_a_gang_goes_whole_to_the_pool_where_it_likeliest_lasts() -> None:
         [Gang(4, 3600.0, name="7")], {A: 8, B: 8}, _safe_in(B), {}, 1.0, 3600.0
     )
     assert counts == {B: 4}
-    assert choices[0].pools == {B: 4} and choices[0].candidates == 2
-    assert "job 7 (4 units" in choices[0].describe() and "survival 0.990" in choices[0].describe()
+    assert choices[0].pools == {B: 4}
+    assert choices[0].candidates == 2
+    assert "job 7 (4 units" in choices[0].describe()
+    assert "survival 0.990" in choices[0].describe()
 
 
 def test_price_weighs_against_survival() -> None:
@@ -52,9 +57,11 @@ def test_widest_first_and_a_gang_no_pool_holds_takes_the_fewest_pools() -> None:
         _safe_in(C), {}, 1.0, 3600.0,
     )  # fmt: skip
     assert [c.gang.name for c in choices] == ["wide", "small"]
-    assert choices[0].pools == {A: 5} and choices[1].pools == {B: 3}
+    assert choices[0].pools == {A: 5}
+    assert choices[1].pools == {B: 3}
     counts, choices = place_gangs([Gang(6)], {A: 4, B: 2, C: 3}, _safe_in(A, C), {}, 1.0, 60.0)
-    assert sum(counts.values()) == 6 and len(choices[0].pools) == 2
+    assert sum(counts.values()) == 6
+    assert len(choices[0].pools) == 2
     assert "no pool had room for 6" in choices[0].describe()
 
 
@@ -68,9 +75,7 @@ def test_gangs_never_overbook_a_pool_and_stay_whole_when_one_holds_them(
     widths: list[int], room: dict[PoolId, int], survival: dict[PoolId, float]
 ) -> None:
     gangs = [Gang(w) for w in widths]
-    counts, choices = place_gangs(
-        gangs, room, lambda p, s: survival.get(p, 0.5), {}, 1.0, 3600.0
-    )
+    counts, choices = place_gangs(gangs, room, lambda p, s: survival.get(p, 0.5), {}, 1.0, 3600.0)
     assert all(counts[p] <= room[p] for p in counts)
     assert sum(counts.values()) <= sum(widths)
     left = dict(room)
@@ -88,7 +93,9 @@ def test_survival_falls_with_time_and_rises_with_age() -> None:
     assert lasts(fresh, 0.0, 1.0, 1.0, 7200) < lasts(fresh, 0.0, 1.0, 1.0, 3600)
     with_rate = {"age": 1.0, "recent_reclaims": 1.0}
     assert lasts(with_rate, 0.0, 1.0, 1.0, 3600) == pytest.approx(0.5 * math.exp(-1))
-    assert waste(1.0) == 0.0 and waste(0.5) == pytest.approx(0.5) and waste(0.0) < math.inf
+    assert waste(1.0) == 0.0
+    assert waste(0.5) == pytest.approx(0.5)
+    assert waste(0.0) < math.inf
 
 
 def test_a_gangs_stake_is_its_run_or_its_checkpoint_interval() -> None:
@@ -136,13 +143,13 @@ def test_the_intake_reports_jobs_the_idle_nodes_cannot_take_as_gangs() -> None:
     n = need(PART, parse_jobs({"jobs": [wide, declared, small]}, "t"),
              parse_nodes({"nodes": idle}, "t"), 1000.0)  # fmt: skip
     # Job 1 cannot have the two idle nodes; job 2 takes them; job 3 is one node.
-    assert [(g.name, g.units, g.run_s, g.checkpoint_s) for g in n.gangs] == [
-        ("1", 3, 300.0, None)
-    ]
+    assert [(g.name, g.units, g.run_s, g.checkpoint_s) for g in n.gangs] == [("1", 3, 300.0, None)]
     bad = {**job(4, nodes=2, cpus=4, mem="2000M"), "comment": "sco:checkpoint=often"}
     m = need(PART, parse_jobs({"jobs": [bad]}, "t"), [], 1000.0)
-    assert [g.name for g in m.gangs] == ["4"] and m.gangs[0].checkpoint_s is None
-    assert m.bad_checkpoints[0][0] == 4 and "sco:checkpoint=often" in m.bad_checkpoints[0][1]
+    assert [g.name for g in m.gangs] == ["4"]
+    assert m.gangs[0].checkpoint_s is None
+    assert m.bad_checkpoints[0][0] == 4
+    assert "sco:checkpoint=often" in m.bad_checkpoints[0][1]
 
 
 def test_checkpoint_declarations_are_read_or_refused_by_name() -> None:
@@ -180,3 +187,58 @@ def test_topology_tree_takes_the_tightest_pool_then_one_hall() -> None:
     assert [n.name for n in pick(free, 3)] == ["c1", "c2", "c3"]
     assert sorted(n.name for n in pick(free, 4)) == ["a1", "a2", "b1", "b2"]  # hall h1
     assert len({n.where for n in pick(free, 6)}) == 3  # the whole cluster, fullest first
+
+
+# ---------------------------------------------------------------- one pool per job
+
+
+def test_with_one_pool_a_job_no_pools_idle_nodes_hold_asks_for_new_nodes() -> None:
+    a = "sco,sco-hpc,spot,pool-h1-a"
+    b = "sco,sco-hpc,spot,pool-h2-b"
+    idle = [node("sco-a1", features=a), node("sco-a2", features=a),
+            node("sco-b1", features=b), node("sco-b2", features=b)]  # fmt: skip
+    three = job(1, nodes=3, cpus=6, mem="3000M")
+    nodes = parse_nodes({"nodes": idle}, "t")
+    jobs = parse_jobs({"jobs": [three]}, "t")
+    spread = need(PART, jobs, nodes, 1000.0)
+    assert spread.target == 3
+    assert spread.gangs == ()
+    whole = need(PART, jobs, nodes, 1000.0, one_pool=True)
+    assert [(g.name, g.units, g.whole) for g in whole.gangs] == [("1", 3, True)]
+    assert whole.target == 3  # three new nodes; the idle ones are not wanted for it
+    two = parse_jobs({"jobs": [job(2, nodes=2, cpus=4, mem="2000M")]}, "t")
+    fits = need(PART, two, nodes, 1000.0, one_pool=True)
+    assert (fits.target, fits.gangs) == (2, ())  # pool a's (or b's) two idle nodes
+
+
+def test_a_whole_gang_no_spot_pool_holds_goes_to_one_guaranteed_pool() -> None:
+    small = [spot_pool("hall-1", "a"), spot_pool("hall-2", "b")]
+    g1, g2 = guaranteed_pool("hall-1"), guaranteed_pool("hall-2")
+    views = [PoolView(p, headroom=3, up_since=0.0) for p in small]
+    views += [PoolView(g1, headroom=10), PoolView(g2, headroom=10)]
+    want = Demand(5, 0, 20, 20, gangs=(Gang(5, 3600.0, name="9", whole=True),))
+    p = plan(snapshot(views, want=want), HedgeConfig(max_spare=0, boot_spare=False))
+    assert sum(p.spot.values()) == 0
+    assert sorted(p.guaranteed.values()) == [5]  # one pool, not one per hall
+    assert any("job 9 (5 units" in n and "guaranteed" in n for n in p.notes)
+    assert p.terms["gangs_guaranteed_units"] == 5.0
+
+
+def test_the_lab_runs_a_job_of_many_nodes_in_the_first_pool_that_holds_it() -> None:
+    clock = ManualClock(0.0)
+    c = BatchCluster("lab", PART.shape, clock.now, PART.feature)
+    c.pool_order = ["pool-b", "pool-a"]
+    for name, pool in [("a1", "pool-a"), ("a2", "pool-a"), ("b1", "pool-b"), ("a3", "pool-a")]:
+        c.register(name, frozenset({"sco", PART.feature, pool}))
+    c.submit(BatchJob(1, 0.0, 3, 100.0, 100.0))
+    c.submit(BatchJob(2, 0.0, 1, 100.0, 100.0))
+    c.step()
+    assert c.jobs_by_id[1].nodes == ("a1", "a2", "a3")  # only pool a holds three
+    assert c.jobs_by_id[2].nodes == ("b1",)  # the first pool in the order
+    c.submit(BatchJob(3, 1.0, 2, 100.0, 100.0))
+    c.register("b2", frozenset({"sco", PART.feature, "pool-b"}))
+    c.register("c1", frozenset({"sco", PART.feature, "pool-c"}))
+    clock.advance(1.0)
+    c.step()
+    assert c.jobs_by_id[3].state == "PENDING"  # b2 and c1 are free, in two pools
+    assert c.jobs_by_id[1].pools_spanned == 1

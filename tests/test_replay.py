@@ -78,12 +78,14 @@ def test_the_command_prints_one_json_line_and_writes_a_report(day: Path, tmp_pat
     assert set(doc["policies"]) == {"sco", "static-guaranteed"}
     keys = {"jobs_submitted", "jobs_completed", "jobs_failed", "wait_p50_s", "wait_p95_s"}
     keys |= {"wait_p99_s", "requeues", "lost_node_hours", "cost_vs_guaranteed"}
+    keys |= {"utilisation", "wide_jobs_multi_pool", "wide_job_pools_mean", "jobs_met_reclaim"}
     assert keys <= set(doc["policies"]["sco"])
     assert doc["policies"]["static-guaranteed"]["fixed_nodes"] >= 1
     assert doc["window_days"] == 0.25
     assert doc["trace_plays"] == 1
     page = (tmp_path / "report" / "index.html").read_text()
-    assert page.count("data:image/png;base64,") == 3
+    assert page.count("data:image/png;base64,") == 4  # the front, waits, queue, lost work
+    assert "The front: work lost, wait (p95) and cost" in page
     assert "static-guaranteed" in page
     saved = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert saved["policies"] == doc["policies"]

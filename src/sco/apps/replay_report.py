@@ -24,6 +24,8 @@ COLUMNS = (
     "lost_node_hours",
     "service_unavailable_share",
     "utilisation",
+    "wide_jobs_multi_pool",
+    "jobs_met_reclaim",
     "cost",
     "cost_vs_guaranteed",
 )
@@ -38,6 +40,7 @@ def write_replay_report(runs: list[Replayed], about: dict[str, Any], folder: Pat
     summary = {"policies": {r.policy: r.outcomes for r in runs}, **about}
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     figures = [
+        ("The front: work lost, wait (p95) and cost, policy by policy", _front(runs)),
         ("Wait in the queue: the share of jobs that waited at most so long", _waits(runs)),
         ("Jobs pending, and nodes up (solid) and busy (dotted)", _queue(runs)),
         ("Work lost with nodes, cumulative", _lost(runs)),
@@ -49,6 +52,28 @@ def write_replay_report(runs: list[Replayed], about: dict[str, Any], folder: Pat
 
 def _hours(t: float, start: float) -> float:
     return (t - start) / HOUR_S
+
+
+FRONT = (
+    ("lost_node_hours", "node-hours lost"),
+    ("wait_p95_s", "wait p95 (s)"),
+    ("cost", "cost"),
+)
+
+
+def _front(runs: list[Replayed]) -> str:
+    """What a user weighs, side by side: one panel per measure, a bar per policy."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(FRONT), figsize=(11, 3.5))
+    names = [r.policy for r in runs]
+    for ax, (key, label) in zip(axes, FRONT, strict=True):
+        values = [float(r.outcomes.get(key) or 0.0) for r in runs]
+        ax.bar(range(len(runs)), values, color=[f"C{k}" for k in range(len(runs))])
+        ax.set_xticks(range(len(runs)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(label, fontsize=10)
+    fig.tight_layout()
+    return figure_png(fig)
 
 
 def _waits(runs: list[Replayed]) -> str:

@@ -150,6 +150,7 @@ def _slurm(
                     p.max_units,
                     budget,
                     target,
+                    one_pool=s.one_pool,
                 )
             )
         out.append(

@@ -305,6 +305,12 @@ class SlurmPartitionSettings(_Section):
     idle_keep_s: float = Field(
         default=300.0, ge=0, description="An idle node is still wanted this long after its job."
     )
+    one_pool: bool = Field(
+        default=False,
+        description="Slurm keeps each job of many nodes in one pool (the job_submit.lua "
+        "of `sco slurm job-submit`): a job no pool's idle nodes hold asks for new nodes "
+        "in one pool instead of counting on idle nodes spread over pools.",
+    )
 
 
 class KubernetesClusterSettings(_Section):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sco.domain.lifecycle import State
@@ -78,13 +78,15 @@ def arbitrate(
     arriving_units: int = 0,
     extra_units: int = 0,
     at_risk_units: int = 0,
+    whole: Sequence[int] = (),
 ) -> GuaranteedPlan:
     """Guaranteed instances per pool so that `cover_units` (default: the floor) hold.
 
     `arriving_units`: spot the caller counts as arriving in time; `extra_units`:
     guaranteed units wanted beyond the gap (a hedge the caller puts on guaranteed);
     `at_risk_units`: spot that may go at once (the largest pool's), which the floor
-    (not the rest of the cover) must survive losing.
+    (not the rest of the cover) must survive losing; `whole`: units of gangs (jobs
+    of many nodes) no spot pool holds whole, each grown in one guaranteed pool.
     """
     now = snapshot.now
     demand = snapshot.demand
@@ -119,7 +121,7 @@ def arbitrate(
         if not pools:
             notes.append("no guaranteed pool")
             return GuaranteedPlan(dict(held), tuple(notes), need, need - held_units)
-        targets, short = _grow(pools, held, need - held_units, budget - held_units)
+        targets, short = _grow(pools, held, need - held_units, budget - held_units, whole)
         if short:
             notes.append(f"floor at risk: {short} guaranteed units found no room")
         added = sum(targets.values()) - sum(held.values())
@@ -138,10 +140,15 @@ def arbitrate(
 
 
 def _grow(
-    pools: list[PoolView], held: Counter[PoolId], extra_units: int, cap_units: int
+    pools: list[PoolView],
+    held: Counter[PoolId],
+    extra_units: int,
+    cap_units: int,
+    whole: Sequence[int] = (),
 ) -> tuple[dict[PoolId, int], int]:
     """Held plus whole instances for `extra_units`, never more than `cap_units` (the
-    budget left): the least-held hall first, then the cheapest pool. Returns the
+    budget left): each gang of `whole` in the cheapest pool with room for all of it,
+    then the rest the least-held hall first, then the cheapest pool. Returns the
     targets and the units neither room nor budget allowed."""
     targets = dict(held)
     room = {v.pool.id: v.available for v in pools}
@@ -149,6 +156,21 @@ def _grow(
     for v in pools:
         per_hall[v.pool.hall] += held[v.pool.id]
     remaining, cap = extra_units, cap_units
+    for units in sorted(whole, reverse=True):
+        fits = [
+            v
+            for v in pools
+            if units <= min(remaining, cap) and room[v.pool.id] * v.pool.units_per_instance >= units
+        ]
+        if not fits:
+            continue
+        v = min(fits, key=lambda v: (v.price, per_hall[v.pool.hall], v.pool.id))
+        count = -(-units // v.pool.units_per_instance)
+        targets[v.pool.id] = targets.get(v.pool.id, 0) + count
+        room[v.pool.id] -= count
+        per_hall[v.pool.hall] += count
+        remaining -= count * v.pool.units_per_instance
+        cap -= count * v.pool.units_per_instance
     while remaining > 0:
         open_pools = [v for v in pools if room[v.pool.id] > 0 and v.pool.units_per_instance <= cap]
         if not open_pools:

@@ -33,6 +33,8 @@ class GangChoice:
     def describe(self) -> str:
         who = f"job {self.gang.name}" if self.gang.name else "a gang"
         stake = f"{self.gang.units} units, {self.stake_s / 3600:.2f} h at stake"
+        if not self.pools:
+            return f"{who} ({stake}): guaranteed capacity, no spot pool has room for it whole"
         where = ", ".join(f"{n} in {p}" for p, n in self.pools.items())
         whole = "" if len(self.pools) == 1 else f"; no pool had room for {self.gang.units}"
         return (
@@ -78,7 +80,8 @@ def place_gangs(
     """Units per pool for `gangs` within `room` (new units each pool may take), and
     the choice made for each. A pool costs a gang `loss_weight` x the runs it would
     throw away there (`waste`), plus the pool's price term (`price`: 0 for the
-    cheapest)."""
+    cheapest). A gang that must run whole (`Gang.whole`) and that no pool has room
+    for is left off spot (no pools): guaranteed capacity takes it whole."""
     left = {p: r for p, r in room.items() if r > 0}
     counts: Counter[PoolId] = Counter()
     choices: list[GangChoice] = []
@@ -89,6 +92,9 @@ def place_gangs(
             return (loss_weight * waste(survival(p, stake)) + price.get(p, 0.0), p)
 
         whole = [p for p, r in left.items() if r >= g.units]
+        if g.whole and not whole:  # split, it could not run: guaranteed takes it
+            choices.append(GangChoice(g, {}, stake, 0.0, 0))
+            continue
         order = sorted(whole or left, key=cost)
         where: dict[PoolId, int] = {}
         need = g.units

@@ -211,7 +211,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     crowd = crowding(wanted, len(spot_views), cfg)
     cold_s, notice = cold_start_s(snapshot, cfg), notice_s(snapshot)
     gangs = _Gangs(snapshot, spot_views, held, hazard, cfg, crowd, notice >= cold_s)
-    gangs.decide(wanted)
+    wanted -= gangs.decide(wanted)  # gangs no pool holds whole: guaranteed takes them
     targets = gangs.place(wanted)
     notes: list[str] = []
     cap = cfg.spare_cap(wanted)
@@ -248,6 +248,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         arriving_units=coming,
         extra_units=hedge_g,
         at_risk_units=risk,
+        whole=gangs.whole,
     )
     reasons = _reasons(snapshot, targets, g.targets, tally, terms, storm, cfg, crowd)
     plan_terms = {
@@ -325,17 +326,19 @@ class _Gangs:
         self.views, self.held, self.hazard, self.cfg, self.crowd = views, held, hazard, cfg, crowd
         self.loss_weight = cfg.gang_requeue_weight if noticed else cfg.gang_loss_weight
         self.counts: Counter[PoolId] = Counter()  # units of gangs placed, per pool
+        self.whole: list[int] = []  # units of gangs left to guaranteed, each whole
         self.gangs = snapshot.demand.gangs
         self.now = snapshot.now
         self.choices: list[GangChoice] = []
         self._survival: dict[tuple[PoolId, float], float] = {}
         self._by_id = {v.pool.id: v for v in views}
 
-    def decide(self, want: int) -> None:
-        """Place the newest gangs (those the units held cannot be) for `want` units."""
+    def decide(self, want: int) -> int:
+        """Place the newest gangs (those the units held cannot be) for `want` units;
+        returns the units of those that must run whole and no spot pool holds."""
         extra = want - sum(self.held.values())
         if not self.gangs or extra <= 0:
-            return
+            return 0
         newest: list[Gang] = []
         for g in reversed(self.gangs):  # the newest have no units yet
             if g.units > extra - sum(x.units for x in newest):
@@ -347,6 +350,8 @@ class _Gangs:
         self.counts, self.choices = place_gangs(
             newest, room, self.survival, price, self.loss_weight, self.cfg.gang_default_s
         )
+        self.whole = [c.gang.units for c in self.choices if not c.pools]
+        return sum(self.whole)
 
     def place(self, want: int) -> dict[PoolId, int]:
         """Spot targets for `want` units: what is held and the gangs' units stay."""
@@ -366,6 +371,7 @@ class _Gangs:
             "gangs_pending": float(len(self.gangs)),
             "gangs_placed": float(len(self.choices)),
             "gangs_split": float(sum(len(c.pools) > 1 for c in self.choices)),
+            "gangs_guaranteed_units": float(sum(self.whole)),
         }
 
     def notes(self) -> list[str]:

@@ -55,6 +55,7 @@ class Gang:
     run_s: float | None = None
     checkpoint_s: float | None = None
     name: str = ""  # what the scheduler calls it (a job id), for the plan's reasons
+    whole: bool = False  # the scheduler runs it only on units of one pool
 
     def __post_init__(self) -> None:
         if self.units < 1:

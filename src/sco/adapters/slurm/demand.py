@@ -69,6 +69,7 @@ class SlurmDemandSpec:
     max_units: int
     guaranteed_budget_units: int
     min_target_units: int = 0  # the target never goes below this
+    one_pool: bool = False  # Slurm keeps a job of many nodes in one pool (job_submit.lua)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +90,14 @@ def need(
     now: float,
     servers: Collection[str] | None = None,
     max_nodes: int | None = None,
+    one_pool: bool = False,
 ) -> Need:
     """Nodes the partition's jobs want now (pure: what was read, and now). `servers`
     names the nodes whose servers are listed: a node whose server is gone is not room
     (Slurm thinks it idle until slurmd's timeout). A job asking for more than
-    `max_nodes` (the partition's most) could never run there: it is unfit."""
+    `max_nodes` (the partition's most) could never run there: it is unfit. With
+    `one_pool`, Slurm runs a job of many nodes only on idle nodes of one pool: one no
+    pool's idle nodes hold needs new nodes, however many idle nodes there are."""
     mine = [
         n
         for n in nodes
@@ -130,17 +134,73 @@ def need(
     room = {n.name: n.room for n in mine}
     g_pack = pack(slices(wants_g), spec.shape, [room[n.name] for n in guaranteed_nodes])
     room.update(zip((n.name for n in guaranteed_nodes), g_pack.free_after, strict=True))
+    whole: list[str] = []  # idle nodes that jobs of many nodes take in one pool
+    pooled: tuple[Gang, ...] = ()
+    if one_pool:
+        wide = [j for j in others if j.node_count > 1 and j.per_node.fits(spec.shape)]
+        wide = [j for j in wide if max_nodes is None or j.node_count <= max_nodes]
+        wide_ids = {j.job_id for j in wide}
+        others = [j for j in others if j.job_id not in wide_ids]
+        whole, pooled = _in_one_pool(spec, wide, [n for n in mine if n.name not in kept])
+        room.update({name: Size() for name in whole})
     o_pack = pack(slices(others), spec.shape, [room[n.name] for n in mine])
     # Idle nodes (past their keep) that pending work lands on are wanted again.
     g_used = {guaranteed_nodes[k].name for k in g_pack.used_free}
-    used = g_used | {mine[k].name for k in o_pack.used_free}
-    target = len(kept | used) + o_pack.new_nodes + g_pack.new_nodes
+    used = g_used | {mine[k].name for k in o_pack.used_free} | set(whole)
+    new_nodes = o_pack.new_nodes + g_pack.new_nodes + sum(g.units for g in pooled)
+    target = len(kept | used) + new_nodes
     g_kept = kept | g_used  # once: built per node, it made a read quadratic in the nodes
     g_wanted = sum(1 for n in guaranteed_nodes if n.name in g_kept)
     unfit_ids = set(unfit)
     fit = [j for j in others if j.job_id not in unfit_ids]
     gangs, bad = _gangs(spec, fit, [n for n in mine if n.name not in kept])
+    if one_pool:
+        gangs = pooled
+        bad = _checkpoints(pending)[1]
     return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)), gangs, bad)
+
+
+def _pool_of(n: SlurmNode) -> str:
+    return next((f for f in sorted(n.features) if f.startswith("pool-")), "")
+
+
+def _in_one_pool(
+    spec: SlurmPartition, wide: Sequence[Job], idle: Sequence[SlurmNode]
+) -> tuple[list[str], tuple[Gang, ...]]:
+    """Jobs of many nodes as Slurm runs them when each must be in one pool: in the
+    queue's order, each takes the idle nodes of the pool that holds it most tightly;
+    the others need new nodes, together (gangs). Returns (idle nodes taken, gangs)."""
+    free: dict[str, list[str]] = {}
+    for n in idle:
+        if not n.busy and spec.shape.fits(n.room):
+            free.setdefault(_pool_of(n), []).append(n.name)
+    taken: list[str] = []
+    every, _ = _checkpoints(wide)
+    gangs: list[Gang] = []
+    for j in wide:
+        fits = [names for names in free.values() if len(names) >= j.node_count]
+        if fits:
+            names = min(fits, key=len)
+            taken += names[: j.node_count]
+            del names[: j.node_count]
+            continue
+        gangs.append(Gang(j.node_count, j.limit_s, every.get(j.job_id), str(j.job_id), whole=True))
+    return taken, tuple(gangs)
+
+
+def _checkpoints(
+    jobs: Sequence[Job],
+) -> tuple[dict[int, float | None], tuple[tuple[int, str], ...]]:
+    """Each job's declared checkpoint interval, and the declarations that cannot be read."""
+    every: dict[int, float | None] = {}
+    bad: list[tuple[int, str]] = []
+    for j in jobs:
+        try:
+            every[j.job_id] = checkpoint_s(j.comment)
+        except CheckpointError as e:
+            bad.append((j.job_id, str(e)))
+            every[j.job_id] = None
+    return every, tuple(bad)
 
 
 def _gangs(
@@ -150,21 +210,16 @@ def _gangs(
     nodes together (`Gang`), with its time limit and declared checkpoints. Jobs are
     taken in the queue's order, the idle nodes going to the first that fit."""
     free = sum(1 for n in idle if not n.busy and spec.shape.fits(n.room))
+    every, bad = _checkpoints(pending)
     gangs: list[Gang] = []
-    bad: list[tuple[int, str]] = []
     for j in pending:
         if j.node_count < 2:
             continue
         if j.node_count <= free:
             free -= j.node_count
             continue
-        try:
-            every = checkpoint_s(j.comment)
-        except CheckpointError as e:
-            bad.append((j.job_id, str(e)))
-            every = None
-        gangs.append(Gang(j.node_count, j.limit_s, every, str(j.job_id)))
-    return tuple(gangs), tuple(bad)
+        gangs.append(Gang(j.node_count, j.limit_s, every[j.job_id], str(j.job_id)))
+    return tuple(gangs), bad
 
 
 def _waits_for_capacity(job: Job, now: float) -> bool:
@@ -259,7 +314,10 @@ class SlurmDemandSource:
         same_read = last is not None and last[0] is jobs and last[1] is nodes
         if last is not None and same_read and last[2:4] == (now, servers):
             return last[4]
-        n = need(spec.slurm, jobs, nodes, now, servers, max_nodes=spec.max_units)
+        n = need(
+            spec.slurm, jobs, nodes, now, servers, max_nodes=spec.max_units,
+            one_pool=spec.one_pool,
+        )  # fmt: skip
         self._last[partition] = (jobs, nodes, now, servers, n)
         return n
 

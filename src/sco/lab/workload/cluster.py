@@ -34,7 +34,7 @@ from sco.adapters.slurm.tools import SlurmRefused
 from sco.decide.binpack import Size
 from sco.lab.workload.hostlist import HOSTLIST_PARTS, expand
 from sco.lab.workload.swf import BatchJob
-from sco.lab.workload.topology import pick
+from sco.lab.workload.topology import first_pool, pick
 
 REQUEUE_HOLD_S = 120.0  # AuthInfo cred_expire: how long slurmctld holds a requeued job
 
@@ -121,6 +121,9 @@ class BatchCluster:
         # A switch per pool (its node feature) under one per hall: topology/tree. None:
         # flat, a job takes the free nodes that came first.
         self.topology = topology
+        # Jobs of many nodes constrained to one pool (`[pool-a|pool-b|..]`, as sco's
+        # job_submit.lua adds it): the first pool in this order that holds the job.
+        self.pool_order: Sequence[str] | None = None
         self.jobs_by_id: dict[int, QueuedJob] = {}  # every job submitted
         self.live: dict[int, QueuedJob] = {}  # pending and running
         self.nodes_by_name: dict[str, ClusterNode] = {}
@@ -383,14 +386,14 @@ class BatchCluster:
                 break
             n = q.job.nodes
             if not blocked:
-                if n <= len(free):
+                if self._room_for(n, free):
                     self._start(q, free, now)
                     started = True
                     continue
                 blocked = True
                 shadow, extra = self._reservation(n, len(free))
                 continue
-            if n > len(free):
+            if not self._room_for(n, free):
                 continue
             if now + q.limit_left_s <= shadow:
                 self._start(q, free, now)
@@ -400,6 +403,18 @@ class BatchCluster:
                 self._start(q, free, now)
                 started = True
         return started
+
+    def _room_for(self, want: int, free: list[ClusterNode]) -> bool:
+        """Whether a job of `want` nodes may start on `free` now: anywhere, or with the
+        one-pool constraint on a job of many nodes, on one pool's nodes."""
+        if want > len(free):
+            return False
+        if self.pool_order is None or want < 2:
+            return True
+        counts: dict[str, int] = {}
+        for n in free:
+            counts[n.where[1]] = counts.get(n.where[1], 0) + 1
+        return max(counts.values()) >= want
 
     def _reservation(self, want: int, free: int) -> tuple[float, float]:
         """(when, nodes to spare then) for a job of `want` nodes, by running jobs' limits."""
@@ -420,7 +435,13 @@ class BatchCluster:
         return ((self.topology or {}).get(pool, ""), pool)
 
     def _start(self, q: QueuedJob, free: list[ClusterNode], now: float) -> None:
-        taken = free[: q.job.nodes] if self.topology is None else pick(free, q.job.nodes)
+        want = q.job.nodes
+        if self.pool_order is not None:
+            taken = first_pool(free, want, self.pool_order)
+        elif self.topology is not None:
+            taken = pick(free, want)
+        else:
+            taken = free[:want]
         chosen = {id(n) for n in taken}
         free[:] = [n for n in free if id(n) not in chosen]
         for n in taken:

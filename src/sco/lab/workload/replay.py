@@ -40,11 +40,12 @@ class ReplayPolicy:
     controller: str  # the placement policy its controllers run
     notice: bool = True  # whether reclaims come with the region's notice
     fixed: str | None = None  # "peak" or "mean": a static cluster of that size
+    one_pool: bool = False  # sco's job_submit.lua keeps each job of many nodes in one pool
 
 
 POLICIES = {
     "sco": ReplayPolicy("sco"),
-    "sco-no-notice": ReplayPolicy("sco", notice=False),
+    "sco-no-notice": ReplayPolicy("sco", notice=False, one_pool=True),
     "spot-requeue": ReplayPolicy("cheapest", notice=False),
     "power-save-guaranteed": ReplayPolicy("all-guaranteed"),
     "static-guaranteed": ReplayPolicy("all-guaranteed", fixed="peak"),
@@ -237,7 +238,7 @@ def _side(
         return side, None if fixed is None else fixed.nodes
     demand_spec = slurm_spec(
         PARTITION, region, workload.procs_per_node, workload.max_nodes,
-        spec.requeue_lead_s, spec.floor,
+        spec.requeue_lead_s, spec.floor, policy.one_pool,
     )  # fmt: skip
     size = None if policy.fixed is None else fixed_size(workload, window_s, policy.fixed)
     return BatchSide(workload, demand_spec, start, spec.checkpoint_s, size), size

@@ -233,6 +233,8 @@ class BatchSide:
     def attach(self, region: SimRegion, clock: ManualClock) -> SchedulerCluster:
         self.link.attach(region, clock)
         self.cluster.topology = {pool_feature(p.id): p.hall for p in region.pools()}
+        if self.spec.one_pool:  # sco's job_submit.lua, the region's pools in its order
+            self.cluster.pool_order = [pool_feature(p.id) for p in region.pools()]
         slurm = {self.spec.partition.name: self.spec.slurm}
         return SlurmNodes(self.view, slurm, self.link.listing, clock)
 
@@ -299,6 +301,7 @@ def slurm_spec(
     max_nodes: int,
     requeue_lead_s: float,
     floor: int = 0,
+    one_pool: bool = False,
 ) -> SlurmDemandSpec:
     """One sco partition over the queue's Slurm partition, of at most `max_nodes`."""
     slurm = SlurmPartition(
@@ -308,5 +311,6 @@ def slurm_spec(
         requeue_lead_s=requeue_lead_s,
     )
     return SlurmDemandSpec(
-        Partition(partition, region, SchedulerKind.SLURM), slurm, floor, max_nodes, max_nodes
-    )
+        Partition(partition, region, SchedulerKind.SLURM), slurm, floor, max_nodes, max_nodes,
+        one_pool=one_pool,
+    )  # fmt: skip

@@ -1,5 +1,9 @@
-"""Which free nodes a job of many nodes gets on slurmctld with topology/tree, a switch
-per pool under one per hall: the fewest switches that hold it. A job that fits one
+"""Which free nodes a job of many nodes gets on slurmctld.
+
+With a constraint to one pool (`[pool-a|pool-b|..]`, matching OR: what sco's
+job_submit.lua adds), the first pool in the bracket's order whose free nodes hold
+the job, or none (it waits). With topology/tree, a switch per pool under one per
+hall: the fewest switches that hold it. A job that fits one
 pool's free nodes gets the pool that fits it most tightly (the others keep their room
 for wider jobs); else one hall's, taking its fullest pools first; else the cluster's,
 fullest pools first. Nodes within a pool go in the order they came."""
@@ -37,3 +41,17 @@ def pick(free: Sequence[N], want: int) -> list[N]:
         if len(taken) == want:
             break
     return taken
+
+
+def first_pool(free: Sequence[N], want: int, order: Sequence[str]) -> list[N]:
+    """`want` of `free` on one pool, the first of `order` that holds them (then any
+    other, by name); none when no pool does."""
+    pools: dict[str, list[N]] = {}
+    for n in free:
+        pools.setdefault(n.where[1], []).append(n)
+    rank = {p: i for i, p in enumerate(order)}
+    fits = [p for p, ns in pools.items() if len(ns) >= want]
+    if not fits:
+        return []
+    best = min(fits, key=lambda p: (rank.get(p, len(rank)), p))
+    return pools[best][:want]
