@@ -1,10 +1,13 @@
 """The operator's Slurm commands from `sco.yaml`: the slurm.conf lines a partition's
-dynamic nodes need (`sco slurm conf`), the node-hours its jobs used by capacity class
-(`sco slurm usage`), and the drainer a node's agent runs (`sco agent --slurm-cluster`)."""
+dynamic nodes need (`sco slurm conf`), the job_submit.lua that keeps a job of many
+nodes in one pool (`sco slurm job-submit`), the node-hours its jobs used by capacity
+class (`sco slurm usage`), and the drainer a node's agent runs (`sco agent
+--slurm-cluster`)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,9 +66,60 @@ def conf_lines(settings: Settings, partition: str) -> list[str]:
     ]
     if gres:
         head.append(f"GresTypes={','.join(sorted(s.gres))}")
+    if pools:  # the pools' features are on the placeholders: a bracket of them is valid
+        head += [
+            "# Each job of many nodes in one pool: job_submit.lua next to slurm.conf, from "
+            f"`sco slurm job-submit {partition}` (name every sco partition of the cluster).",
+            "JobSubmitPlugins=lua",
+        ]
     return head + slurm_conf_lines(
         partition, s.partitions, s.cpus, s.memory_mb, pools, gres, settings.installation
     )
+
+
+def job_submit(
+    settings: Settings, partitions: Sequence[str], default_partition: str | None = None
+) -> str:
+    """The job_submit.lua that keeps each job of many nodes of PARTITIONS' Slurm
+    partitions in one of their pools (the region file's, in its order; see `sco slurm
+    job-submit`). StartError without a region file, for a partition with no pool, for
+    partitions on different Slurm clusters (one script serves one cluster), or for a
+    default partition not theirs."""
+    from sco.adapters.slurm.nodes import pool_feature
+    from sco.adapters.slurm.onepool import job_submit_lua
+
+    if settings.provider.region_file is None:
+        raise StartError(
+            "provider.region_file: not set; the pools a job is kept in are the region "
+            "file's (sco slurm job-submit needs it)"
+        )
+    found = [slurm_partition(settings, p) for p in dict.fromkeys(partitions)]
+    clusters = {f.slurm.cluster for f in found if f.slurm is not None}
+    if len(clusters) > 1:
+        raise StartError(
+            f"partitions {', '.join(f.name for f in found)} are on Slurm clusters "
+            f"{', '.join(sorted(clusters))}: one job_submit.lua serves one cluster"
+        )
+    pools: dict[str, list[str]] = {}
+    for f in found:
+        assert f.slurm is not None
+        features = [pool_feature(p) for _, p in region_pools(settings, list(f.flavors))]
+        if not features:
+            raise StartError(
+                f"partition {f.name}: no pool of its flavors in provider.region_file "
+                f"{settings.provider.region_file}"
+            )
+        for slurm_name in f.slurm.partitions:
+            pools.setdefault(slurm_name, []).extend(features)
+    if default_partition is not None and default_partition not in pools:
+        raise StartError(
+            f"--default-partition {default_partition}: not a Slurm partition of "
+            f"{', '.join(f.name for f in found)} (those: {', '.join(pools)})"
+        )
+    try:
+        return job_submit_lua(pools, default_partition)
+    except ValueError as e:
+        raise StartError(str(e)) from None
 
 
 @dataclass(frozen=True, slots=True)

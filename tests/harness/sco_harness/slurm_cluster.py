@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,8 @@ class SlurmCluster:
     memory_mb: int = 1000
     extra_conf: Sequence[str] = ()
     accounting: bool = False  # slurmdbd on a MariaDB of its own, for sacct
+    pools: Sequence[tuple[str, str]] = ()  # (class, pool id): features on the placeholders
+    files: Mapping[str, str] = field(default_factory=dict)  # name -> text, by slurm.conf
     nodes: dict[str, _Node] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -232,9 +234,13 @@ class SlurmCluster:
             "GresTypes=gpu",
             *accounting,
             *self.extra_conf,
-            *slurm_conf_lines(self.sco_partition, self.partitions, self.cpus, self.memory_mb),
+            *slurm_conf_lines(
+                self.sco_partition, self.partitions, self.cpus, self.memory_mb, self.pools
+            ),
         ]
         self.conf.write_text("\n".join(lines) + "\n")
+        for name, text in self.files.items():  # job_submit.lua: read beside slurm.conf
+            (self.folder / name).write_text(text)
 
     def _start_ctld(self) -> None:
         self._ctld = services.spawn(

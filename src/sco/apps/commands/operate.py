@@ -1,5 +1,5 @@
 """The operator's one-shot commands: `sco explain`, `sco handback`, `sco pools`,
-`sco config`, `sco slurm conf|usage` and `sco tokens rotate`."""
+`sco config`, `sco slurm conf|job-submit|usage` and `sco tokens rotate`."""
 
 from __future__ import annotations
 
@@ -183,6 +183,31 @@ def slurm_conf(config: Path | None, partition: str) -> None:
         lines = conf_lines(settings, partition)
     for line in lines:
         click.echo(line)
+
+
+@slurm_group.command("job-submit")
+@config_option
+@click.option(
+    "--default-partition",
+    default=None,
+    metavar="NAME",
+    help="The cluster's default Slurm partition, when it is one of these: jobs that "
+    "name no partition are kept in one pool too (else they are left alone).",
+)
+@click.argument("partitions", metavar="PARTITION...", nargs=-1, required=True)
+def slurm_job_submit(
+    config: Path | None, default_partition: str | None, partitions: tuple[str, ...]
+) -> None:
+    """The job_submit.lua that keeps each job of many nodes of PARTITION's Slurm
+    partitions on nodes of one pool (a matching OR of its pools' features, in the
+    region file's order). Name every sco partition of the cluster: one script serves
+    it. Install it next to slurm.conf, with JobSubmitPlugins=lua (`sco slurm conf`)."""
+    from sco.assembly.slurm import job_submit
+
+    settings = settings_of(config, {})
+    with start_errors():
+        text = job_submit(settings, partitions, default_partition)
+    click.echo(text, nl=False)
 
 
 @slurm_group.command("usage")
