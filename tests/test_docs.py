@@ -328,7 +328,7 @@ def test_configuration_says_which_commands_take_config() -> None:
     assert found, "docs/configuration.md: its first paragraph says which commands take --config"
 
     def named(part: str) -> set[str]:
-        return set(re.findall(r"`(sco [a-z][a-z ]*[a-z])(?: [A-Z]+)?`", part))
+        return set(re.findall(r"`(sco [a-z][a-z -]*[a-z])(?: [A-Z]+)?`", part))
 
     with_config = {
         name

@@ -12,18 +12,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sco.adapters.slurm.demand import need
+from sco.adapters.slurm.demand import need, within
 from sco.adapters.slurm.model import CheckpointError, checkpoint_s, parse_jobs, parse_nodes
+from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.gangs import lasts, place_gangs, waste
 from sco.decide.hedge import HedgeConfig, plan
 from sco.domain.demand import Demand, DemandError, Gang
+from sco.domain.lifecycle import State
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PoolView
 from sco.engine.clock import ManualClock
 from sco.lab.workload.cluster import BatchCluster
 from sco.lab.workload.swf import BatchJob
 from sco.lab.workload.topology import pick
-from sco_harness.builders import guaranteed_pool, snapshot, spot_pool
+from sco_harness.builders import guaranteed_pool, instance, snapshot, spot_pool
 from test_slurm_unit import PART, job, node
 
 A, B, C = PoolId("a"), PoolId("b"), PoolId("c")
@@ -242,3 +244,41 @@ def test_the_lab_runs_a_job_of_many_nodes_in_the_first_pool_that_holds_it() -> N
     c.step()
     assert c.jobs_by_id[3].state == "PENDING"  # b2 and c1 are free, in two pools
     assert c.jobs_by_id[1].pools_spanned == 1
+
+
+def test_a_capped_target_keeps_only_the_gangs_under_its_cap() -> None:
+    gangs = (Gang(4, name="a"), Gang(8, name="b"), Gang(2, name="c"))
+    assert within(gangs, 20, 20) == gangs  # nothing capped
+    # 6 nodes of other work first; 12 of room: a (4), then b (8) fits; c waits.
+    assert [g.name for g in within(gangs, 20, 18)] == ["a", "b"]
+    assert [g.name for g in within(gangs, 20, 13)] == ["a"]  # b waits: c waits behind it
+    assert within(gangs, 20, 6) == ()
+
+
+def test_a_gang_stays_where_its_nodes_are_booting() -> None:
+    safe, fresh = spot_pool("hall-1", "safe"), spot_pool("hall-2", "fresh")
+    views = [
+        PoolView(safe, headroom=8, up_since=0.0),
+        PoolView(fresh, headroom=4, up_since=9_000.0),
+        PoolView(guaranteed_pool("hall-1"), headroom=20),
+    ]
+    booting = [instance(fresh, State.CREATING) for _ in range(4)]
+    want = Demand(4, 0, 20, 20, gangs=(Gang(4, 4 * 3600.0, name="1"),))
+    p = plan(snapshot(views, booting, want=want), HedgeConfig(max_spare=0, boot_spare=False))
+    assert p.spot == {fresh.id: 4}  # moving it would cost a cold start
+
+
+def test_guaranteed_for_whole_gangs_counts_no_spot_and_grows_in_one_pool() -> None:
+    spot = spot_pool("hall-1", "a")
+    g1, g2, g3 = (guaranteed_pool(h) for h in ("hall-1", "hall-2", "hall-3"))
+    views = [PoolView(spot, headroom=0, up_since=0.0)]
+    views += [PoolView(g, headroom=20) for g in (g1, g2, g3)]
+    ready = [instance(spot, State.READY) for _ in range(6)]  # idle, and of no use to it
+    want = Demand(6, 0, 20, 20)
+    spread = arbitrate(snapshot(views, ready, want=want), ArbiterConfig(), cover_units=6)
+    assert spread.targets == {}  # ready spot covers six units of other work
+    held = [instance(g2, State.READY) for _ in range(2)]
+    whole = arbitrate(
+        snapshot(views, ready + held, want=want), ArbiterConfig(), cover_units=6, whole=[6]
+    )
+    assert whole.targets == {g2.id: 6}  # in the pool that holds most, not one per hall

@@ -86,7 +86,8 @@ def arbitrate(
     guaranteed units wanted beyond the gap (a hedge the caller puts on guaranteed);
     `at_risk_units`: spot that may go at once (the largest pool's), which the floor
     (not the rest of the cover) must survive losing; `whole`: units of gangs (jobs
-    of many nodes) no spot pool holds whole, each grown in one guaranteed pool.
+    of many nodes) no spot pool holds whole: guaranteed capacity then grows in the
+    pool that holds most, not spread over halls.
     """
     now = snapshot.now
     demand = snapshot.demand
@@ -111,7 +112,9 @@ def arbitrate(
     counted = ready_units + arriving_units
     floor_gap = demand.floor_units - counted + at_risk_units
     # Work that asks for guaranteed capacity needs it whatever spot holds.
-    gap = max(max(0, cover - counted, floor_gap) + extra_units, demand.guaranteed_units)
+    # So do gangs no spot pool holds whole: the spot nodes ready elsewhere cannot run them.
+    must = demand.guaranteed_units + sum(whole)
+    gap = max(max(0, cover - counted, floor_gap) + extra_units, must)
     need = min(gap, budget)
     notes: list[str] = []
     if gap > budget:
@@ -147,35 +150,24 @@ def _grow(
     whole: Sequence[int] = (),
 ) -> tuple[dict[PoolId, int], int]:
     """Held plus whole instances for `extra_units`, never more than `cap_units` (the
-    budget left): each gang of `whole` in the cheapest pool with room for all of it,
-    then the rest the least-held hall first, then the cheapest pool. Returns the
-    targets and the units neither room nor budget allowed."""
+    budget left): the least-held hall first, then the cheapest pool; but with gangs
+    that must run whole (`whole`), the pool that holds most, then the cheapest, so
+    that they find one pool's nodes. Returns the targets and the units neither room
+    nor budget allowed."""
     targets = dict(held)
     room = {v.pool.id: v.available for v in pools}
     per_hall: Counter[str] = Counter()
     for v in pools:
         per_hall[v.pool.hall] += held[v.pool.id]
     remaining, cap = extra_units, cap_units
-    for units in sorted(whole, reverse=True):
-        fits = [
-            v
-            for v in pools
-            if units <= min(remaining, cap) and room[v.pool.id] * v.pool.units_per_instance >= units
-        ]
-        if not fits:
-            continue
-        v = min(fits, key=lambda v: (v.price, per_hall[v.pool.hall], v.pool.id))
-        count = -(-units // v.pool.units_per_instance)
-        targets[v.pool.id] = targets.get(v.pool.id, 0) + count
-        room[v.pool.id] -= count
-        per_hall[v.pool.hall] += count
-        remaining -= count * v.pool.units_per_instance
-        cap -= count * v.pool.units_per_instance
     while remaining > 0:
         open_pools = [v for v in pools if room[v.pool.id] > 0 and v.pool.units_per_instance <= cap]
         if not open_pools:
             break
-        v = min(open_pools, key=lambda v: (per_hall[v.pool.hall], v.price, v.pool.id))
+        if whole:  # a job of many nodes runs on one pool's: grow the one holding most
+            v = min(open_pools, key=lambda v: (-targets.get(v.pool.id, 0), v.price, v.pool.id))
+        else:
+            v = min(open_pools, key=lambda v: (per_hall[v.pool.hall], v.price, v.pool.id))
         targets[v.pool.id] = targets.get(v.pool.id, 0) + 1
         room[v.pool.id] -= 1
         per_hall[v.pool.hall] += 1

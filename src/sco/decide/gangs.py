@@ -18,6 +18,8 @@ from sco.domain.demand import Gang
 from sco.domain.pools import PoolId
 
 Survival = Callable[[PoolId, float], float]  # (pool, seconds) -> chance it lasts them
+# (units, what staying saves: None for what is held) -> spot units per pool
+Spread = Callable[[int, Mapping[PoolId, int] | None], dict[PoolId, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +78,28 @@ def place_gangs(
     price: Mapping[PoolId, float],
     loss_weight: float,
     default_s: float,
+    held: Mapping[PoolId, int] | None = None,
 ) -> tuple[Counter[PoolId], list[GangChoice]]:
     """Units per pool for `gangs` within `room` (new units each pool may take), and
     the choice made for each. A pool costs a gang `loss_weight` x the runs it would
     throw away there (`waste`), plus the pool's price term (`price`: 0 for the
-    cheapest). A gang that must run whole (`Gang.whole`) and that no pool has room
-    for is left off spot (no pools): guaranteed capacity takes it whole."""
+    cheapest). Units `held` in a pool and unclaimed (a gang's nodes still booting)
+    draw a gang there first: moving it would cost a cold start. A gang that must run
+    whole (`Gang.whole`) and that no pool has room for is left off spot (no pools):
+    guaranteed capacity takes it whole."""
     left = {p: r for p, r in room.items() if r > 0}
+    unclaimed = dict(held or {})
     counts: Counter[PoolId] = Counter()
     choices: list[GangChoice] = []
     for g in sorted(gangs, key=lambda g: -g.units):
         stake = g.at_stake_s(default_s)
 
-        def cost(p: PoolId, stake: float = stake) -> tuple[float, PoolId]:
-            return (loss_weight * waste(survival(p, stake)) + price.get(p, 0.0), p)
+        def cost(
+            p: PoolId, stake: float = stake, units: int = g.units
+        ) -> tuple[int, float, PoolId]:
+            there = min(units, unclaimed.get(p, 0))
+            risk = loss_weight * waste(survival(p, stake)) + price.get(p, 0.0)
+            return (-there, risk, p)
 
         whole = [p for p, r in left.items() if r >= g.units]
         if g.whole and not whole:  # split, it could not run: guaranteed takes it
@@ -107,9 +117,91 @@ def place_gangs(
         for p, n in where.items():
             left[p] -= n
             counts[p] += n
+            unclaimed[p] = max(0, unclaimed.get(p, 0) - n)
             if left[p] == 0:
                 del left[p]
         if where:
             first = next(iter(where))
             choices.append(GangChoice(g, where, stake, survival(first, stake), len(whole)))
     return counts, choices
+
+
+class GangPlan:
+    """Spot targets with the partition's gangs whole, each in one pool. The work
+    that is not a gang (`want` less the gangs' units) is spread as ever (`spread`,
+    keeping what is held); what it leaves of the units held (gangs' nodes still
+    booting, idle ones), with the pools' room, is where gangs go (`place_gangs`),
+    those already holding a gang's units first. A gang that must run whole
+    (`Gang.whole`) and that no pool can hold is left to guaranteed capacity. Without
+    gangs, the spread alone."""
+
+    def __init__(
+        self,
+        gangs: Sequence[Gang],
+        held: Mapping[PoolId, int],
+        available: Mapping[PoolId, int],
+        price: Mapping[PoolId, float],
+        spread: Spread,
+        survival: Survival,
+        loss_weight: float,
+        default_s: float,
+    ) -> None:
+        self.gangs, self.held, self.available, self.price = gangs, held, available, price
+        self.spread, self.loss_weight, self.default_s = spread, loss_weight, default_s
+        self._lasting = survival
+        self._survival: dict[tuple[PoolId, float], float] = {}
+        self.base: dict[PoolId, int] = {}  # the spread of the work that is not a gang
+        self.counts: Counter[PoolId] = Counter()  # units of gangs placed, per pool
+        self.choices: list[GangChoice] = []
+        self.whole: list[int] = []  # units of gangs left to guaranteed, each whole
+
+    def decide(self, want: int) -> int:
+        """Place the gangs within `want` units; returns the units of those that must
+        run whole and that no spot pool can hold (guaranteed capacity takes them)."""
+        if not self.gangs:
+            return 0
+        gang_units = sum(g.units for g in self.gangs)
+        self.base = self.spread(max(0, want - gang_units), None)
+        room: dict[PoolId, int] = {}
+        spare: dict[PoolId, int] = {}
+        for p in set(self.available) | set(self.held):
+            base, held = self.base.get(p, 0), self.held.get(p, 0)
+            spare[p] = max(0, held - base)
+            room[p] = spare[p] + max(0, self.available.get(p, 0) - max(0, base - held))
+        self.counts, self.choices = place_gangs(
+            self.gangs, room, self.survival, self.price, self.loss_weight, self.default_s,
+            held=spare,
+        )  # fmt: skip
+        self.whole = [c.gang.units for c in self.choices if not c.pools]
+        return sum(self.whole)
+
+    def place(self, want: int) -> dict[PoolId, int]:
+        """Spot targets for `want` units: the gangs' and the spread's stay."""
+        if not self.gangs:
+            return self.spread(want, None)
+        return self.spread(want, Counter(self.base) + self.counts)
+
+    def survival(self, pool: PoolId, seconds: float) -> float:
+        key = (pool, seconds)
+        if key not in self._survival:
+            self._survival[key] = self._lasting(pool, seconds)
+        return self._survival[key]
+
+    def terms(self) -> dict[str, float]:
+        if not self.gangs:
+            return {}
+        return {
+            "gangs_pending": float(len(self.gangs)),
+            "gangs_placed": float(len(self.choices)),
+            "gangs_split": float(sum(len(c.pools) > 1 for c in self.choices)),
+            "gangs_guaranteed_units": float(sum(self.whole)),
+        }
+
+    def notes(self) -> list[str]:
+        shown = [f"gang: {c.describe()}" for c in self.choices[:_GANG_NOTES]]
+        if len(self.choices) > _GANG_NOTES:
+            shown.append(f"gang: and {len(self.choices) - _GANG_NOTES} more")
+        return shown
+
+
+_GANG_NOTES = 10  # a fleet may place thousands of jobs in a cycle: the first say why

@@ -47,9 +47,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sco.decide.arbiter import ArbiterConfig, arbitrate
-from sco.decide.gangs import GangChoice, lasts, place_gangs
+from sco.decide.gangs import GangPlan, lasts
 from sco.decide.placement import Slot, place
-from sco.domain.demand import Demand, Gang
+from sco.domain.demand import Demand
 from sco.domain.lifecycle import LIVE, State
 from sco.domain.plans import PoolReason
 from sco.domain.pools import CapacityClass, PoolId
@@ -210,7 +210,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     wanted = max(0, demand.wanted_units - demand.guaranteed_units)
     crowd = crowding(wanted, len(spot_views), cfg)
     cold_s, notice = cold_start_s(snapshot, cfg), notice_s(snapshot)
-    gangs = _Gangs(snapshot, spot_views, held, hazard, cfg, crowd, notice >= cold_s)
+    gangs = _gang_plan(snapshot, spot_views, held, hazard, cfg, crowd, notice >= cold_s)
     wanted -= gangs.decide(wanted)  # gangs no pool holds whole: guaranteed takes them
     targets = gangs.place(wanted)
     notes: list[str] = []
@@ -307,81 +307,36 @@ def _place(
     return place(slots, want, crowd, cfg.stickiness_per_h)
 
 
-class _Gangs:
-    """Spot targets for a number of units, whole jobs kept in one pool each: what is
-    held stays, the newest gangs (those still without units) take the new units, pool
-    by pool (`sco.decide.gangs`), and the spread takes the rest. Without gangs, or not
-    growing, the spread alone."""
+def _gang_plan(
+    snapshot: PartitionSnapshot,
+    views: list[PoolView],
+    held: Counter[PoolId],
+    hazard: Mapping[PoolId, float],
+    cfg: HedgeConfig,
+    crowd: float,
+    noticed: bool,
+) -> GangPlan:
+    """The spread of `_place`, with whole jobs in one pool each (`sco.decide.gangs`)."""
+    cheapest = min((v.price for v in views if v.price > 0), default=1.0)
+    by_id = {v.pool.id: v for v in views}
+    now = snapshot.now
 
-    def __init__(
-        self,
-        snapshot: PartitionSnapshot,
-        views: list[PoolView],
-        held: Counter[PoolId],
-        hazard: Mapping[PoolId, float],
-        cfg: HedgeConfig,
-        crowd: float,
-        noticed: bool,
-    ) -> None:
-        self.views, self.held, self.hazard, self.cfg, self.crowd = views, held, hazard, cfg, crowd
-        self.loss_weight = cfg.gang_requeue_weight if noticed else cfg.gang_loss_weight
-        self.counts: Counter[PoolId] = Counter()  # units of gangs placed, per pool
-        self.whole: list[int] = []  # units of gangs left to guaranteed, each whole
-        self.gangs = snapshot.demand.gangs
-        self.now = snapshot.now
-        self.choices: list[GangChoice] = []
-        self._survival: dict[tuple[PoolId, float], float] = {}
-        self._by_id = {v.pool.id: v for v in views}
+    def spread(want: int, keep: Mapping[PoolId, int] | None) -> dict[PoolId, int]:
+        return _place(want, views, held, hazard, cfg, crowd, keep=keep)
 
-    def decide(self, want: int) -> int:
-        """Place the newest gangs (those the units held cannot be) for `want` units;
-        returns the units of those that must run whole and no spot pool holds."""
-        extra = want - sum(self.held.values())
-        if not self.gangs or extra <= 0:
-            return 0
-        newest: list[Gang] = []
-        for g in reversed(self.gangs):  # the newest have no units yet
-            if g.units > extra - sum(x.units for x in newest):
-                break
-            newest.append(g)
-        room = {v.pool.id: 0 if v.excluded else v.available for v in self.views}
-        cheapest = min((v.price for v in self.views if v.price > 0), default=1.0)
-        price = {v.pool.id: _price_term(v, cheapest, self.cfg) for v in self.views}
-        self.counts, self.choices = place_gangs(
-            newest, room, self.survival, price, self.loss_weight, self.cfg.gang_default_s
-        )
-        self.whole = [c.gang.units for c in self.choices if not c.pools]
-        return sum(self.whole)
+    def lasting(pool: PoolId, seconds: float) -> float:
+        return survival(by_id[pool], now, seconds, cfg)
 
-    def place(self, want: int) -> dict[PoolId, int]:
-        """Spot targets for `want` units: what is held and the gangs' units stay."""
-        keep = self.held + self.counts
-        return _place(want, self.views, self.held, self.hazard, self.cfg, self.crowd, keep=keep)
-
-    def survival(self, pool: PoolId, seconds: float) -> float:
-        key = (pool, seconds)
-        if key not in self._survival:
-            self._survival[key] = survival(self._by_id[pool], self.now, seconds, self.cfg)
-        return self._survival[key]
-
-    def terms(self) -> dict[str, float]:
-        if not self.gangs:
-            return {}
-        return {
-            "gangs_pending": float(len(self.gangs)),
-            "gangs_placed": float(len(self.choices)),
-            "gangs_split": float(sum(len(c.pools) > 1 for c in self.choices)),
-            "gangs_guaranteed_units": float(sum(self.whole)),
-        }
-
-    def notes(self) -> list[str]:
-        shown = [f"gang: {c.describe()}" for c in self.choices[:_GANG_NOTES]]
-        if len(self.choices) > _GANG_NOTES:
-            shown.append(f"gang: and {len(self.choices) - _GANG_NOTES} more")
-        return shown
-
-
-_GANG_NOTES = 10  # a fleet may place thousands of jobs in a cycle: the first say why
+    return GangPlan(
+        snapshot.demand.gangs,
+        held,
+        {v.pool.id: 0 if v.excluded else v.available for v in views},
+        {v.pool.id: _price_term(v, cheapest, cfg) for v in views},
+        spread,
+        lasting,
+        cfg.gang_requeue_weight if noticed else cfg.gang_loss_weight,
+        cfg.gang_default_s,
+    )
 
 
 def survival(v: PoolView, now: float, seconds: float, cfg: HedgeConfig) -> float:

@@ -149,7 +149,11 @@ def need(
     used = g_used | {mine[k].name for k in o_pack.used_free} | set(whole)
     new_nodes = o_pack.new_nodes + g_pack.new_nodes + sum(g.units for g in pooled)
     target = len(kept | used) + new_nodes
-    g_kept = kept | g_used  # once: built per node, it made a read quadratic in the nodes
+    # Guaranteed nodes whose work asked for guaranteed capacity (running there, or
+    # pending and landing there): only these must stay guaranteed. A guaranteed node
+    # running other work is wanted as any node is, and spot may take its place.
+    on_g = {name for j in jobs if not j.pending and j.wants(GUARANTEED) for name in j.nodes}
+    g_kept = (kept & on_g) | g_used  # once: per node, it made a read quadratic
     g_wanted = sum(1 for n in guaranteed_nodes if n.name in g_kept)
     unfit_ids = set(unfit)
     fit = [j for j in others if j.job_id not in unfit_ids]
@@ -158,6 +162,20 @@ def need(
         gangs = pooled
         bad = _checkpoints(pending)[1]
     return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)), gangs, bad)
+
+
+def within(gangs: Sequence[Gang], wanted: int, target: int) -> tuple[Gang, ...]:
+    """The gangs (in the queue's order) that a target capped below what is `wanted`
+    still holds: what is not a gang (busy nodes, other jobs) comes first, as Slurm's
+    queue runs it; a gang past the cap waits for room, not for nodes sco would make."""
+    room = target - (wanted - sum(g.units for g in gangs))
+    kept: list[Gang] = []
+    for g in gangs:
+        if g.units > room:
+            break
+        kept.append(g)
+        room -= g.units
+    return tuple(kept)
 
 
 def _pool_of(n: SlurmNode) -> str:
@@ -298,7 +316,7 @@ class SlurmDemandSource:
             guaranteed_budget_units=spec.guaranteed_budget_units,
             guaranteed_units=min(n.guaranteed, target, spec.guaranteed_budget_units),
             unfit_work=len(n.unfit_jobs),
-            gangs=n.gangs,
+            gangs=within(n.gangs, n.target, target),
         )
 
     def _need(

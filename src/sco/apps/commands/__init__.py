@@ -11,6 +11,7 @@ cloud operator (`reclaim`).
     sco config check F   validate a configuration and print it resolved, secrets masked
     sco config reference every key of sco.yaml, generated from the settings model
     sco slurm conf P     the slurm.conf lines a Slurm partition's dynamic nodes need
+    sco slurm job-submit the job_submit.lua that keeps each job of many nodes in one pool
     sco slurm usage P    node-hours of a Slurm partition's jobs by capacity class
     sco distributor      node contracts over HTTP, for the nodes' agents
     sco status           the status page: partitions, pools, plans, recent events

@@ -34,7 +34,7 @@ from sco.adapters.slurm.tools import SlurmRefused
 from sco.decide.binpack import Size
 from sco.lab.workload.hostlist import HOSTLIST_PARTS, expand
 from sco.lab.workload.swf import BatchJob
-from sco.lab.workload.topology import first_pool, pick
+from sco.lab.workload.topology import first_pool, pick, room_for, where
 
 REQUEUE_HOLD_S = 120.0  # AuthInfo cred_expire: how long slurmctld holds a requeued job
 
@@ -296,7 +296,7 @@ class BatchCluster:
             now = self.now()
             self._registered += 1
             n = ClusterNode(name, features, now, last_busy=now, seq=self._registered)
-            n.where = self._where(features)
+            n.where = where(features, self.topology)
             self.nodes_by_name[name] = n
             self._changed(n)
 
@@ -405,16 +405,8 @@ class BatchCluster:
         return started
 
     def _room_for(self, want: int, free: list[ClusterNode]) -> bool:
-        """Whether a job of `want` nodes may start on `free` now: anywhere, or with the
-        one-pool constraint on a job of many nodes, on one pool's nodes."""
-        if want > len(free):
-            return False
-        if self.pool_order is None or want < 2:
-            return True
-        counts: dict[str, int] = {}
-        for n in free:
-            counts[n.where[1]] = counts.get(n.where[1], 0) + 1
-        return max(counts.values()) >= want
+        """Whether a job of `want` nodes may start on `free` now (`room_for`)."""
+        return room_for(free, want, one_pool=self.pool_order is not None)
 
     def _reservation(self, want: int, free: int) -> tuple[float, float]:
         """(when, nodes to spare then) for a job of `want` nodes, by running jobs' limits."""
@@ -427,12 +419,6 @@ class BatchCluster:
             if have >= want:
                 return at, have - want
         return math.inf, math.inf
-
-    def _where(self, features: frozenset[str]) -> tuple[str, str]:
-        """(hall, pool) of a node with these features: its switches, when the cluster
-        has a topology; its pool is known by its feature either way."""
-        pool = next((f for f in sorted(features) if f.startswith("pool-")), "")
-        return ((self.topology or {}).get(pool, ""), pool)
 
     def _start(self, q: QueuedJob, free: list[ClusterNode], now: float) -> None:
         want = q.job.nodes

@@ -10,7 +10,7 @@ fullest pools first. Nodes within a pool go in the order they came."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
 
@@ -55,3 +55,23 @@ def first_pool(free: Sequence[N], want: int, order: Sequence[str]) -> list[N]:
         return []
     best = min(fits, key=lambda p: (rank.get(p, len(rank)), p))
     return pools[best][:want]
+
+
+def where(features: frozenset[str], topology: Mapping[str, str] | None) -> tuple[str, str]:
+    """(hall, pool) of a node with these features: its switches, when the cluster has
+    a topology (pool feature -> hall); its pool is known by its feature either way."""
+    pool = next((f for f in sorted(features) if f.startswith("pool-")), "")
+    return ((topology or {}).get(pool, ""), pool)
+
+
+def room_for(free: Sequence[Placed], want: int, one_pool: bool) -> bool:
+    """Whether a job of `want` nodes may start on `free`: anywhere, or with the
+    one-pool constraint on a job of many nodes, on one pool's nodes."""
+    if want > len(free):
+        return False
+    if not one_pool or want < 2:
+        return True
+    counts: dict[str, int] = {}
+    for n in free:
+        counts[n.where[1]] = counts.get(n.where[1], 0) + 1
+    return max(counts.values()) >= want
