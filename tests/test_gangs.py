@@ -282,3 +282,30 @@ def test_guaranteed_for_whole_gangs_counts_no_spot_and_grows_in_one_pool() -> No
         snapshot(views, ready + held, want=want), ArbiterConfig(), cover_units=6, whole=[6]
     )
     assert whole.targets == {g2.id: 6}  # in the pool that holds most, not one per hall
+
+
+def test_without_notice_a_long_gang_skips_a_pool_it_would_not_outlast() -> None:
+    counts, choices = place_gangs(
+        [Gang(4, name="long")], {A: 8}, lambda p, s: 0.2, {}, 1.0, 3600.0, guaranteed=1.0
+    )
+    assert counts == {}  # waste(0.2) = 2.0 > guaranteed's 1.0: guaranteed capacity
+    assert "not worth the risk" in choices[0].describe()
+    counts, _ = place_gangs([Gang(4)], {A: 8}, lambda p, s: 0.8, {}, 1.0, 3600.0, guaranteed=1.0)
+    assert counts == {A: 4}  # waste(0.8) = 0.125: spot
+
+
+def test_only_without_notice_does_a_gang_buy_guaranteed_for_its_stake() -> None:
+    fresh = spot_pool("hall-1", "fresh")
+
+    def decide(notice_s: float) -> Any:
+        views = [
+            PoolView(fresh, headroom=8, up_since=9_900.0, notice_s=notice_s),
+            PoolView(guaranteed_pool("hall-1", price=3.0), headroom=20),
+        ]
+        want = Demand(4, 0, 20, 20, gangs=(Gang(4, 8 * 3600.0, name="7"),))
+        return plan(snapshot(views, want=want), HedgeConfig(max_spare=0, boot_spare=False))
+
+    blind = decide(0.0)
+    assert (blind.spot, sum(blind.guaranteed.values())) == ({}, 4)
+    warned = decide(300.0)  # the notice saves its work: a reclaim costs a requeue
+    assert warned.spot == {fresh.id: 4}

@@ -35,8 +35,13 @@ class GangChoice:
     def describe(self) -> str:
         who = f"job {self.gang.name}" if self.gang.name else "a gang"
         stake = f"{self.gang.units} units, {self.stake_s / 3600:.2f} h at stake"
-        if not self.pools:
+        if not self.pools and not self.candidates:
             return f"{who} ({stake}): guaranteed capacity, no spot pool has room for it whole"
+        if not self.pools:
+            return (
+                f"{who} ({stake}): guaranteed capacity; the best spot pool's survival "
+                f"{self.survival:.3f} is not worth the risk at its price"
+            )
         where = ", ".join(f"{n} in {p}" for p, n in self.pools.items())
         whole = "" if len(self.pools) == 1 else f"; no pool had room for {self.gang.units}"
         return (
@@ -79,6 +84,7 @@ def place_gangs(
     loss_weight: float,
     default_s: float,
     held: Mapping[PoolId, int] | None = None,
+    guaranteed: float | None = None,
 ) -> tuple[Counter[PoolId], list[GangChoice]]:
     """Units per pool for `gangs` within `room` (new units each pool may take), and
     the choice made for each. A pool costs a gang `loss_weight` x the runs it would
@@ -86,7 +92,8 @@ def place_gangs(
     cheapest). Units `held` in a pool and unclaimed (a gang's nodes still booting)
     draw a gang there first: moving it would cost a cold start. A gang that must run
     whole (`Gang.whole`) and that no pool has room for is left off spot (no pools):
-    guaranteed capacity takes it whole."""
+    guaranteed capacity takes it whole; so is one whose best pool costs more than
+    `guaranteed` (guaranteed capacity's price term; it is never reclaimed)."""
     left = {p: r for p, r in room.items() if r > 0}
     unclaimed = dict(held or {})
     counts: Counter[PoolId] = Counter()
@@ -106,6 +113,9 @@ def place_gangs(
             choices.append(GangChoice(g, {}, stake, 0.0, 0))
             continue
         order = sorted(whole or left, key=cost)
+        if order and guaranteed is not None and cost(order[0])[1] > guaranteed:
+            choices.append(GangChoice(g, {}, stake, survival(order[0], stake), len(whole)))
+            continue
         where: dict[PoolId, int] = {}
         need = g.units
         for p in order:
@@ -145,8 +155,10 @@ class GangPlan:
         survival: Survival,
         loss_weight: float,
         default_s: float,
+        guaranteed: float | None = None,
     ) -> None:
         self.gangs, self.held, self.available, self.price = gangs, held, available, price
+        self.guaranteed = guaranteed
         self.spread, self.loss_weight, self.default_s = spread, loss_weight, default_s
         self._lasting = survival
         self._survival: dict[tuple[PoolId, float], float] = {}
@@ -170,7 +182,7 @@ class GangPlan:
             room[p] = spare[p] + max(0, self.available.get(p, 0) - max(0, base - held))
         self.counts, self.choices = place_gangs(
             self.gangs, room, self.survival, self.price, self.loss_weight, self.default_s,
-            held=spare,
+            held=spare, guaranteed=self.guaranteed,
         )  # fmt: skip
         self.whole = [c.gang.units for c in self.choices if not c.pools]
         return sum(self.whole)

@@ -336,7 +336,20 @@ def _gang_plan(
         lasting,
         cfg.gang_requeue_weight if noticed else cfg.gang_loss_weight,
         cfg.gang_default_s,
+        # With a notice that saves the work, a reclaim costs a gang a requeue, not its
+        # stake: not worth guaranteed capacity's price.
+        None if noticed else _guaranteed_term(snapshot, cheapest, cfg),
     )
+
+
+def _guaranteed_term(
+    snapshot: PartitionSnapshot, cheapest: float, cfg: HedgeConfig
+) -> float | None:
+    """Guaranteed capacity's price term against the cheapest spot; None: none to take."""
+    prices = [v.price for v in snapshot.usable(spot=False) if v.price > 0 and v.available]
+    if not prices or snapshot.demand.guaranteed_budget_units <= 0:
+        return None
+    return cfg.price_weight * (min(prices) / cheapest - 1)
 
 
 def survival(v: PoolView, now: float, seconds: float, cfg: HedgeConfig) -> float:
