@@ -148,3 +148,14 @@ def test_timeouts_scale_with_a_replay_s_speedup(day: Path) -> None:
     default, waited = outcomes(Timeouts()), outcomes(Timeouts().scaled(600.0))
     assert default["jobs_completed"] == 0, default
     assert waited["jobs_completed"] > 0, waited
+
+
+def test_one_pool_keeps_every_job_of_many_nodes_in_one_pool(day: Path) -> None:
+    args = ["replay", "--workload", str(day), "--days", "0.5", "--pool-size", "16", "--json"]
+    out = CliRunner().invoke(cli, [*args, "--policies", "sco,spot-requeue", "--one-pool"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output.strip().splitlines()[-1])["policies"]
+    assert doc["sco"]["wide_jobs_multi_pool"] == 0.0
+    assert doc["sco"]["wide_job_pools_mean"] == 1.0
+    assert doc["spot-requeue"]["wide_jobs_multi_pool"] > 0  # a baseline is not told
+    assert doc["sco"]["jobs_failed"] == 0

@@ -82,6 +82,13 @@ DEFAULT_POLICIES = "sco,spot-requeue,power-save-guaranteed,static-guaranteed"
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the region's faults.")
 @click.option(
+    "--one-pool/--spread",
+    "one_pool",
+    default=None,
+    help="Whether sco's policies keep each job of many nodes in one pool (slurm.one_pool "
+    "and its job_submit.lua; default: only sco-no-notice does).",
+)
+@click.option(
     "--report",
     type=click.Path(path_type=Path),
     default=None,
@@ -102,6 +109,7 @@ def replay_command(
     requeue_lead_s: float | None,
     cold_start_s: float,
     seed: int,
+    one_pool: bool | None,
     report: Path | None,
     as_json: bool,
 ) -> None:
@@ -119,6 +127,7 @@ def replay_command(
         seed=seed,
         requeue_lead=requeue_lead_s,
         cold_start_s=cold_start_s,
+        one_pool=one_pool,
     )
     names = [p.strip() for p in policies.split(",") if p.strip()]
     shown = {"at": -1}

@@ -68,6 +68,7 @@ class ReplaySpec:
     seed: int = 0
     requeue_lead: float | None = None  # None: `requeue_lead_s`'s default
     cold_start_s: float = COLD_START_S
+    one_pool: bool | None = None  # sco's policies keep jobs in one pool (None: as each says)
     # The controller's lifecycle timeouts, in simulated seconds.
     timeouts: Timeouts = field(default_factory=Timeouts)
 
@@ -220,6 +221,14 @@ def _run(
     return Replayed(name, outcomes, start, waits, side.samples, side.cluster.lost)
 
 
+def _one_pool(spec: ReplaySpec, policy: ReplayPolicy) -> bool:
+    """Whether the queue keeps each job of many nodes in one pool under `policy`: sco's
+    own choice (`--one-pool`/`--spread`) for its policies, else as the policy says."""
+    if spec.one_pool is not None and policy.controller == "sco":
+        return spec.one_pool
+    return policy.one_pool
+
+
 def _side(
     spec: ReplaySpec,
     policy: ReplayPolicy,
@@ -238,7 +247,7 @@ def _side(
         return side, None if fixed is None else fixed.nodes
     demand_spec = slurm_spec(
         PARTITION, region, workload.procs_per_node, workload.max_nodes,
-        spec.requeue_lead_s, spec.floor, policy.one_pool,
+        spec.requeue_lead_s, spec.floor, _one_pool(spec, policy),
     )  # fmt: skip
     size = None if policy.fixed is None else fixed_size(workload, window_s, policy.fixed)
     return BatchSide(workload, demand_spec, start, spec.checkpoint_s, size), size
