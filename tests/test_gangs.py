@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from sco.adapters.slurm.demand import need, within
 from sco.adapters.slurm.model import CheckpointError, checkpoint_s, parse_jobs, parse_nodes
+from sco.decide.acquirer import ActConfig, diff
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.gangs import lasts, place_gangs, waste
 from sco.decide.hedge import HedgeConfig, plan
+from sco.decide.policies import ScoPolicy
 from sco.domain.demand import Demand, DemandError, Gang
 from sco.domain.lifecycle import State
 from sco.domain.pools import PoolId
@@ -309,3 +311,18 @@ def test_only_without_notice_does_a_gang_buy_guaranteed_for_its_stake() -> None:
     assert (blind.spot, sum(blind.guaranteed.values())) == ({}, 4)
     warned = decide(300.0)  # the notice saves its work: a reclaim costs a requeue
     assert warned.spot == {fresh.id: 4}
+
+
+def test_a_gangs_nodes_are_asked_for_in_one_create() -> None:
+    """A create asks for a quarter of a pool's room (at least 10) at a time, and a job of
+    32 nodes waited two more cycles for its last nodes. A gang's nodes now come in one
+    create (Nova places all of it or none; a gang runs when all are up)."""
+    pool = spot_pool("hall-1", "a")
+    views = [PoolView(pool, headroom=50, up_since=0.0)]
+    views.append(PoolView(guaranteed_pool("hall-1"), headroom=50))
+    want = Demand(32, 0, 64, 64, gangs=(Gang(32, 3600.0, name="5"),))
+    d = ScoPolicy(HedgeConfig(max_spare=0, boot_spare=False)).decide(snapshot(views, want=want))
+    assert d.batches == {pool.id: 32}
+    snap = snapshot(views, want=want)
+    assert [c.count for c in diff(snap, d.spot, ActConfig()).creates] == [13]  # a quarter
+    assert [c.count for c in diff(snap, d.spot, ActConfig(), batches=d.batches).creates] == [32]

@@ -130,6 +130,7 @@ def diff(
     busy: Set[str] = frozenset(),
     pinned: Set[str] = frozenset(),
     untold: Set[str] = frozenset(),
+    batches: Mapping[PoolId, int] | None = None,
 ) -> Actions:
     """What to create, drain, delete, expire and close so instances move toward `targets`.
 
@@ -139,7 +140,8 @@ def diff(
     that only a reclaim may disrupt: never taken away to meet a target, and a drain
     sco began for its own reasons waits for that work rather than ending at its
     deadline; `untold` the draining instances whose schedulers do not hold their order
-    to leave (or not its reclaim deadline): they are told again.
+    to leave (or not its reclaim deadline): they are told again; `batches` per pool the
+    fewest a create there asks for (a gang's nodes, together), within the room.
     """
     now = snapshot.now
     acts = _Acc()
@@ -155,7 +157,7 @@ def diff(
     for inst in moving:
         if inst.id not in handled:
             _leaving(inst, now, drained, pinned, acts, untold)
-    _toward_targets(snapshot, targets, cfg, handled, acts, removal, busy, pinned)
+    _toward_targets(snapshot, targets, cfg, handled, acts, removal, busy, pinned, batches)
     return acts.freeze()
 
 
@@ -251,6 +253,7 @@ def _toward_targets(
     why: Reason,
     busy: Set[str] = frozenset(),
     pinned: Set[str] = frozenset(),
+    batches: Mapping[PoolId, int] | None = None,
 ) -> None:
     live: dict[PoolId, list[Instance]] = defaultdict(list)
     ready_units = 0
@@ -267,7 +270,8 @@ def _toward_targets(
         if len(have) < want:
             view = snapshot.pools.get(pool_id)
             room = view.available if view else 0
-            n = min(want - len(have), room, cfg.batch(room))
+            batch = max(cfg.batch(room), (batches or {}).get(pool_id, 0))
+            n = min(want - len(have), room, batch)
             if n > 0:
                 acts.creates.append(Create(pool_id, n))
         elif len(have) > want:

@@ -193,6 +193,15 @@ class GangPlan:
             return self.spread(want, None)
         return self.spread(want, Counter(self.base) + self.counts)
 
+    def batches(self) -> dict[PoolId, int]:
+        """Per pool, the most units a gang placed there takes: a gang's nodes there
+        in one create (it runs when all of them are up)."""
+        out: dict[PoolId, int] = {}
+        for c in self.choices:
+            for p, n in c.pools.items():
+                out[p] = max(out.get(p, 0), n)
+        return out
+
     def survival(self, pool: PoolId, seconds: float) -> float:
         key = (pool, seconds)
         if key not in self._survival:

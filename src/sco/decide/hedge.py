@@ -131,6 +131,7 @@ class HedgePlan:
     notes: tuple[str, ...]
     pools: Mapping[PoolId, PoolReason] = field(default_factory=dict)
     terms: Mapping[str, float] = field(default_factory=dict)
+    batches: Mapping[PoolId, int] = field(default_factory=dict)  # gangs' creates, whole
 
 
 def hazard_terms(v: PoolView, now: float, cfg: HedgeConfig) -> dict[str, float]:
@@ -269,7 +270,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     plan_terms.update(gangs.terms())
     notes += gangs.notes()
     spot = {p: n for p, n in targets.items() if n}
-    return HedgePlan(spot, g.targets, tuple(notes) + g.notes, reasons, plan_terms)
+    return HedgePlan(spot, g.targets, tuple(notes) + g.notes, reasons, plan_terms, gangs.batches())
 
 
 def crowding(wanted: int, pools: int, cfg: HedgeConfig) -> float:

@@ -189,7 +189,10 @@ class PartitionController:
         if handback:
             pinned = frozenset()  # the operator's order outranks what the pods asked
         targets = plan.targets()
-        actions = diff(snapshot, targets, self.config.act, drained, removal, busy, pinned, untold)
+        actions = diff(
+            snapshot, targets, self.config.act, drained, removal, busy, pinned, untold,
+            decision.batches,
+        )  # fmt: skip
         acq = self.acquirer
         acq.backoff = backoff.no_room(acq.backoff, targets, snapshot, now)
         # Replacements are owed only while the plan is short of what is live.

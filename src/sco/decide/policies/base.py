@@ -27,6 +27,9 @@ class Decision:
     notes: tuple[str, ...] = ()
     pools: Mapping[PoolId, PoolReason] = field(default_factory=dict)  # why, pool by pool
     terms: Mapping[str, float] = field(default_factory=dict)  # the partition's figures
+    # Per pool, the fewest instances one create there should ask for: a gang's nodes
+    # come together or not at all (the acquirer's batch is raised to it).
+    batches: Mapping[PoolId, int] = field(default_factory=dict)
 
 
 class Policy(Protocol):

@@ -19,4 +19,4 @@ class ScoPolicy:
 
     def decide(self, snapshot: PartitionSnapshot) -> Decision:
         p = plan(snapshot, self.config)
-        return Decision(p.spot, p.guaranteed, p.notes, p.pools, p.terms)
+        return Decision(p.spot, p.guaranteed, p.notes, p.pools, p.terms, p.batches)
