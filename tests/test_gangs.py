@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sco.adapters.slurm.demand import need, within
+from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec, need, within
 from sco.adapters.slurm.model import CheckpointError, checkpoint_s, parse_jobs, parse_nodes
 from sco.decide.acquirer import ActConfig, diff
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.gangs import lasts, place_gangs, waste
 from sco.decide.hedge import HedgeConfig, plan
 from sco.decide.policies import ScoPolicy
-from sco.domain.demand import Demand, DemandError, Gang
+from sco.domain.demand import Demand, DemandError, Gang, Partition, SchedulerKind
 from sco.domain.lifecycle import State
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PoolView
@@ -326,3 +326,22 @@ def test_a_gangs_nodes_are_asked_for_in_one_create() -> None:
     snap = snapshot(views, want=want)
     assert [c.count for c in diff(snap, d.spot, ActConfig()).creates] == [13]  # a quarter
     assert [c.count for c in diff(snap, d.spot, ActConfig(), batches=d.batches).creates] == [32]
+
+
+def test_the_source_names_a_refused_checkpoint_declaration_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bad = {**job(7, nodes=2, cpus=4, mem="2000M"), "comment": "sco:checkpoint=soon"}
+
+    class View:
+        def read(self) -> Any:
+            return parse_jobs({"jobs": [bad]}, "t"), []
+
+    spec = SlurmDemandSpec(Partition("hpc", "r", SchedulerKind.SLURM), PART, 0, 8, 8)
+    source = SlurmDemandSource(View(), [spec])  # type: ignore[arg-type]
+    d = source.demand("hpc", 1000.0)
+    assert [(g.name, g.checkpoint_s) for g in d.gangs] == [("7", None)]
+    assert "job 7's checkpoint declaration is refused: 'sco:checkpoint=soon'" in caplog.text
+    caplog.clear()
+    source.demand("hpc", 1030.0)
+    assert "checkpoint" not in caplog.text  # said once

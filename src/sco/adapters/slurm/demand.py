@@ -155,12 +155,12 @@ def need(
     on_g = {name for j in jobs if not j.pending and j.wants(GUARANTEED) for name in j.nodes}
     g_kept = (kept & on_g) | g_used  # once: per node, it made a read quadratic
     g_wanted = sum(1 for n in guaranteed_nodes if n.name in g_kept)
-    unfit_ids = set(unfit)
-    fit = [j for j in others if j.job_id not in unfit_ids]
-    gangs, bad = _gangs(spec, fit, [n for n in mine if n.name not in kept])
     if one_pool:
-        gangs = pooled
-        bad = _checkpoints(pending)[1]
+        gangs, bad = pooled, _checkpoints(pending)[1]
+    else:
+        unfit_ids = set(unfit)
+        fit = [j for j in others if j.job_id not in unfit_ids]
+        gangs, bad = _gangs(spec, fit, [n for n in mine if n.name not in kept])
     return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)), gangs, bad)
 
 
@@ -272,7 +272,8 @@ class SlurmDemandSource:
         self.view = view
         self._listing = listing
         self.specs: Mapping[str, SlurmDemandSpec] = {s.partition.name: s for s in specs}
-        self._reported: set[int] = set()
+        self._reported: set[int] = set()  # unfit jobs said so
+        self._refused: set[int] = set()  # jobs whose checkpoint declaration was refused
         # partition -> (jobs, nodes, now, servers, need) of its last count: asked again
         # on the same read (the same lists) at the same time, the count is the same
         self._last: dict[str, tuple[object, object, float, object, Need]] = {}
@@ -301,8 +302,8 @@ class SlurmDemandSource:
                 spec.max_units,
             )
         for job, why in n.bad_checkpoints:
-            if job not in self._reported:
-                self._reported.add(job)
+            if job not in self._refused:
+                self._refused.add(job)
                 log.warning(
                     "partition %s: job %d's checkpoint declaration is refused: %s; "
                     "it is placed as a job that does not checkpoint",
