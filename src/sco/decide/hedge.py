@@ -34,6 +34,10 @@ so the plan is about the next cold start:
 - **Cold start and notice** come from the pools: what the region file says
   of each pool, else what history measured (the scorer's median time to
   ready), else `cold_start_s`.
+- **Gangs.** Work of many units that runs together (a Slurm job of many nodes)
+  is lost whole with any of its pools, so its new units go into one pool, chosen
+  by the pool's survival over the job's stake and its price (`sco.decide.gangs`);
+  the rest of the demand is spread as above.
 - **Reasons.** Every pool's terms (each hazard term, price, crowding,
   stickiness) and the partition's (spare, floor) go into the plan, so
   `sco explain` can say why each count is what it is.
@@ -90,8 +94,8 @@ class HedgeConfig:
     release_after_s: float = 0.0  # spot ready this long before guaranteed goes back
     max_release_per_cycle: int = 3
     release_fraction: float = 0.1  # ... or this share of the guaranteed held, when more
-    gang_loss_weight: float = 1.0  # a gang's sure loss of its stake weighs like a pool
-    # 100 % dearer (`sco.decide.gangs`)
+    gang_loss_weight: float = 1.0  # a gang's run thrown away weighs as much as paying
+    # for its run again at the cheapest price (`sco.decide.gangs.waste`)
     gang_default_s: float = 3600.0  # a gang's stake when it says no time limit
     gang_requeue_weight: float = 0.25  # ... where the notice saves its work: a reclaim
     # then costs the gang a requeue and a wait, not its stake
