@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +25,9 @@ from sco.domain.lifecycle import State
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PoolView
 from sco.engine.clock import ManualClock
+from sco.lab.traces import load_traces
 from sco.lab.workload.cluster import BatchCluster
+from sco.lab.workload.replay import ReplaySpec, widest_pool
 from sco.lab.workload.swf import BatchJob
 from sco.lab.workload.topology import pick
 from sco_harness.builders import guaranteed_pool, instance, snapshot, spot_pool
@@ -345,3 +348,30 @@ def test_the_source_names_a_refused_checkpoint_declaration_once(
     caplog.clear()
     source.demand("hpc", 1030.0)
     assert "checkpoint" not in caplog.text  # said once
+
+
+def test_a_job_wider_than_any_pool_is_left_free_to_span_pools() -> None:
+    a, b = "sco,sco-hpc,spot,pool-h1-a", "sco,sco-hpc,spot,pool-h2-b"
+    idle = parse_nodes({"nodes": [node("sco-a1", features=a), node("sco-b1", features=b)]}, "t")
+    wide = parse_jobs({"jobs": [job(1, nodes=3, cpus=6, mem="3000M")]}, "t")
+    kept = need(PART, wide, idle, 1000.0, one_pool=True)
+    assert [(g.units, g.whole) for g in kept.gangs] == [(3, True)]
+    free = need(PART, wide, idle, 1000.0, one_pool=True, one_pool_max_nodes=2)
+    assert [(g.units, g.whole) for g in free.gangs] == [(3, False)]  # may be split
+    clock = ManualClock(0.0)
+    c = BatchCluster("lab", PART.shape, clock.now, PART.feature)
+    c.pool_order, c.pool_widest = ["pool-a", "pool-b"], 2
+    for name, pool in [("a1", "pool-a"), ("a2", "pool-a"), ("b1", "pool-b")]:
+        c.register(name, frozenset({"sco", PART.feature, pool}))
+    c.submit(BatchJob(1, 0.0, 3, 100.0, 100.0))
+    c.step()
+    assert c.jobs_by_id[1].state == "RUNNING"  # across a and b: no pool holds three
+    assert c.jobs_by_id[1].pools_spanned == 2
+
+
+def test_the_replay_leaves_free_the_jobs_wider_than_its_widest_pool() -> None:
+    bundled = Path(__file__).parent.parent / "src/sco/data/traces/apache/v100-9zone"
+    traces = load_traces(bundled)
+    spec = ReplaySpec(Path("w.swf"), bundled, pool_size=16)
+    assert widest_pool(spec, traces) == 16  # a zone's 1 stands for 16 instances
+    assert widest_pool(ReplaySpec(Path("w.swf"), bundled, pool_size=50), traces) == 50

@@ -51,7 +51,8 @@ def _config(tmp: Path, region: bool = True) -> Path:
         "partitions": [{
             "name": "hpc", "kind": "slurm", "demand": "slurm", "flavors": ["v100"],
             "max_units": 8,
-            "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": 2, "memory_mb": 1000},
+            "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": 2, "memory_mb": 1000,
+                      "one_pool": True, "one_pool_max_nodes": 3},
         }],
     })  # fmt: skip
 
@@ -64,6 +65,9 @@ def test_the_script_maps_each_partition_to_its_pools_in_order() -> None:
     assert '  ["batch"] = {"pool-b", "pool-a"},' in text  # sco's order, each once
     assert '  ["gpu"] = {"pool-g"},' in text
     assert 'local DEFAULT = "gpu"' in text
+    assert "local WIDEST = {}" in text  # no job too wide to keep in one pool
+    wide = job_submit_lua({"batch": ["pool-a"], "gpu": ["pool-g"]}, widest={"gpu": 4})
+    assert 'local WIDEST = {["gpu"] = 4}' in wide
     assert "local DEFAULT = nil" in job_submit_lua({"batch": ["pool-a"]})
     # Never refuses a job, and lets every change of a job through.
     assert "function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)\n" \
@@ -112,7 +116,9 @@ def test_slurm_job_submit_prints_the_partition_s_pools(tmp_path: Path) -> None:
     config = _config(tmp_path)
     out = sco("slurm", "job-submit", "hpc", "--config", config)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == job_submit_lua({"batch": [A, B, G]})  # not the cpu pool
+    assert out.stdout == job_submit_lua(
+        {"batch": [A, B, G]}, widest={"batch": 3}
+    )  # not the cpu pool
     default = sco("slurm", "job-submit", "hpc", "--default-partition", "batch", "--config", config)
     assert default.returncode == 0, default.stderr
     assert 'local DEFAULT = "batch"' in default.stdout
@@ -223,6 +229,7 @@ def test_slurm_keeps_a_job_of_many_nodes_in_one_pool(cluster: SlurmCluster) -> N
         (["-N1", "-n2"], ""),
         (["-n3"], BRACKET),  # no node count, more tasks than a node's two CPUs
         (["-N1-3"], BRACKET),  # min_nodes 1, max_nodes 3
+        (["-N4"], ""),  # wider than one_pool_max_nodes (3): it may span pools
         (["-N2", "--constraint=spot"], f"(spot)&{BRACKET}"),
         # Only a FUTURE placeholder carries G's feature: still a valid bracket.
         (["-N2", "--constraint=guaranteed"], f"(guaranteed)&{BRACKET}"),

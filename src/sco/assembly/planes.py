@@ -151,6 +151,7 @@ def _slurm(
                     budget,
                     target,
                     one_pool=s.one_pool,
+                    one_pool_max_nodes=s.one_pool_max_nodes,
                 )
             )
         out.append(

@@ -311,6 +311,12 @@ class SlurmPartitionSettings(_Section):
         "of `sco slurm job-submit`): a job no pool's idle nodes hold asks for new nodes "
         "in one pool instead of counting on idle nodes spread over pools.",
     )
+    one_pool_max_nodes: int | None = Field(
+        default=None,
+        ge=2,
+        description="With one_pool, jobs of more nodes than this (more than any pool "
+        "holds) are left free to span pools: kept in one, they would wait forever.",
+    )
 
 
 class KubernetesClusterSettings(_Section):

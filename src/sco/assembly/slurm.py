@@ -101,6 +101,7 @@ def job_submit(
             f"{', '.join(sorted(clusters))}: one job_submit.lua serves one cluster"
         )
     pools: dict[str, list[str]] = {}
+    widest: dict[str, int] = {}
     for f in found:
         assert f.slurm is not None
         features = [pool_feature(p) for _, p in region_pools(settings, list(f.flavors))]
@@ -111,13 +112,16 @@ def job_submit(
             )
         for slurm_name in f.slurm.partitions:
             pools.setdefault(slurm_name, []).extend(features)
+            most = f.slurm.one_pool_max_nodes
+            if most is not None:
+                widest[slurm_name] = min(widest.get(slurm_name, most), most)
     if default_partition is not None and default_partition not in pools:
         raise StartError(
             f"--default-partition {default_partition}: not a Slurm partition of "
             f"{', '.join(f.name for f in found)} (those: {', '.join(pools)})"
         )
     try:
-        return job_submit_lua(pools, default_partition)
+        return job_submit_lua(pools, default_partition, widest)
     except ValueError as e:
         raise StartError(str(e)) from None
 

@@ -70,6 +70,7 @@ class SlurmDemandSpec:
     guaranteed_budget_units: int
     min_target_units: int = 0  # the target never goes below this
     one_pool: bool = False  # Slurm keeps a job of many nodes in one pool (job_submit.lua)
+    one_pool_max_nodes: int | None = None  # ... up to this many nodes (None: any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +92,15 @@ def need(
     servers: Collection[str] | None = None,
     max_nodes: int | None = None,
     one_pool: bool = False,
+    one_pool_max_nodes: int | None = None,
 ) -> Need:
     """Nodes the partition's jobs want now (pure: what was read, and now). `servers`
     names the nodes whose servers are listed: a node whose server is gone is not room
     (Slurm thinks it idle until slurmd's timeout). A job asking for more than
     `max_nodes` (the partition's most) could never run there: it is unfit. With
-    `one_pool`, Slurm runs a job of many nodes only on idle nodes of one pool: one no
-    pool's idle nodes hold needs new nodes, however many idle nodes there are."""
+    `one_pool`, Slurm runs a job of many nodes (up to `one_pool_max_nodes`) only on idle
+    nodes of one pool: one no pool's idle nodes hold needs new nodes, however many idle
+    nodes there are."""
     mine = [
         n
         for n in nodes
@@ -138,7 +141,8 @@ def need(
     pooled: tuple[Gang, ...] = ()
     if one_pool:
         wide = [j for j in others if j.node_count > 1 and j.per_node.fits(spec.shape)]
-        wide = [j for j in wide if max_nodes is None or j.node_count <= max_nodes]
+        widest = min(max_nodes or 1 << 30, one_pool_max_nodes or 1 << 30)
+        wide = [j for j in wide if j.node_count <= widest]
         wide_ids = {j.job_id for j in wide}
         others = [j for j in others if j.job_id not in wide_ids]
         whole, pooled = _in_one_pool(spec, wide, [n for n in mine if n.name not in kept])
@@ -155,12 +159,12 @@ def need(
     on_g = {name for j in jobs if not j.pending and j.wants(GUARANTEED) for name in j.nodes}
     g_kept = (kept & on_g) | g_used  # once: per node, it made a read quadratic
     g_wanted = sum(1 for n in guaranteed_nodes if n.name in g_kept)
-    if one_pool:
-        gangs, bad = pooled, _checkpoints(pending)[1]
-    else:
-        unfit_ids = set(unfit)
-        fit = [j for j in others if j.job_id not in unfit_ids]
-        gangs, bad = _gangs(spec, fit, [n for n in mine if n.name not in kept])
+    unfit_ids = set(unfit)
+    fit = [j for j in others if j.job_id not in unfit_ids]
+    taken = kept | set(whole)
+    gangs, bad = _gangs(spec, fit, [n for n in mine if n.name not in taken])
+    if one_pool:  # the jobs kept in one pool, and those too wide for any
+        gangs, bad = pooled + gangs, _checkpoints(pending)[1]
     return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)), gangs, bad)
 
 
@@ -335,7 +339,7 @@ class SlurmDemandSource:
             return last[4]
         n = need(
             spec.slurm, jobs, nodes, now, servers, max_nodes=spec.max_units,
-            one_pool=spec.one_pool,
+            one_pool=spec.one_pool, one_pool_max_nodes=spec.one_pool_max_nodes,
         )  # fmt: skip
         self._last[partition] = (jobs, nodes, now, servers, n)
         return n

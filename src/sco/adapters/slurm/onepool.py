@@ -76,8 +76,23 @@ local function pools_of(partition)
   return out
 end
 
-local function many_nodes(job_desc)
+-- The most nodes a job of the job's partitions may ask for and be kept in one pool.
+local function widest_of(partition)
+  local names = partition
+  if names == nil or names == "" then names = DEFAULT end
+  if names == nil then return nil end
+  local most = nil
+  for name in string.gmatch(names, "[^,]+") do
+    local w = WIDEST[name]
+    if w ~= nil and (most == nil or w < most) then most = w end
+  end
+  return most
+end
+
+local function many_nodes(job_desc, widest)
   if set(job_desc.min_nodes) then
+    -- One wider than any pool would wait forever in one: it may span them.
+    if widest ~= nil and job_desc.min_nodes > widest then return false end
     if job_desc.min_nodes > 1 then return true end
   elseif set(job_desc.num_tasks) and job_desc.num_tasks > 1 then
     return true
@@ -95,7 +110,7 @@ end
 
 local function one_pool(job_desc, submit_uid)
   local pools = pools_of(job_desc.partition)
-  if pools == nil or not many_nodes(job_desc) then return end
+  if pools == nil or not many_nodes(job_desc, widest_of(job_desc.partition)) then return end
   local features = job_desc.features
   if features ~= nil and features ~= "" and chosen(features) then return end
   local bracket = "[" .. table.concat(pools, "|") .. "]"
@@ -126,11 +141,17 @@ return slurm.SUCCESS
 """
 
 
-def job_submit_lua(pools: Mapping[str, Sequence[str]], default_partition: str | None = None) -> str:
+def job_submit_lua(
+    pools: Mapping[str, Sequence[str]],
+    default_partition: str | None = None,
+    widest: Mapping[str, int] | None = None,
+) -> str:
     """The job_submit.lua that keeps multi-node jobs in one pool: `pools` maps each of
     sco's Slurm partitions to its pool features, in sco's order of preference (the
     first that fits wins). `default_partition`, one of them, is where a job naming no
     partition goes (the cluster's Default=YES); without it such jobs are left alone.
+    `widest`: per partition, the most nodes a job may ask for and be kept in one pool
+    (one_pool_max_nodes): a wider one could never start in one, and may span pools.
     ValueError for a feature not of [A-Za-z0-9_-], a partition name Slurm would not
     take, no pools, or a default not among the partitions."""
     if not pools:
@@ -151,4 +172,6 @@ def job_submit_lua(pools: Mapping[str, Sequence[str]], default_partition: str | 
     lines.append("}")
     default = "nil" if default_partition is None else f'"{default_partition}"'
     lines.append(f"local DEFAULT = {default}  -- where a job naming no partition goes")
+    most = ", ".join(f'["{p}"] = {int(n)}' for p, n in (widest or {}).items() if p in pools)
+    lines.append(f"local WIDEST = {{{most}}}  -- wider jobs may span pools")
     return "\n".join(lines) + "\n" + _BODY

@@ -124,6 +124,7 @@ class BatchCluster:
         # Jobs of many nodes constrained to one pool (`[pool-a|pool-b|..]`, as sco's
         # job_submit.lua adds it): the first pool in this order that holds the job.
         self.pool_order: Sequence[str] | None = None
+        self.pool_widest: int | None = None  # ... jobs of at most this many nodes
         self.jobs_by_id: dict[int, QueuedJob] = {}  # every job submitted
         self.live: dict[int, QueuedJob] = {}  # pending and running
         self.nodes_by_name: dict[str, ClusterNode] = {}
@@ -406,7 +407,10 @@ class BatchCluster:
 
     def _room_for(self, want: int, free: list[ClusterNode]) -> bool:
         """Whether a job of `want` nodes may start on `free` now (`room_for`)."""
-        return room_for(free, want, one_pool=self.pool_order is not None)
+        return room_for(free, want, one_pool=self._one_pool(want))
+
+    def _one_pool(self, want: int) -> bool:
+        return self.pool_order is not None and want <= (self.pool_widest or want)
 
     def _reservation(self, want: int, free: int) -> tuple[float, float]:
         """(when, nodes to spare then) for a job of `want` nodes, by running jobs' limits."""
@@ -422,7 +426,7 @@ class BatchCluster:
 
     def _start(self, q: QueuedJob, free: list[ClusterNode], now: float) -> None:
         want = q.job.nodes
-        if self.pool_order is not None:
+        if self.pool_order is not None and self._one_pool(want):
             taken = first_pool(free, want, self.pool_order)
         elif self.topology is not None:
             taken = pick(free, want)

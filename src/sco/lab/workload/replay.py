@@ -221,6 +221,17 @@ def _run(
     return Replayed(name, outcomes, start, waits, side.samples, side.cluster.lost)
 
 
+def widest_pool(spec: ReplaySpec, traces: TraceSet) -> int:
+    """The most instances one spot pool of the trace ever holds: a job wider than that
+    is left free to span pools (`one_pool_max_nodes`), as an operator would set it."""
+    most = 1
+    for s in traces.series:
+        top = max(s.values, default=0)
+        size = spec.pool_size or (traces.region.pool_size if s.binary else 1)
+        most = max(most, top * size)
+    return most
+
+
 def _one_pool(spec: ReplaySpec, policy: ReplayPolicy) -> bool:
     """Whether the queue keeps each job of many nodes in one pool under `policy`: sco's
     own choice (`--one-pool`/`--spread`) for its policies, else as the policy says."""
@@ -247,7 +258,7 @@ def _side(
         return side, None if fixed is None else fixed.nodes
     demand_spec = slurm_spec(
         PARTITION, region, workload.procs_per_node, workload.max_nodes,
-        spec.requeue_lead_s, spec.floor, _one_pool(spec, policy),
+        spec.requeue_lead_s, spec.floor, _one_pool(spec, policy), widest_pool(spec, traces),
     )  # fmt: skip
     size = None if policy.fixed is None else fixed_size(workload, window_s, policy.fixed)
     return BatchSide(workload, demand_spec, start, spec.checkpoint_s, size), size

@@ -235,6 +235,7 @@ class BatchSide:
         self.cluster.topology = {pool_feature(p.id): p.hall for p in region.pools()}
         if self.spec.one_pool:  # sco's job_submit.lua, the region's pools in its order
             self.cluster.pool_order = [pool_feature(p.id) for p in region.pools()]
+            self.cluster.pool_widest = self.spec.one_pool_max_nodes
         slurm = {self.spec.partition.name: self.spec.slurm}
         return SlurmNodes(self.view, slurm, self.link.listing, clock)
 
@@ -302,6 +303,7 @@ def slurm_spec(
     requeue_lead_s: float,
     floor: int = 0,
     one_pool: bool = False,
+    one_pool_max_nodes: int | None = None,
 ) -> SlurmDemandSpec:
     """One sco partition over the queue's Slurm partition, of at most `max_nodes`."""
     slurm = SlurmPartition(
@@ -312,5 +314,5 @@ def slurm_spec(
     )
     return SlurmDemandSpec(
         Partition(partition, region, SchedulerKind.SLURM), slurm, floor, max_nodes, max_nodes,
-        one_pool=one_pool,
+        one_pool=one_pool, one_pool_max_nodes=one_pool_max_nodes,
     )  # fmt: skip
