@@ -12,13 +12,38 @@ before it (Placement's spot capacity lowered, the newest excess servers given
 The sim side: `replay(ReplaySpec(...), ["sco"])`, cycle, requeue lead, notice, idle
 keep and cold start (measured: create to slurmd registered) × K.
 
+One pool per job (`--one-pool`, the default; `--spread` runs without): on the real
+side slurmctld gets sco's job_submit.lua for the partition's pools (the region
+file's: one spot pool per hall, then one guaranteed pool per hall), with
+JobSubmitPlugins=lua and the pools' features on the FUTURE placeholders, as `sco
+slurm conf|job-submit` print them, and sco.yaml says `slurm.one_pool: true`; the
+sim side runs `ReplaySpec(one_pool=True)`, whose cluster keeps each job of many
+nodes in the first pool in the same order that holds it.
+
+Where each run of a job of many nodes ran, from what Slurm gave it: the job script
+records its start time and SLURM_JOB_NODELIST, and each node's pool is its
+`pool-...` feature as sinfo showed it (or its server's `sco:pool`).
+`one_pool_share_real` is the share of those runs whose nodes were all in one pool;
+`one_pool_share_when_room_real` the same over the runs that started when some pool
+had as many idle nodes of the partition as the job asked for. Those idle nodes are
+an approximation: sinfo's, read every poll (0.5 real s, K/2 simulated ones), as of
+the last read that had ended before the job script started, plus the run's own
+nodes (idle the moment slurmctld gave them; a read may already show them
+allocated, or miss them if they registered since). A node another job took between
+that read and the start counts as idle still, so "room" may be a little generous.
+`wide_jobs_multi_pool_real` and `_sim`: of the jobs of many nodes that ran, the
+share that spanned pools in some run, on each side.
+
 Prints one JSON line: {"jobs", "completed_real", "completed_sim", "requeues_real",
-"requeues_sim", "wait_p95_real_s", "wait_p95_sim_s", ...} (seconds are simulated).
+"requeues_sim", "wait_p95_real_s", "wait_p95_sim_s", "one_pool_share_real",
+"one_pool_share_when_room_real", ...} (seconds are simulated).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import contextlib
 import json
 import math
 import os
@@ -28,7 +53,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -37,7 +62,9 @@ from typing import Any, TypeVar
 import yaml
 
 from sco.adapters.openstack.resources import META_CLASS, META_RECLAIM_AT
-from sco.adapters.slurm.nodes import node_name
+from sco.adapters.slurm.nodes import node_name, partition_feature, pool_feature, slurm_conf_lines
+from sco.assembly.settings import load
+from sco.assembly.slurm import job_submit, region_pools
 from sco.domain.lifecycle import Timeouts
 from sco.lab.region import COLD_START_S
 from sco.lab.traces import TraceSet, load_traces, repeated
@@ -59,6 +86,7 @@ JOB = """#!/bin/bash
 D={dir}; id=$SLURM_JOB_ID; t0=$(date +%s%N); saved=0
 [ -f $D/$id.work ] && saved=$(cat $D/$id.work)
 echo $id >> $D/started
+echo $id $(date +%s.%N) $SLURM_JOB_NODELIST >> $D/runs
 save() {{
   echo $(( saved + ($(date +%s%N) - t0) / 1000000 )) > $D/$id.tmp
   mv $D/$id.tmp $D/$id.work; exit 143
@@ -91,15 +119,42 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base-port", type=int, default=19400)
     ap.add_argument("--keep", type=Path, default=None, help="Run folder to keep (logs).")
+    way = ap.add_mutually_exclusive_group()
+    way.add_argument("--one-pool", dest="one_pool", action="store_true", default=True,
+                     help="Slurm keeps each job of many nodes in one pool (sco's "
+                     "job_submit.lua, slurm.one_pool), on both sides (the default).")  # fmt: skip
+    way.add_argument("--spread", dest="one_pool", action="store_false",
+                     help="Slurm places jobs over any pools, on both sides.")  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sco-bench-slurm-replay-") as tmp:
         print(json.dumps(run(args.keep or Path(tmp), args), sort_keys=True))
 
 
 def run(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    hold = partial(_requeue_hold, k=args.speedup)
-    with nova_and_slurm(folder, args.base_port, HALLS, SLOTS, prepare=hold, log=log) as up:
+    prepare = partial(_prepare, k=args.speedup)
+    with nova_and_slurm(folder, args.base_port, HALLS, SLOTS, prepare=prepare, log=log) as up:
         return measure(folder, *up, args)
+
+
+def _prepare(cluster: SlurmCluster, k: float) -> None:
+    _requeue_hold(cluster, k)
+    cluster._addresses = _free_addresses(cluster)  # type: ignore[assignment]
+
+
+def _free_addresses(cluster: SlurmCluster) -> Iterator[int]:
+    """Node addresses (and netns numbers) of the cluster's /24 that no live node holds,
+    lowest first: the harness counts them up from .10 and never reuses one, so a run
+    that boots more than 245 nodes (a 36 h window at 120x boots ~300) stopped
+    booting any (its boot thread died on `ip addr add ....256/24`)."""
+    while True:
+        held = {int(n.address.rsplit(".", 1)[1]) for n in cluster.nodes.values()}
+        free = [
+            k for k in range(10, 255)
+            if k not in held and not Path(f"/var/run/netns/sco{cluster.id}n{k}").exists()
+        ]  # fmt: skip
+        if not free:
+            raise RuntimeError(f"Slurm cluster {cluster.id}: no node address left")
+        yield free[0]
 
 
 def _requeue_hold(cluster: SlurmCluster, k: float) -> None:
@@ -112,10 +167,10 @@ def _requeue_hold(cluster: SlurmCluster, k: float) -> None:
 
 
 def measure(
-    folder: Path, stack: NovaStack, cluster: SlurmCluster, _boot: SlurmBoot,
+    folder: Path, stack: NovaStack, cluster: SlurmCluster, boot: SlurmBoot,
     args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
-    """Both sides on running services (a smoke run's own); `_boot` makes the nodes."""
+    """Both sides on running services (a smoke run's own); `boot` makes the nodes."""
     k = float(args.speedup)
     folder.mkdir(parents=True, exist_ok=True)
     workload = read_swf(args.workload, args.max_nodes, args.hours / 24, args.procs_per_node)
@@ -125,14 +180,18 @@ def measure(
     trace_dir = _write_trace(folder / "trace", args.trace, list(stack.halls), max(slots.values()))
     idle_keep = 300.0  # SlurmPartition.idle_keep_s, which the lab's partition keeps
     config = _config(folder, stack, cluster, workload.max_nodes, args, idle_keep / k)
-    log(f"{len(workload.jobs)} jobs over {args.hours} h at {k:g}x; trace {args.trace.name}")
+    way = "one pool per job" if args.one_pool else "spread over pools"
+    log(f"{len(workload.jobs)} jobs over {args.hours} h at {k:g}x, {way}; "
+        f"trace {args.trace.name}")  # fmt: skip
     cmd = [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(config)]
-    proc = services.spawn(cmd, log=folder / "sco-run.log", cwd=ROOT)
-    try:
-        real = _drive(folder, args, stack, cluster, workload, trace_dir, slots, proc)
-    finally:
-        services.stop_group(proc, signal.SIGTERM, 60)
-        Placement(stack).set({})
+    with _one_pool_slurm(cluster, config, args.one_pool) as bracketed:
+        proc = services.spawn(cmd, log=folder / "sco-run.log", cwd=ROOT)
+        try:
+            real = _drive(folder, args, stack, cluster, boot, workload, trace_dir, slots, proc)
+        finally:
+            services.stop_group(proc, signal.SIGTERM, 60)
+            Placement(stack).set({})
+        real["jobs_bracketed"] = bracketed()
     cold_s = real.pop("cold_start_real_s")
     spec = ReplaySpec(
         workload=swf, traces=trace_dir, days=real.pop("span_sim_s") / 86400,
@@ -144,6 +203,7 @@ def measure(
         # (At the default ones a 3 s boot under load, 1800 s at 600x, expired every
         # create in the simulation: completed_sim 1 of 7.)
         timeouts=Timeouts().scaled(k),
+        one_pool=args.one_pool,
     )  # fmt: skip
     _, runs, _ = replay(spec, ["sco"])
     sim = runs[0].outcomes
@@ -154,6 +214,8 @@ def measure(
         "wait_p95_real_s": real.pop("wait_p95_s"), "wait_p95_sim_s": sim["wait_p95_s"],
         "wait_p50_real_s": real.pop("wait_p50_s"), "wait_p50_sim_s": sim["wait_p50_s"],
         "reclaims_sim": sim["reclaims"], "unfinished_sim": sim["jobs_unfinished"],
+        "one_pool": args.one_pool, "wide_jobs_multi_pool_sim": sim["wide_jobs_multi_pool"],
+        "future_nodes_per_pool": workload.max_nodes if args.one_pool else 0,
         "speedup": k, "hours": args.hours, "max_nodes": workload.max_nodes,
         "cycle_s": spec.cycle_s, "requeue_lead_s": spec.requeue_lead_s,
         "notice_s": spec.notice_s, "cold_start_s": round(spec.cold_start_s, 1),
@@ -223,7 +285,8 @@ def _config(
             "max_units": max_nodes, "guaranteed_budget_units": max_nodes,
             "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": cluster.cpus,
                       "memory_mb": cluster.memory_mb,
-                      "requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s},
+                      "requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s,
+                      "one_pool": bool(args.one_pool)},
         }],
         "policy": {
             "interval_s": args.interval_s,
@@ -238,6 +301,66 @@ def _config(
     path = folder / "sco.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+@contextlib.contextmanager
+def _one_pool_slurm(cluster: SlurmCluster, config: Path, on: bool) -> Iterator[Callable[[], int]]:
+    """With `on`: slurmctld as `sco slurm conf|job-submit` would have it for sco.yaml's
+    partition: job_submit.lua beside slurm.conf, JobSubmitPlugins=lua and the region
+    file's pool features on the FUTURE placeholders, slurmctld restarted; as it was
+    on the way out (a test's cluster goes on). Yields how many jobs the script gave a
+    bracket so far (its log lines)."""
+    log_file = cluster.folder / "log" / "slurmctld.log"
+    start = log_file.stat().st_size if log_file.exists() else 0
+
+    def bracketed() -> int:
+        if not log_file.exists():
+            return 0
+        with log_file.open("rb") as f:
+            f.seek(start)
+            return f.read().count(b"sco one-pool: uid")
+
+    if not on:
+        yield bracketed
+        return
+    settings = load(config)
+    partition, pools = settings.partitions[0], region_pools(settings, [])
+    lua = job_submit(settings, [partition.name])
+    lines = partial(slurm_conf_lines, cluster.sco_partition, cluster.partitions, cluster.cpus,
+                    cluster.memory_mb)  # fmt: skip
+    old, new = lines(cluster.pools), lines(pools)
+    before = cluster.conf.read_text()
+    text = [new[old.index(x)] if x in old else x for x in before.splitlines()]
+    if "JobSubmitPlugins=lua" not in text:
+        text.insert(text.index(new[0]), "JobSubmitPlugins=lua")
+    # Not (yet) what `sco slurm conf` prints: each pool's own FUTURE nodes, as many as
+    # the partition's largest job. Slurm 22.05 counts a feature's nodes, live or
+    # FUTURE, to tell whether a job could ever run: without them `sbatch -N n` is
+    # refused ("Requested node configuration is not available") whenever n is at most
+    # the partition's node count but more than any one pool's, and a job it took
+    # waits as BadConstraints (which sco's intake does not count) until some pool
+    # happens to hold n nodes.
+    feature, n = partition_feature(cluster.sco_partition), partition.max_units
+    at = text.index(new[2]) + 1  # after the guaranteed placeholder
+    text[at:at] = [
+        f"NodeName={feature}-p{k}-[1-{n}] State=FUTURE Feature=sco,{feature},{cls},"
+        f"{pool_feature(p)} CPUs={cluster.cpus:g} RealMemory={cluster.memory_mb:g}"
+        for k, (cls, p) in enumerate(pools)
+    ]  # fmt: skip
+    text = [
+        f"MaxNodeCount={int(x.split('=')[1]) + n * len(pools)}" if x.startswith("MaxNodeCount=")
+        else x for x in text
+    ]  # fmt: skip
+    script = cluster.conf.parent / "job_submit.lua"
+    script.write_text(lua)
+    cluster.conf.write_text("\n".join(text) + "\n")
+    cluster.restart_ctld()
+    try:
+        yield bracketed
+    finally:
+        cluster.conf.write_text(before)
+        script.unlink(missing_ok=True)
+        cluster.restart_ctld()
 
 
 class Placement:
@@ -304,7 +427,8 @@ def _events(traces: TraceSet, halls: list[str], notice_s: float) -> list[Any]:
 
 def _drive(
     folder: Path, args: argparse.Namespace, stack: NovaStack, cluster: SlurmCluster,
-    workload: Workload, trace_dir: Path, slots: dict[str, int], proc: subprocess.Popen[bytes],
+    boot: SlurmBoot, workload: Workload, trace_dir: Path, slots: dict[str, int],
+    proc: subprocess.Popen[bytes],
 ) -> dict[str, Any]:  # fmt: skip
     """The real side: jobs submitted, the trace played, each job's waits added up."""
     k = float(args.speedup)
@@ -332,6 +456,11 @@ def _drive(
         return t0 + (sim_t - start) / k
 
     submitted: dict[int, float] = {}  # slurm id -> wall time submitted
+    wants: dict[int, int] = {}  # slurm id -> nodes asked for
+    mine = partition_feature(cluster.sco_partition)
+    pool_of: dict[str, str] = {}  # node -> its pool feature
+    idle_at: list[float] = []  # when sinfo's answer was in hand (wall)
+    idle_seen: list[frozenset[str]] = []  # the partition's idle nodes it showed
     pending_since: dict[int, float] = {}  # slurm id -> waiting since (wall)
     created: dict[str, float] = {}  # server id -> created (wall)
     registered: dict[str, float] = {}  # node -> first seen in sinfo (wall)
@@ -353,10 +482,12 @@ def _drive(
             cmd = [str(script), str(round(j.run_s / k * 1000))]
             jid = _retry(partial(_sbatch, cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
                                  cmd), "sbatch", revive)  # fmt: skip
-            submitted[jid], pending_since[jid] = at, at
+            submitted[jid], pending_since[jid], wants[jid] = at, at, j.nodes
             nxt += 1
         if proc.poll() is not None:
             raise RuntimeError(f"sco run exited {proc.returncode}")
+        if boot._thread is not None and not boot._thread.is_alive():
+            raise RuntimeError("the servers' boot into Slurm nodes stopped (see its traceback)")
         revive()
         while events and wall(events[0][0]) <= time.time():
             t, kind, hall, drop = events.pop(0)
@@ -396,11 +527,23 @@ def _drive(
                 waited[jid] += mid - pending_since.pop(jid)
         last_poll = now
         states = cluster.node_states()
+        read = time.time()
         registered.update({name: now for name in states if name not in registered})
+        for name, (_, features) in states.items():
+            words = features.split(",")
+            pool = next((w for w in words if w.startswith("pool-")), None)
+            if mine in words and pool is not None and not name.startswith(f"{mine}-"):
+                pool_of[name] = pool
+        idle = frozenset(n for n, (state, _) in states.items() if n in pool_of and state == "idle")
+        if not idle_seen or idle != idle_seen[-1]:
+            idle_at.append(read)
+            idle_seen.append(idle)
         if now - last_check > 3:
             last_check = now
             for s in _retry(partial(stack.servers, tags="sco"), "servers"):
                 created.setdefault(s["id"], datetime.fromisoformat(s["created"]).timestamp())
+                if pool := (s.get("metadata") or {}).get("sco:pool"):
+                    pool_of.setdefault(node_name(s["id"]), pool_feature(pool))
             for h in halls:
                 _retry(partial(placement.apply, h), "placement")  # Nova may have reset it
             stats["released"] += cluster.release_launch_failed()
@@ -418,13 +561,63 @@ def _drive(
     waits = sorted(waited[j] * k for j in submitted)
     colds = sorted(registered[node_name(i)] - c - 0.5 for i, c in created.items()
                    if node_name(i) in registered)  # created: whole s; to seen in sinfo  # fmt: skip
+    runs = _runs(cluster, jobs_dir / "runs", wants)
     return {
+        **_one_pool_shares(runs, wants, pool_of, idle_at, idle_seen),
         "completed": len(done), "requeues": sum(max(0, starts[j] - 1) for j in submitted),
         "wait_p95_s": _pct(waits, 0.95), "wait_p50_s": _pct(waits, 0.50),
         "cold_start_real_s": round(colds[len(colds) // 2], 2) if colds else None,
         "servers": len(created), "wall_s": round(end - t0, 1),
         "reclaims_real": stats["notices"] + stats["reclaims_unnoticed"],
         "span_sim_s": max((end - t0) * k * 1.5, workload.span_s + 86400.0), **stats,
+    }  # fmt: skip
+
+
+def _runs(cluster: SlurmCluster, path: Path, jobs: dict[int, int]) -> list[Any]:
+    """(slurm id, start (wall), nodes) of each run of the bench's jobs, as the job
+    script recorded them (its start and SLURM_JOB_NODELIST, expanded by scontrol)."""
+    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    lists = {r[2] for r in rows if len(r) == 3}
+    nodes = {x: _hostnames(cluster, x) for x in lists}
+    return [(int(r[0]), float(r[1]), nodes[r[2]]) for r in rows
+            if len(r) == 3 and int(r[0]) in jobs]  # fmt: skip
+
+
+def _hostnames(cluster: SlurmCluster, listed: str) -> list[str]:
+    done = subprocess.run(["scontrol", "show", "hostnames", listed], env=cluster.env,
+                          capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+    return done.stdout.split() if done.returncode == 0 else [listed]
+
+
+def _one_pool_shares(
+    runs: list[Any], wants: dict[int, int], pool_of: dict[str, str],
+    idle_at: list[float], idle_seen: list[frozenset[str]],
+) -> dict[str, Any]:  # fmt: skip
+    """Of the runs of jobs of many nodes: how many ran in one pool, over all and over
+    those that started when some pool had as many idle nodes as the job asked for
+    (idle: the last sinfo read before the start, and the run's own nodes)."""
+    wide = [(jid, t, nodes) for jid, t, nodes in runs if wants[jid] > 1]
+    one = room = one_room = unknown = 0
+    spanned: dict[int, bool] = {}
+    for jid, t, nodes in wide:
+        unknown += any(n not in pool_of for n in nodes)
+        pools = {pool_of.get(n, f"?{n}") for n in nodes}
+        i = bisect.bisect_right(idle_at, t) - 1
+        idle = (idle_seen[i] if i >= 0 else frozenset()) | set(nodes)
+        had = Counter(pool_of[n] for n in idle if n in pool_of)
+        fits = max(had.values(), default=0) >= wants[jid]
+        one += len(pools) == 1
+        room += fits
+        one_room += fits and len(pools) == 1
+        spanned[jid] = spanned.get(jid, False) or len(pools) > 1
+    return {
+        "multi_node_runs": len(wide), "multi_node_runs_one_pool": one,
+        "one_pool_share_real": round(one / len(wide), 4) if wide else None,
+        "multi_node_runs_when_room": room, "multi_node_runs_when_room_one_pool": one_room,
+        "one_pool_share_when_room_real": round(one_room / room, 4) if room else None,
+        "wide_jobs_multi_pool_real":
+            round(sum(spanned.values()) / len(spanned), 4) if spanned else None,
+        "multi_node_runs_pool_unknown": unknown,
     }  # fmt: skip
 
 

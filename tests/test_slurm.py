@@ -381,22 +381,30 @@ def test_the_slurm_replay_bench_at_smoke_size(
     bench: Callable[[str], ModuleType],
 ) -> None:
     """bench/slurm_replay.py's own code to its result, on this tier's services: a few
-    jobs of the bundled workload's first hours, replayed on real Slurm and in the lab;
-    every job completes on both sides."""
+    jobs of the bundled workload's first hours, replayed on real Slurm and in the lab,
+    each job of many nodes kept in one pool (sco's job_submit.lua; the lab's cluster);
+    every job completes on both sides, and where Slurm ran them is measured."""
     module = bench("slurm_replay")
     args = argparse.Namespace(
         workload=module.DATA / "workloads" / "synthetic-2d.swf", speedup=600.0, hours=3.0,
         max_nodes=4, procs_per_node=None, trace=module.DATA / "traces" / "apache" / "v100-9zone",
         notice_s=5.0, requeue_lead_s=3.0, interval_s=1.0, cold_start_s=2.5, limit_s=150.0,
-        seed=0,
+        seed=0, one_pool=True,
     )  # fmt: skip
     result = module.measure(tmp_path, stack, cluster, boot, args)
     keys = ("jobs", "completed_real", "completed_sim", "requeues_real", "requeues_sim",
-            "wait_p95_real_s", "wait_p95_sim_s")  # fmt: skip
+            "wait_p95_real_s", "wait_p95_sim_s", "multi_node_runs", "multi_node_runs_one_pool",
+            "one_pool_share_real", "one_pool_share_when_room_real",
+            "wide_jobs_multi_pool_sim")  # fmt: skip
     assert all(key in result for key in keys), result
     assert result["jobs"] >= 5, result
     assert result["completed_real"] == result["jobs"], result
     assert result["completed_sim"] == result["jobs"], result
+    assert result["multi_node_runs"] >= 1, result  # the window has jobs of 3 and 4 nodes
+    share = result["one_pool_share_real"]
+    assert isinstance(share, float | int), result
+    assert 0 <= share <= 1, result
+    assert result["jobs_bracketed"] >= 1, result  # the job_submit.lua was in effect
 
 
 def test_slurm_start_errors_exit_2_naming_the_problem(
