@@ -18,7 +18,9 @@ file's: one spot pool per hall, then one guaranteed pool per hall), with
 JobSubmitPlugins=lua and the pools' features on the FUTURE placeholders, as `sco
 slurm conf|job-submit` print them, and sco.yaml says `slurm.one_pool: true`; the
 sim side runs `ReplaySpec(one_pool=True)`, whose cluster keeps each job of many
-nodes in the first pool in the same order that holds it.
+nodes in the first pool in the same order that holds it. On both sides a job wider
+than the trace's widest spot pool (`widest_pool`, the replay's
+`one_pool_max_nodes`) is left free to span pools.
 
 Where each run of a job of many nodes ran, from what Slurm gave it: the job script
 records its start time and SLURM_JOB_NODELIST, and each node's pool is its
@@ -68,7 +70,7 @@ from sco.assembly.slurm import job_submit, region_pools
 from sco.domain.lifecycle import Timeouts
 from sco.lab.region import COLD_START_S
 from sco.lab.traces import TraceSet, load_traces, repeated
-from sco.lab.workload.replay import ReplaySpec, replay
+from sco.lab.workload.replay import ReplaySpec, replay, widest_pool
 from sco.lab.workload.swf import Workload, read_swf
 from sco_harness import services
 from sco_harness.nova_slurm import nova_and_slurm
@@ -179,7 +181,9 @@ def measure(
     slots = {h: len(hosts) * stack.slots for h, hosts in stack.halls.items()}
     trace_dir = _write_trace(folder / "trace", args.trace, list(stack.halls), max(slots.values()))
     idle_keep = 300.0  # SlurmPartition.idle_keep_s, which the lab's partition keeps
-    config = _config(folder, stack, cluster, workload.max_nodes, args, idle_keep / k)
+    # Wider jobs span pools on both sides: the replay's own one_pool_max_nodes.
+    widest = widest_pool(ReplaySpec(workload=swf, traces=trace_dir), load_traces(trace_dir))
+    config = _config(folder, stack, cluster, workload.max_nodes, args, idle_keep / k, widest)
     way = "one pool per job" if args.one_pool else "spread over pools"
     log(f"{len(workload.jobs)} jobs over {args.hours} h at {k:g}x, {way}; "
         f"trace {args.trace.name}")  # fmt: skip
@@ -216,6 +220,7 @@ def measure(
         "reclaims_sim": sim["reclaims"], "unfinished_sim": sim["jobs_unfinished"],
         "one_pool": args.one_pool, "wide_jobs_multi_pool_sim": sim["wide_jobs_multi_pool"],
         "future_nodes_per_pool": workload.max_nodes if args.one_pool else 0,
+        "one_pool_max_nodes": widest if args.one_pool else None,
         "speedup": k, "hours": args.hours, "max_nodes": workload.max_nodes,
         "cycle_s": spec.cycle_s, "requeue_lead_s": spec.requeue_lead_s,
         "notice_s": spec.notice_s, "cold_start_s": round(spec.cold_start_s, 1),
@@ -267,9 +272,10 @@ def _write_trace(folder: Path, source: Path, halls: list[str], pool_size: int) -
 
 def _config(
     folder: Path, stack: NovaStack, cluster: SlurmCluster, max_nodes: int,
-    args: argparse.Namespace, idle_keep_s: float,
+    args: argparse.Namespace, idle_keep_s: float, widest: int,
 ) -> Path:  # fmt: skip
     k = float(args.speedup)
+    one_pool = {"one_pool": True, "one_pool_max_nodes": widest} if args.one_pool else {}
     region, spec = folder / "region.yaml", stack.region()
     for pool in spec["pools"]:  # what the lab's pools say: their notice and cold start
         pool["notice_s"] = args.notice_s if pool["class"] == "spot" else 0.0
@@ -286,7 +292,7 @@ def _config(
             "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": cluster.cpus,
                       "memory_mb": cluster.memory_mb,
                       "requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s,
-                      "one_pool": bool(args.one_pool)},
+                      **one_pool},
         }],
         "policy": {
             "interval_s": args.interval_s,
