@@ -84,8 +84,10 @@ SLOTS = 4  # CUSTOM_SPOT_SLOT per compute
 DATA = ROOT / "src" / "sco" / "data"
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"}
 JOB = """#!/bin/bash
-# $1: the job's work in ms. A SIGTERM (sco's requeue) saves the work done; a rerun resumes.
-D={dir}; id=$SLURM_JOB_ID; t0=$(date +%s%N); saved=0
+# $1: the job's work in ms, $2: the bench's key for it (its Slurm id may change: a
+# slurmctld crash can lose a job and hand its id out again). A SIGTERM (sco's requeue)
+# saves the work done; a rerun resumes.
+D={dir}; id=$2; t0=$(date +%s%N); saved=0
 [ -f $D/$id.work ] && saved=$(cat $D/$id.work)
 echo $id >> $D/started
 echo $id $(date +%s.%N) $SLURM_JOB_NODELIST >> $D/runs
@@ -461,34 +463,50 @@ def _drive(
     def wall(sim_t: float) -> float:
         return t0 + (sim_t - start) / k
 
-    submitted: dict[int, float] = {}  # slurm id -> wall time submitted
-    wants: dict[int, int] = {}  # slurm id -> nodes asked for
+    # Keyed by the job's index in the window; jid: its Slurm id now.
+    submitted: dict[int, float] = {}  # key -> wall time submitted
+    jid: dict[int, int] = {}  # key -> Slurm id
+    wants: dict[int, int] = {}  # key -> nodes asked for
     mine = partition_feature(cluster.sco_partition)
     pool_of: dict[str, str] = {}  # node -> its pool feature
     idle_at: list[float] = []  # when sinfo's answer was in hand (wall)
     idle_seen: list[frozenset[str]] = []  # the partition's idle nodes it showed
-    pending_since: dict[int, float] = {}  # slurm id -> waiting since (wall)
+    pending_since: dict[int, float] = {}  # key -> waiting since (wall)
     created: dict[str, float] = {}  # server id -> created (wall)
     registered: dict[str, float] = {}  # node -> first seen in sinfo (wall)
-    waited: defaultdict[int, float] = defaultdict(float)  # slurm id -> time pending (wall)
+    waited: defaultdict[int, float] = defaultdict(float)  # key -> time pending (wall)
     stats, deleted, done = Counter[str](), set[str](), set[int]()
     nxt, last_poll, last_check, last_log = 0, t0, t0, t0
 
+    def submit(key: int, again: Callable[[], None]) -> int:
+        j = workload.jobs[key]
+        cmd = [str(script), str(round(j.run_s / k * 1000)), str(key)]
+        return _retry(partial(_sbatch, cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
+                              cmd), "sbatch", again)  # fmt: skip
+
     def revive() -> None:  # Slurm 22.05's backfill thread segfaults now and then
         code = cluster.ctld_exit()
-        if code is not None:
-            log(f"slurmctld exited {code}: started again")
-            stats["slurmctld_restarts"] += 1
-            cluster.start_ctld()
+        if code is None:
+            return
+        log(f"slurmctld exited {code}: started again")
+        stats["slurmctld_restarts"] += 1
+        cluster.start_ctld()
+        # Jobs submitted since its last state save are gone, and their ids will be
+        # handed out again: submitted anew (their wait goes on).
+        known = _retry(partial(_known_jobs, cluster), "squeue")
+        finished = {int(x) for x in (jobs_dir / "done").read_text().split()}
+        for key in [x for x in submitted if jid[x] not in known and x not in finished]:
+            log(f"job {workload.jobs[key].job_id} (Slurm {jid[key]}) lost: submitted again")
+            stats["lost_by_slurmctld"] += 1
+            jid[key] = submit(key, lambda: None)
+            pending_since.setdefault(key, time.time())
 
     while time.time() - t0 < args.limit_s:
         now = time.time()
         while nxt < len(workload.jobs) and t0 + workload.jobs[nxt].submit_s / k <= now:
-            j, at = workload.jobs[nxt], time.time()
-            cmd = [str(script), str(round(j.run_s / k * 1000))]
-            jid = _retry(partial(_sbatch, cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
-                                 cmd), "sbatch", revive)  # fmt: skip
-            submitted[jid], pending_since[jid], wants[jid] = at, at, j.nodes
+            at = time.time()
+            jid[nxt] = submit(nxt, revive)
+            submitted[nxt], pending_since[nxt], wants[nxt] = at, at, workload.jobs[nxt].nodes
             nxt += 1
         if proc.poll() is not None:
             raise RuntimeError(f"sco run exited {proc.returncode}")
@@ -525,12 +543,12 @@ def _drive(
         queue = cluster.squeue()
         done = {int(x) for x in (jobs_dir / "done").read_text().split()} & set(submitted)
         mid = (last_poll + now) / 2
-        for jid in submitted:
-            waiting = queue.get(jid) in WAITING
-            if waiting and jid not in pending_since:
-                pending_since[jid] = mid
-            elif not waiting and jid in pending_since and (jid in queue or jid in done):
-                waited[jid] += mid - pending_since.pop(jid)
+        for key in submitted:
+            waiting = queue.get(jid[key]) in WAITING
+            if waiting and key not in pending_since:
+                pending_since[key] = mid
+            elif not waiting and key in pending_since and (jid[key] in queue or key in done):
+                waited[key] += mid - pending_since.pop(key)
         last_poll = now
         states = cluster.node_states()
         read = time.time()
@@ -561,8 +579,8 @@ def _drive(
                 f"{len(done)} done, {len(states)} nodes, {dict(stats)}")  # fmt: skip
         time.sleep(max(0.0, 0.5 - (time.time() - now)))
     end = time.time()
-    for jid, since in pending_since.items():
-        waited[jid] += end - since
+    for key, since in pending_since.items():
+        waited[key] += end - since
     starts = Counter(int(x) for x in (jobs_dir / "started").read_text().split())
     waits = sorted(waited[j] * k for j in submitted)
     colds = sorted(registered[node_name(i)] - c - 0.5 for i, c in created.items()
@@ -579,8 +597,17 @@ def _drive(
     }  # fmt: skip
 
 
+def _known_jobs(cluster: SlurmCluster) -> set[int]:
+    """The ids of every job slurmctld knows, finished ones too (kept MinJobAge)."""
+    done = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], env=cluster.env,
+                          capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"squeue: {done.stderr.strip()}")
+    return {int(x) for x in done.stdout.split() if x.isdigit()}
+
+
 def _runs(cluster: SlurmCluster, path: Path, jobs: dict[int, int]) -> list[Any]:
-    """(slurm id, start (wall), nodes) of each run of the bench's jobs, as the job
+    """(key, start (wall), nodes) of each run of the bench's jobs, as the job
     script recorded them (its start and SLURM_JOB_NODELIST, expanded by scontrol)."""
     rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
     lists = {r[2] for r in rows if len(r) == 3}
