@@ -523,9 +523,11 @@ def _drive(
                 staying = [s for s in servers if deadlines.get(s["id"], math.inf) > wall(drop)]
                 fresh = [s for s in staying if s["id"] not in deadlines]
                 for s in fresh[: max(0, len(staying) - future)]:
-                    _notice(stack, s["id"], wall(drop))
+                    # One Nova refuses (a server still building) goes unnoticed.
+                    stats[
+                        "notices" if _notice(stack, s["id"], wall(drop)) else "notices_refused"
+                    ] += 1
                     deadlines[s["id"]] = wall(drop)
-                    stats["notices"] += 1
             else:  # the drop: what is over capacity goes, noticed first, then the newest
                 now_cap[hall] = capacity(hall, series[hall].value_at(t))
                 announced[hall] = [(a, v) for a, v in announced[hall] if a > t]
@@ -579,6 +581,8 @@ def _drive(
                 f"{len(done)} done, {len(states)} nodes, {dict(stats)}")  # fmt: skip
         time.sleep(max(0.0, 0.5 - (time.time() - now)))
     end = time.time()
+    if unfinished := [jid[x] for x in submitted if x not in done]:
+        log(f"{len(unfinished)} jobs unfinished at the limit:\n{cluster.describe(unfinished)}")
     for key, since in pending_since.items():
         waited[key] += end - since
     starts = Counter(int(x) for x in (jobs_dir / "started").read_text().split())
@@ -592,7 +596,7 @@ def _drive(
         "wait_p95_s": _pct(waits, 0.95), "wait_p50_s": _pct(waits, 0.50),
         "cold_start_real_s": round(colds[len(colds) // 2], 2) if colds else None,
         "servers": len(created), "wall_s": round(end - t0, 1),
-        "reclaims_real": stats["notices"] + stats["reclaims_unnoticed"],
+        "reclaims_real": stats["notices"] + stats["notices_refused"] + stats["reclaims_unnoticed"],
         "span_sim_s": max((end - t0) * k * 1.5, workload.span_s + 86400.0), **stats,
     }  # fmt: skip
 
@@ -687,13 +691,14 @@ def _spot_servers(stack: NovaStack, hall: str, deleted: set[str]) -> list[dict[s
     ]  # fmt: skip
 
 
-def _notice(stack: NovaStack, sid: str, deadline: float) -> None:
+def _notice(stack: NovaStack, sid: str, deadline: float) -> bool:
     r = stack.conn.compute.put(
         f"/servers/{sid}/metadata/{META_RECLAIM_AT}",
         json={"meta": {META_RECLAIM_AT: f"{deadline:.2f}"}}, microversion="2.90",
     )  # fmt: skip
     if r.status_code != 200:
         log(f"notice to {sid}: HTTP {r.status_code}")
+    return r.status_code == 200
 
 
 def _delete(stack: NovaStack, sid: str, deleted: set[str]) -> None:

@@ -289,6 +289,26 @@ def test_guaranteed_for_whole_gangs_counts_no_spot_and_grows_in_one_pool() -> No
     assert whole.targets == {g2.id: 6}  # in the pool that holds most, not one per hall
 
 
+def test_guaranteed_held_over_two_pools_grows_one_to_hold_a_whole_gang() -> None:
+    """Found by the real-Slurm replay bench: 3 guaranteed nodes in one hall and 1 in
+    another counted as 4 for a job of 4 nodes that must run in one pool, and it waited
+    until the end of the run."""
+    g1, g2 = guaranteed_pool("hall-1"), guaranteed_pool("hall-2")
+    views = [PoolView(g1, headroom=10), PoolView(g2, headroom=10)]
+    want = Demand(4, 0, 20, 20)
+    held = [instance(g1, State.READY) for _ in range(3)] + [instance(g2, State.READY)]
+    grown = arbitrate(snapshot(views, held, want=want), ArbiterConfig(), cover_units=4, whole=[4])
+    assert grown.targets == {g1.id: 4, g2.id: 1}
+    assert any(f"1 guaranteed more in {g1.id}" in n for n in grown.notes)
+    held.append(instance(g1, State.READY))  # grown; hall-2's is idle and of no use
+    cfg = ArbiterConfig(release_after_s=0)
+    kept = arbitrate(snapshot(views, held, want=want), cfg, cover_units=4, whole=[4])
+    assert kept.targets == {g1.id: 4}  # hall-2's goes, never one of the gang's four
+    tight = Demand(4, 0, 20, 4)  # a budget of four: hall-2's makes room at once
+    capped = arbitrate(snapshot(views, held[:4], want=tight), cfg, cover_units=4, whole=[4])
+    assert capped.targets == {g1.id: 4}
+
+
 def test_without_notice_a_long_gang_skips_a_pool_it_would_not_outlast() -> None:
     counts, choices = place_gangs(
         [Gang(4, name="long")], {A: 8}, lambda p, s: 0.2, {}, 1.0, 3600.0, guaranteed=1.0

@@ -436,6 +436,26 @@ def test_nodes_of_servers_that_are_gone_are_deleted_and_others_left_alone() -> N
     assert views["s1"].joined
 
 
+def test_a_busy_node_whose_server_is_gone_goes_down_at_once_then_is_deleted() -> None:
+    """Found by the real-Slurm replay bench: a server reclaimed without a notice left
+    its job RUNNING on a dead node until slurmd's timeout; taken DOWN, Slurm requeues it."""
+    clock = ManualClock(0.0)
+    tools = FakeTools(
+        [job(1, "RUNNING", on=["sco-gone"])],
+        [node("sco-gone", state="allocated", alloc_cpus=2), node("sco-s1")],
+    )
+    plane = _plane(tools, ["s1"], clock)
+    look(plane)
+    assert ("down", "sco-gone", "sco: server gone") in tools.calls
+    assert ("delete", "sco-gone") not in tools.calls  # Slurm refuses a busy node
+    look(plane)
+    assert [c for c in tools.calls if c[0] == "down"] == [("down", "sco-gone", "sco: server gone")]
+    tools.doc_nodes[0]["alloc_cpus"] = 0  # its job requeued: down and idle
+    look(plane)
+    assert ("delete", "sco-gone") in tools.calls
+    assert not [c for c in tools.calls if c[1] == "sco-s1"]
+
+
 def test_reading_nodes_changes_nothing_and_a_dry_run_only_reads() -> None:
     """Defect 2 of issue 25: `sco run --dry-run` read the node plane through `nodes()`,
     which requeued jobs, took nodes down and deleted forgotten ones on a real cluster."""

@@ -120,20 +120,26 @@ def arbitrate(
     if gap > budget:
         notes.append(f"floor needs {gap} guaranteed units, budget {budget}")
     pools = [v for v in snapshot.usable(spot=False) if not v.excluded]
-    if need > held_units:
+    homes = _homes(pools, held, whole)
+    if need > held_units or not homes <= held:
         if not pools:
             notes.append("no guaranteed pool")
             return GuaranteedPlan(dict(held), tuple(notes), need, need - held_units)
-        targets, short = _grow(pools, held, need - held_units, budget - held_units, whole)
+        base = _shrink(snapshot.pools, held | homes, budget, None, idle, homes)
+        base_units = _units(snapshot.pools, base)
+        targets, short = _grow(pools, Counter(base), need - base_units, budget - base_units, whole)
         if short:
             notes.append(f"floor at risk: {short} guaranteed units found no room")
-        added = sum(targets.values()) - sum(held.values())
+        for p, n in sorted((homes - held).items()):
+            notes.append(f"whole jobs: {n} guaranteed more in {p}, so each runs in one pool")
+        added = sum(targets.values()) - sum(base.values())
         if added:
             notes.append(f"floor: {added} guaranteed for spot that cannot arrive in time")
         return GuaranteedPlan(targets, tuple(notes), need, short + max(0, gap - budget))
     still = max(0, cover - stable_units, demand.floor_units - stable_units + at_risk_units)
     keep = max(need, min(held_units, budget, still))
-    targets = _shrink(snapshot.pools, held, keep, cfg.release_limit(sum(held.values())), idle)
+    limit = cfg.release_limit(sum(held.values()))
+    targets = _shrink(snapshot.pools, held, keep, limit, idle, homes)
     released = sum(held.values()) - sum(targets.values())
     if released:
         notes.append(
@@ -176,19 +182,54 @@ def _grow(
     return targets, max(0, remaining)
 
 
+def _homes(
+    pools: Sequence[PoolView], held: Counter[PoolId], whole: Sequence[int]
+) -> Counter[PoolId]:
+    """Guaranteed instances per pool that gangs which must run whole (`whole`: their
+    units) need there, each gang in one pool, widest first: the pool holding most of
+    what no wider gang took, with room for the rest, then the cheapest. Instances
+    held over several pools do not run one job; a gang no pool can hold is left out."""
+    free = Counter(held)
+    room = {v.pool.id: v.available for v in pools}
+    homes: Counter[PoolId] = Counter()
+    for units in sorted(whole, reverse=True):
+        fits = [
+            (v.pool.id, math.ceil(units / v.pool.units_per_instance), v.price)
+            for v in pools
+            if free[v.pool.id] + room[v.pool.id] >= math.ceil(units / v.pool.units_per_instance)
+        ]
+        if not fits:
+            continue
+        p, n, _ = min(fits, key=lambda f: (-free[f[0]], f[2], f[0]))
+        take = min(n, free[p])
+        free[p] -= take
+        room[p] -= n - take
+        homes[p] += n
+    return homes
+
+
+def _units(views: Mapping[PoolId, PoolView], instances: Mapping[PoolId, int]) -> int:
+    return sum(
+        n * (views[p].pool.units_per_instance if p in views else 1) for p, n in instances.items()
+    )
+
+
 def _shrink(
     views: Mapping[PoolId, PoolView],
     held: Counter[PoolId],
     keep_units: int,
     max_release: int | None,
     idle: Counter[PoolId] | None = None,
+    floors: Mapping[PoolId, int] | None = None,
 ) -> dict[PoolId, int]:
     """Held less at most `max_release` instances (the dearest pool, then one holding
-    an idle node, then the fullest), keeping at least `keep_units`. A pool's target
-    cannot say which instance goes, so releasing where a node is idle spares the
-    work running elsewhere."""
+    an idle node, then the fullest), keeping at least `keep_units`, and never below
+    `floors` (the instances whole jobs need in a pool). A pool's target cannot say
+    which instance goes, so releasing where a node is idle spares the work running
+    elsewhere."""
     targets = dict(held)
     idle = Counter(idle or {})
+    floors = floors or {}
 
     def unit_of(p: PoolId) -> int:
         v = views.get(p)
@@ -201,7 +242,11 @@ def _shrink(
     total = sum(n * unit_of(p) for p, n in targets.items())
     released = 0
     while max_release is None or released < max_release:
-        candidates = [p for p, n in targets.items() if n > 0 and total - unit_of(p) >= keep_units]
+        candidates = [
+            p
+            for p, n in targets.items()
+            if n > floors.get(p, 0) and total - unit_of(p) >= keep_units
+        ]
         if not candidates:
             break
         p = max(candidates, key=lambda p: (price_of(p), idle[p] > 0, targets[p], p))

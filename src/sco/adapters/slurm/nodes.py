@@ -26,7 +26,8 @@ only drain and never requeue, and a node they drained keeps its running jobs
 until they end, as Slurm's DRAIN means: it is pinned while it is busy, so its
 server goes when the node has drained, not at the drain's deadline (a batch
 job cannot move; deleting its node would throw its work away). A reclaim does
-not wait. A node whose server is gone is deleted from Slurm.
+not wait. A node whose server is gone is deleted from Slurm, taken DOWN first
+while it runs jobs so that Slurm requeues them at once.
 """
 
 from __future__ import annotations
@@ -309,16 +310,18 @@ class SlurmNodes:
             if now >= deadline[1] - cfg.requeue_lead_s:
                 due[n.name] = deadline[1]
             if now >= deadline[1] and n.state != "down":
-                self._take_down(cfg, n)
+                self._take_down(cfg, n, n.reason)
         self._restart_requeued(cfg, jobs)
         self._notes = {k: v for k, v in self._notes.items() if k in {n.name for n in nodes}}
         if due:
             self._requeue(cfg, jobs, due)
 
-    def _take_down(self, cfg: SlurmPartition, n: SlurmNode) -> None:
+    def _take_down(
+        self, cfg: SlurmPartition, n: SlurmNode, reason: str, why: str = "at its reclaim deadline"
+    ) -> None:
         try:
-            self.tools.down(n.name, n.reason)
-            log.info("partition %s: node %s down at its reclaim deadline", cfg.name, n.name)
+            self.tools.down(n.name, reason)
+            log.info("partition %s: node %s down %s", cfg.name, n.name, why)
         except SlurmError as e:
             log.info("partition %s: node %s not down yet: %s", cfg.name, n.name, e)
         self.view.invalidate()
@@ -394,10 +397,16 @@ class SlurmNodes:
         self, cfg: SlurmPartition, nodes: Sequence[SlurmNode], listed: set[str]
     ) -> None:
         """Delete the nodes of servers that are gone (their slurmd with them): until
-        slurmd's timeout Slurm would think them idle, and send jobs there."""
+        slurmd's timeout Slurm would think them idle, and send jobs there. A busy one
+        is taken DOWN first: Slurm then requeues its jobs at once, not a slurmd
+        timeout later (a reclaim without notice, or a notice that could not land)."""
         deleted = False
         for n in nodes:
-            if cfg.feature in n.features and n.name not in listed and not n.busy:
+            if cfg.feature not in n.features or n.name in listed:
+                continue
+            if n.busy and n.state != "down":
+                self._take_down(cfg, n, "sco: server gone", "its server is gone")
+            elif not n.busy:
                 try:
                     self.tools.delete_node(n.name)
                     log.info("partition %s: node %s deleted: its server is gone", cfg.name, n.name)
