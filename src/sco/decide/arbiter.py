@@ -15,7 +15,10 @@ the gap and gives it back when spot has held long enough. The rule:
   (a hard cap: the floor is then reported at risk) and within the pools'
   room (headroom less everyone's reservations), spread over halls (the hall
   holding the fewest guaranteed first, then the cheapest pool), so a hall
-  failure does not take the whole fallback.
+  failure does not take the whole fallback. A job of many nodes that must run
+  in one pool (`whole`) is held in one pool: instances over several pools do
+  not run it, so that pool grows until it holds the job, and is never shrunk
+  below it.
 - **Release.** Guaranteed capacity goes back only against spot that has
   been ready for `release_after_s`, at most `max_release_per_cycle`
   instances per cycle, the dearest first, and never below what the floor
