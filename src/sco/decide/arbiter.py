@@ -211,10 +211,13 @@ def _homes(
     return homes
 
 
+def _unit_of(views: Mapping[PoolId, PoolView], p: PoolId) -> int:
+    v = views.get(p)
+    return v.pool.units_per_instance if v else 1
+
+
 def _units(views: Mapping[PoolId, PoolView], instances: Mapping[PoolId, int]) -> int:
-    return sum(
-        n * (views[p].pool.units_per_instance if p in views else 1) for p, n in instances.items()
-    )
+    return sum(n * _unit_of(views, p) for p, n in instances.items())
 
 
 def _shrink(
@@ -235,14 +238,13 @@ def _shrink(
     floors = floors or {}
 
     def unit_of(p: PoolId) -> int:
-        v = views.get(p)
-        return v.pool.units_per_instance if v else 1
+        return _unit_of(views, p)
 
     def price_of(p: PoolId) -> float:
         v = views.get(p)
         return v.price if v else 0.0
 
-    total = sum(n * unit_of(p) for p, n in targets.items())
+    total = _units(views, targets)
     released = 0
     while max_release is None or released < max_release:
         candidates = [
