@@ -309,6 +309,21 @@ def test_guaranteed_held_over_two_pools_grows_one_to_hold_a_whole_gang() -> None
     assert capped.targets == {g1.id: 4}
 
 
+def test_a_gang_no_guaranteed_pool_holds_spans_the_fewest_pools() -> None:
+    """A job of 6 nodes where each pool has room for 4: it takes all four of the
+    pool with most to give and two of the next, not three and three over halls."""
+    g1, g2, g3 = (guaranteed_pool(f"hall-{n}") for n in (1, 2, 3))
+    views = [PoolView(g1, headroom=4), PoolView(g2, headroom=4), PoolView(g3, headroom=4)]
+    held = [instance(g2, State.READY)]
+    want = Demand(6, 0, 20, 20)
+    grown = arbitrate(snapshot(views, held, want=want), ArbiterConfig(), cover_units=6, whole=[6])
+    assert grown.targets == {g2.id: 5, g1.id: 1}  # g2 has 1 held + 4 room to give
+    assert sum(grown.targets.values()) == 6
+    small = Demand(1, 0, 20, 20)
+    spread = arbitrate(snapshot(views, want=small), ArbiterConfig(), cover_units=3)
+    assert spread.targets == {g1.id: 1, g2.id: 1, g3.id: 1}  # no gang: over halls
+
+
 def test_without_notice_a_long_gang_skips_a_pool_it_would_not_outlast() -> None:
     counts, choices = place_gangs(
         [Gang(4, name="long")], {A: 8}, lambda p, s: 0.2, {}, 1.0, 3600.0, guaranteed=1.0

@@ -89,8 +89,8 @@ def arbitrate(
     guaranteed units wanted beyond the gap (a hedge the caller puts on guaranteed);
     `at_risk_units`: spot that may go at once (the largest pool's), which the floor
     (not the rest of the cover) must survive losing; `whole`: units of gangs (jobs
-    of many nodes) no spot pool holds whole: guaranteed capacity then grows in the
-    pool that holds most, not spread over halls.
+    of many nodes) no spot pool holds whole: each is held by guaranteed instances in
+    one pool (`_homes`), not spread over halls.
     """
     now = snapshot.now
     demand = snapshot.demand
@@ -130,7 +130,9 @@ def arbitrate(
             return GuaranteedPlan(dict(held), tuple(notes), need, need - held_units)
         base = _shrink(snapshot.pools, held | homes, budget, None, idle, homes)
         base_units = _units(snapshot.pools, base)
-        targets, short = _grow(pools, Counter(base), need - base_units, budget - base_units, whole)
+        targets, short = _grow(
+            pools, Counter(base), need - base_units, budget - base_units, bool(whole)
+        )
         if short:
             notes.append(f"floor at risk: {short} guaranteed units found no room")
         for p, n in sorted((homes - held).items()):
@@ -156,13 +158,15 @@ def _grow(
     held: Counter[PoolId],
     extra_units: int,
     cap_units: int,
-    whole: Sequence[int] = (),
+    gangs: bool = False,
 ) -> tuple[dict[PoolId, int], int]:
     """Held plus whole instances for `extra_units`, never more than `cap_units` (the
-    budget left): the least-held hall first, then the cheapest pool; but with gangs
-    that must run whole (`whole`), the pool that holds most, then the cheapest, so
-    that they find one pool's nodes. Returns the targets and the units neither room
-    nor budget allowed."""
+    budget left): the least-held hall first, then the cheapest pool, so that a hall's
+    failure does not take the whole fallback. While gangs wait (`gangs`: jobs that
+    must run in one pool, each placed before by `_homes`), the pool holding most
+    instead: what is grown beyond today's gangs is then where the next wide job can
+    use it (on the bundled workload without notice, spreading it lost 27 % more
+    work). Returns the targets and the units neither room nor budget allowed."""
     targets = dict(held)
     room = {v.pool.id: v.available for v in pools}
     per_hall: Counter[str] = Counter()
@@ -173,7 +177,7 @@ def _grow(
         open_pools = [v for v in pools if room[v.pool.id] > 0 and v.pool.units_per_instance <= cap]
         if not open_pools:
             break
-        if whole:  # a job of many nodes runs on one pool's: grow the one holding most
+        if gangs:
             v = min(open_pools, key=lambda v: (-targets.get(v.pool.id, 0), v.price, v.pool.id))
         else:
             v = min(open_pools, key=lambda v: (per_hall[v.pool.hall], v.price, v.pool.id))
@@ -189,25 +193,37 @@ def _homes(
     pools: Sequence[PoolView], held: Counter[PoolId], whole: Sequence[int]
 ) -> Counter[PoolId]:
     """Guaranteed instances per pool that gangs which must run whole (`whole`: their
-    units) need there, each gang in one pool, widest first: the pool holding most of
-    what no wider gang took, with room for the rest, then the cheapest. Instances
-    held over several pools do not run one job; a gang no pool can hold is left out."""
+    units) need there, widest first, each in one pool: the pool holding most of what
+    no wider gang took, with room for the rest, then the cheapest. Instances held
+    over several pools do not run one job. A gang no pool can hold spans the fewest
+    pools it can (those with most to give first), as far as room allows."""
     free = Counter(held)
     room = {v.pool.id: v.available for v in pools}
     homes: Counter[PoolId] = Counter()
-    for units in sorted(whole, reverse=True):
-        fits = [
-            (v.pool.id, math.ceil(units / v.pool.units_per_instance), v.price)
-            for v in pools
-            if free[v.pool.id] + room[v.pool.id] >= math.ceil(units / v.pool.units_per_instance)
-        ]
-        if not fits:
-            continue
-        p, n, _ = min(fits, key=lambda f: (-free[f[0]], f[2], f[0]))
-        take = min(n, free[p])
-        free[p] -= take
-        room[p] -= n - take
+
+    def give(v: PoolView) -> int:
+        return free[v.pool.id] + room[v.pool.id]
+
+    def take(p: PoolId, n: int) -> None:
+        kept = min(n, free[p])
+        free[p] -= kept
+        room[p] -= n - kept
         homes[p] += n
+
+    for units in sorted(whole, reverse=True):
+        fits = [v for v in pools if give(v) >= math.ceil(units / v.pool.units_per_instance)]
+        if fits:
+            v = min(fits, key=lambda v: (-free[v.pool.id], v.price, v.pool.id))
+            take(v.pool.id, math.ceil(units / v.pool.units_per_instance))
+            continue
+        left = units
+        for v in sorted(pools, key=lambda v: (-give(v), v.price, v.pool.id)):
+            if left <= 0:
+                break
+            n = min(give(v), math.ceil(left / v.pool.units_per_instance))
+            if n > 0:
+                take(v.pool.id, n)
+                left -= n * v.pool.units_per_instance
     return homes
 
 
