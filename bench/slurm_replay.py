@@ -44,8 +44,6 @@ Prints one JSON line: {"jobs", "completed_real", "completed_sim", "requeues_real
 from __future__ import annotations
 
 import argparse
-import bisect
-import contextlib
 import json
 import math
 import os
@@ -56,17 +54,12 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import yaml
-
-from sco.adapters.openstack.resources import META_CLASS, META_RECLAIM_AT
-from sco.adapters.slurm.nodes import node_name, partition_feature, pool_feature, slurm_conf_lines
-from sco.assembly.settings import load
-from sco.assembly.slurm import job_submit, region_pools
+from sco.adapters.slurm.nodes import node_name, partition_feature, pool_feature
 from sco.domain.lifecycle import Timeouts
 from sco.lab.region import COLD_START_S
 from sco.lab.traces import TraceSet, load_traces, repeated
@@ -78,7 +71,28 @@ from sco_harness.openstack_stack import ROOT, NovaStack
 from sco_harness.services import stop_on_signals
 from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
 
-T = TypeVar("T")
+# Its parts are in bench/slurmreplaylib. Run as a script, this file's folder is first
+# on the path; loaded by path (the tests' `bench` fixture), it is not there at all. It
+# goes last, so that no program in bench/ hides a module of the same name.
+sys.path.append(str(Path(__file__).resolve().parent))
+
+from slurmreplaylib.nova import Placement, delete, notice, spot_servers
+from slurmreplaylib.setup import (
+    one_pool_slurm,
+    write_config,
+    write_trace,
+    write_window,
+)
+from slurmreplaylib.slurmside import (
+    known_jobs,
+    log,
+    one_pool_shares,
+    pct,
+    retry,
+    runs_of,
+    sbatch,
+)
+
 HALLS = {"hall-a": ["a1", "a2"], "hall-b": ["b1", "b2"], "hall-c": ["c1", "c2"]}
 SLOTS = 4  # CUSTOM_SPOT_SLOT per compute
 DATA = ROOT / "src" / "sco" / "data"
@@ -101,10 +115,6 @@ if [ $left -gt 0 ]; then
 fi
 echo $id >> $D/done
 """
-
-
-def log(msg: str) -> None:
-    print(f"[bench/slurm_replay] {msg}", file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -178,19 +188,19 @@ def measure(
     k = float(args.speedup)
     folder.mkdir(parents=True, exist_ok=True)
     workload = read_swf(args.workload, args.max_nodes, args.hours / 24, args.procs_per_node)
-    swf = _write_window(folder / "window.swf", workload, k)
+    swf = write_window(folder / "window.swf", workload, k)
     workload = read_swf(swf, workload.max_nodes, None, workload.procs_per_node)
     slots = {h: len(hosts) * stack.slots for h, hosts in stack.halls.items()}
-    trace_dir = _write_trace(folder / "trace", args.trace, list(stack.halls), max(slots.values()))
+    trace_dir = write_trace(folder / "trace", args.trace, list(stack.halls), max(slots.values()))
     idle_keep = 300.0  # SlurmPartition.idle_keep_s, which the lab's partition keeps
     # Wider jobs span pools on both sides: the replay's own one_pool_max_nodes.
     widest = widest_pool(ReplaySpec(workload=swf, traces=trace_dir), load_traces(trace_dir))
-    config = _config(folder, stack, cluster, workload.max_nodes, args, idle_keep / k, widest)
+    config = write_config(folder, stack, cluster, workload.max_nodes, args, idle_keep / k, widest)
     way = "one pool per job" if args.one_pool else "spread over pools"
     log(f"{len(workload.jobs)} jobs over {args.hours} h at {k:g}x, {way}; "
         f"trace {args.trace.name}")  # fmt: skip
     cmd = [sys.executable, "-m", "sco.apps.cli", "run", "--config", str(config)]
-    with _one_pool_slurm(cluster, config, args.one_pool) as bracketed:
+    with one_pool_slurm(cluster, config, args.one_pool) as bracketed:
         proc = services.spawn(cmd, log=folder / "sco-run.log", cwd=ROOT)
         try:
             real = _drive(folder, args, stack, cluster, boot, workload, trace_dir, slots, proc)
@@ -236,190 +246,6 @@ def measure(
         "wait_p95_within_20pct": a is not None and b is not None and abs(a - b) <= 0.2 * b,
     }
     return result
-
-
-def _write_window(path: Path, workload: Workload, k: float) -> Path:
-    """The window as SWF, each limit rounded up to whole real minutes (1 s spare)."""
-    ppn = workload.procs_per_node
-    lines = [f"; sco bench/slurm_replay window at {k:g}x", f"; MaxNodes: {workload.max_nodes}",
-             f"; MaxProcs: {workload.max_nodes * ppn}"]  # fmt: skip
-    for j in workload.jobs:
-        minutes = math.ceil((j.limit_s / k + 1.0) / 60.0)
-        limit, procs = minutes * 60.0 * k, j.nodes * ppn
-        lines.append(f"{j.job_id} {j.submit_s:.10g} -1 {j.run_s:.10g} {procs} -1 -1 {procs} "
-                     f"{limit:.10g} -1 1 1 1 1 1 1 -1 -1")  # fmt: skip
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _write_trace(folder: Path, source: Path, halls: list[str], pool_size: int) -> Path:
-    """The source's first series, one per hall (named after it), and a region file:
-    a 1 of a 0/1 series is the hall's spot slots; a count is clamped to them."""
-    traces = load_traces(source)
-    if len(traces.series) < len(halls):
-        raise SystemExit(f"--trace {source}: {len(traces.series)} series for {len(halls)} halls")
-    folder.mkdir(parents=True, exist_ok=True)
-    for hall, s in zip(halls, traces.series, strict=False):
-        values = s.values if s.binary else tuple(min(v, pool_size) for v in s.values)
-        rows = ["date,availability"] + [
-            f"{datetime.fromtimestamp(t, UTC).strftime('%Y-%m-%d %H:%M:%S')},{v}"
-            for t, v in zip(s.times, values, strict=True)
-        ]
-        (folder / f"{hall}.csv").write_text("\n".join(rows) + "\n")
-    (folder / "region.yaml").write_text(yaml.safe_dump({
-        "name": "lab", "flavor": "spot.small", "halls": len(halls), "pool_size": pool_size,
-        "spot_price_per_h": 0.1, "guaranteed_price_per_h": 0.3}))  # fmt: skip
-    return folder
-
-
-def _config(
-    folder: Path, stack: NovaStack, cluster: SlurmCluster, max_nodes: int,
-    args: argparse.Namespace, idle_keep_s: float, widest: int,
-) -> Path:  # fmt: skip
-    k = float(args.speedup)
-    one_pool = {"one_pool": True, "one_pool_max_nodes": widest} if args.one_pool else {}
-    region, spec = folder / "region.yaml", stack.region()
-    for pool in spec["pools"]:  # what the lab's pools say: their notice and cold start
-        pool["notice_s"] = args.notice_s if pool["class"] == "spot" else 0.0
-        pool["cold_start_s"] = args.cold_start_s
-    region.write_text(yaml.safe_dump(spec))
-    config = {
-        "state": {"url": f"sqlite:///{folder / 'state.sqlite'}"},
-        "provider": {"cloud": "sco-test", "region_file": str(region),
-                     "clouds_file": str(stack.clouds_yaml)},
-        "slurm": {"main": {"conf": str(cluster.conf), "cache_s": 0.5, "timeout_s": 5}},
-        "partitions": [{
-            "name": "hpc", "kind": "slurm", "demand": "slurm", "floor_units": 0,
-            "max_units": max_nodes, "guaranteed_budget_units": max_nodes,
-            "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": cluster.cpus,
-                      "memory_mb": cluster.memory_mb,
-                      "requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s,
-                      **one_pool},
-        }],
-        "policy": {
-            "interval_s": args.interval_s,
-            "controller": {"list_grace_s": 20, "act": {"drain_s": 60.0 / k}},
-            # the lab's defaults in simulated seconds, so in real ones here
-            "exclusion": {"window_s": 600.0 / k, "base_cooldown_s": 600.0 / k,
-                          "max_cooldown_s": 4 * 3600.0 / k, "quiet_reset_s": 3600.0 / k},
-        },
-        "http": {"run_port": 0},
-        "log": {"level": "info"},
-    }  # fmt: skip
-    path = folder / "sco.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-@contextlib.contextmanager
-def _one_pool_slurm(cluster: SlurmCluster, config: Path, on: bool) -> Iterator[Callable[[], int]]:
-    """With `on`: slurmctld as `sco slurm conf|job-submit` would have it for sco.yaml's
-    partition: job_submit.lua beside slurm.conf, JobSubmitPlugins=lua and the region
-    file's pool features on the FUTURE placeholders, slurmctld restarted; as it was
-    on the way out (a test's cluster goes on). Yields how many jobs the script gave a
-    bracket so far (its log lines)."""
-    log_file = cluster.folder / "log" / "slurmctld.log"
-    start = log_file.stat().st_size if log_file.exists() else 0
-
-    def bracketed() -> int:
-        if not log_file.exists():
-            return 0
-        with log_file.open("rb") as f:
-            f.seek(start)
-            return f.read().count(b"sco one-pool: uid")
-
-    if not on:
-        yield bracketed
-        return
-    settings = load(config)
-    partition, pools = settings.partitions[0], region_pools(settings, [])
-    lua = job_submit(settings, [partition.name])
-    lines = partial(slurm_conf_lines, cluster.sco_partition, cluster.partitions, cluster.cpus,
-                    cluster.memory_mb)  # fmt: skip
-    old, new = lines(cluster.pools), lines(pools)
-    before = cluster.conf.read_text()
-    text = [new[old.index(x)] if x in old else x for x in before.splitlines()]
-    if "JobSubmitPlugins=lua" not in text:
-        text.insert(text.index(new[0]), "JobSubmitPlugins=lua")
-    # Not (yet) what `sco slurm conf` prints: each pool's own FUTURE nodes, as many as
-    # the partition's largest job. Slurm 22.05 counts a feature's nodes, live or
-    # FUTURE, to tell whether a job could ever run: without them `sbatch -N n` is
-    # refused ("Requested node configuration is not available") whenever n is at most
-    # the partition's node count but more than any one pool's, and a job it took
-    # waits as BadConstraints (which sco's intake does not count) until some pool
-    # happens to hold n nodes.
-    feature, n = partition_feature(cluster.sco_partition), partition.max_units
-    at = text.index(new[2]) + 1  # after the guaranteed placeholder
-    text[at:at] = [
-        f"NodeName={feature}-p{k}-[1-{n}] State=FUTURE Feature=sco,{feature},{cls},"
-        f"{pool_feature(p)} CPUs={cluster.cpus:g} RealMemory={cluster.memory_mb:g}"
-        for k, (cls, p) in enumerate(pools)
-    ]  # fmt: skip
-    text = [
-        f"MaxNodeCount={int(x.split('=')[1]) + n * len(pools)}" if x.startswith("MaxNodeCount=")
-        else x for x in text
-    ]  # fmt: skip
-    script = cluster.conf.parent / "job_submit.lua"
-    script.write_text(lua)
-    cluster.conf.write_text("\n".join(text) + "\n")
-    cluster.restart_ctld()
-    try:
-        yield bracketed
-    finally:
-        cluster.conf.write_text(before)
-        script.unlink(missing_ok=True)
-        cluster.restart_ctld()
-
-
-class Placement:
-    """Each hall's spot capacity, as `reserved` CUSTOM_SPOT_SLOT on its computes."""
-
-    RC = "CUSTOM_SPOT_SLOT"
-
-    def __init__(self, stack: NovaStack) -> None:
-        self.stack, self.api = stack, stack.conn.placement
-        self.want: dict[str, int] = {}  # hall -> spot capacity
-        self.rps = {
-            h: self._get(f"/resource_providers?name={h}")["resource_providers"][0]["uuid"]
-            for hosts in stack.halls.values() for h in hosts
-        }  # fmt: skip
-
-    def _get(self, path: str) -> Any:
-        r = self.api.get(path, microversion="1.39")
-        if r.status_code != 200:
-            raise RuntimeError(f"placement GET {path}: HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()
-
-    def apply(self, hall: str) -> None:
-        """Spread the hall's capacity over its computes, those in use first."""
-        hosts = self.stack.halls[hall]
-        inv, used = {}, {}
-        for h in hosts:
-            inv[h] = self._get(f"/resource_providers/{self.rps[h]}/inventories/{self.RC}")
-            used[h] = int(self._get(f"/resource_providers/{self.rps[h]}/usages")["usages"]
-                          .get(self.RC, 0))  # fmt: skip
-        left = self.want.get(hall, sum(i["total"] for i in inv.values()))
-        cap = dict.fromkeys(hosts, 0)
-        for h in sorted(hosts, key=lambda h: -used[h]):
-            cap[h] = min(used[h], inv[h]["total"], left)
-            left -= cap[h]
-        for h in hosts:
-            more = min(inv[h]["total"] - cap[h], left)
-            cap[h], left = cap[h] + more, left - more
-        for h in hosts:
-            reserved = inv[h]["total"] - cap[h]
-            if inv[h]["reserved"] != reserved:
-                body = {**inv[h], "reserved": reserved}
-                path = f"/resource_providers/{self.rps[h]}/inventories/{self.RC}"
-                r = self.api.put(path, json=body, microversion="1.39")
-                if r.status_code != 200:  # 409: Nova wrote it meanwhile: read it again
-                    raise RuntimeError(f"placement: {h} reserved={reserved}: {r.status_code}")
-
-    def set(self, want: dict[str, int]) -> Placement:
-        self.want = dict(want)
-        for hall in self.stack.halls:
-            self.apply(hall)
-        return self
 
 
 def _events(traces: TraceSet, halls: list[str], notice_s: float) -> list[Any]:
@@ -481,7 +307,7 @@ def _drive(
     def submit(key: int, again: Callable[[], None]) -> int:
         j = workload.jobs[key]
         cmd = [str(script), str(round(j.run_s / k * 1000)), str(key)]
-        return _retry(partial(_sbatch, cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
+        return retry(partial(sbatch, cluster, jobs_dir, j.nodes, round(j.limit_s / k / 60),
                               cmd), "sbatch", again)  # fmt: skip
 
     def revive() -> None:  # Slurm 22.05's backfill thread segfaults now and then
@@ -493,7 +319,7 @@ def _drive(
         cluster.start_ctld()
         # Jobs submitted since its last state save are gone, and their ids will be
         # handed out again: submitted anew (their wait goes on).
-        known = _retry(partial(_known_jobs, cluster), "squeue")
+        known = retry(partial(known_jobs, cluster), "squeue")
         finished = {int(x) for x in (jobs_dir / "done").read_text().split()}
         for key in [x for x in submitted if jid[x] not in known and x not in finished]:
             log(f"job {workload.jobs[key].job_id} (Slurm {jid[key]}) lost: submitted again")
@@ -515,7 +341,7 @@ def _drive(
         revive()
         while events and wall(events[0][0]) <= time.time():
             t, kind, hall, drop = events.pop(0)
-            held = _retry(partial(_spot_servers, stack, hall, deleted), "servers")
+            held = retry(partial(spot_servers, stack, hall, deleted), "servers")
             servers = sorted(held, key=lambda s: s["created"], reverse=True)  # newest first
             if kind == 3:  # a drop announced: capacity lowered now, the newest noticed
                 future = capacity(hall, series[hall].value_at(drop))
@@ -525,7 +351,7 @@ def _drive(
                 for s in fresh[: max(0, len(staying) - future)]:
                     # One Nova refuses (a server still building) goes unnoticed.
                     stats[
-                        "notices" if _notice(stack, s["id"], wall(drop)) else "notices_refused"
+                        "notices" if notice(stack, s["id"], wall(drop)) else "notices_refused"
                     ] += 1
                     deadlines[s["id"]] = wall(drop)
             else:  # the drop: what is over capacity goes, noticed first, then the newest
@@ -534,13 +360,13 @@ def _drive(
                 over = sorted(servers, key=lambda s: s["id"] not in deadlines)  # stable
                 for s in over[: max(0, len(servers) - now_cap[hall])]:
                     stats["reclaims_unnoticed"] += s["id"] not in deadlines
-                    _delete(stack, s["id"], deleted)
+                    delete(stack, s["id"], deleted)
             placement.want[hall] = min([now_cap[hall]] + [v for _, v in announced[hall]])
-            _retry(partial(placement.apply, hall), "placement")
+            retry(partial(placement.apply, hall), "placement")
         for sid in [i for i, d in deadlines.items() if d <= time.time()]:
             del deadlines[sid]
             if sid not in deleted:
-                _delete(stack, sid, deleted)
+                delete(stack, sid, deleted)
         now = time.time()
         queue = cluster.squeue()
         done = {int(x) for x in (jobs_dir / "done").read_text().split()} & set(submitted)
@@ -566,12 +392,12 @@ def _drive(
             idle_seen.append(idle)
         if now - last_check > 3:
             last_check = now
-            for s in _retry(partial(stack.servers, tags="sco"), "servers"):
+            for s in retry(partial(stack.servers, tags="sco"), "servers"):
                 created.setdefault(s["id"], datetime.fromisoformat(s["created"]).timestamp())
                 if pool := (s.get("metadata") or {}).get("sco:pool"):
                     pool_of.setdefault(node_name(s["id"]), pool_feature(pool))
             for h in halls:
-                _retry(partial(placement.apply, h), "placement")  # Nova may have reset it
+                retry(partial(placement.apply, h), "placement")  # Nova may have reset it
             stats["released"] += cluster.release_launch_failed()
         if nxt == len(workload.jobs) and len(done) == len(submitted):
             break
@@ -589,127 +415,16 @@ def _drive(
     waits = sorted(waited[j] * k for j in submitted)
     colds = sorted(registered[node_name(i)] - c - 0.5 for i, c in created.items()
                    if node_name(i) in registered)  # created: whole s; to seen in sinfo  # fmt: skip
-    runs = _runs(cluster, jobs_dir / "runs", wants)
+    runs = runs_of(cluster, jobs_dir / "runs", wants)
     return {
-        **_one_pool_shares(runs, wants, pool_of, idle_at, idle_seen),
+        **one_pool_shares(runs, wants, pool_of, idle_at, idle_seen),
         "completed": len(done), "requeues": sum(max(0, starts[j] - 1) for j in submitted),
-        "wait_p95_s": _pct(waits, 0.95), "wait_p50_s": _pct(waits, 0.50),
+        "wait_p95_s": pct(waits, 0.95), "wait_p50_s": pct(waits, 0.50),
         "cold_start_real_s": round(colds[len(colds) // 2], 2) if colds else None,
         "servers": len(created), "wall_s": round(end - t0, 1),
         "reclaims_real": stats["notices"] + stats["notices_refused"] + stats["reclaims_unnoticed"],
         "span_sim_s": max((end - t0) * k * 1.5, workload.span_s + 86400.0), **stats,
     }  # fmt: skip
-
-
-def _known_jobs(cluster: SlurmCluster) -> set[int]:
-    """The ids of every job slurmctld knows, finished ones too (kept MinJobAge)."""
-    done = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], env=cluster.env,
-                          capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"squeue: {done.stderr.strip()}")
-    return {int(x) for x in done.stdout.split() if x.isdigit()}
-
-
-def _runs(cluster: SlurmCluster, path: Path, jobs: dict[int, int]) -> list[Any]:
-    """(key, start (wall), nodes) of each run of the bench's jobs, as the job
-    script recorded them (its start and SLURM_JOB_NODELIST, expanded by scontrol)."""
-    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
-    lists = {r[2] for r in rows if len(r) == 3}
-    nodes = {x: _hostnames(cluster, x) for x in lists}
-    return [(int(r[0]), float(r[1]), nodes[r[2]]) for r in rows
-            if len(r) == 3 and int(r[0]) in jobs]  # fmt: skip
-
-
-def _hostnames(cluster: SlurmCluster, listed: str) -> list[str]:
-    done = subprocess.run(["scontrol", "show", "hostnames", listed], env=cluster.env,
-                          capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
-    return done.stdout.split() if done.returncode == 0 else [listed]
-
-
-def _one_pool_shares(
-    runs: list[Any], wants: dict[int, int], pool_of: dict[str, str],
-    idle_at: list[float], idle_seen: list[frozenset[str]],
-) -> dict[str, Any]:  # fmt: skip
-    """Of the runs of jobs of many nodes: how many ran in one pool, over all and over
-    those that started when some pool had as many idle nodes as the job asked for
-    (idle: the last sinfo read before the start, and the run's own nodes)."""
-    wide = [(jid, t, nodes) for jid, t, nodes in runs if wants[jid] > 1]
-    one = room = one_room = unknown = 0
-    spanned: dict[int, bool] = {}
-    for jid, t, nodes in wide:
-        unknown += any(n not in pool_of for n in nodes)
-        pools = {pool_of.get(n, f"?{n}") for n in nodes}
-        i = bisect.bisect_right(idle_at, t) - 1
-        idle = (idle_seen[i] if i >= 0 else frozenset()) | set(nodes)
-        had = Counter(pool_of[n] for n in idle if n in pool_of)
-        fits = max(had.values(), default=0) >= wants[jid]
-        one += len(pools) == 1
-        room += fits
-        one_room += fits and len(pools) == 1
-        spanned[jid] = spanned.get(jid, False) or len(pools) > 1
-    return {
-        "multi_node_runs": len(wide), "multi_node_runs_one_pool": one,
-        "one_pool_share_real": round(one / len(wide), 4) if wide else None,
-        "multi_node_runs_when_room": room, "multi_node_runs_when_room_one_pool": one_room,
-        "one_pool_share_when_room_real": round(one_room / room, 4) if room else None,
-        "wide_jobs_multi_pool_real":
-            round(sum(spanned.values()) / len(spanned), 4) if spanned else None,
-        "multi_node_runs_pool_unknown": unknown,
-    }  # fmt: skip
-
-
-def _sbatch(cluster: SlurmCluster, jobs: Path, nodes: int, minutes: int, cmd: list[str]) -> int:
-    """Whole nodes, as the lab's jobs: one task of all the node's CPUs on each."""
-    done = subprocess.run(
-        ["sbatch", "--parsable", "-p", cluster.partitions[0], "-o", str(jobs / "%j.out"),
-         "-N", str(nodes), "--ntasks-per-node=1", "-c", str(cluster.cpus), "--exclusive",
-         "--requeue", "-t", str(minutes), *cmd],
-        env=cluster.env, capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"sbatch: {done.stderr.strip()}")
-    return int(done.stdout.strip().split(";")[0])
-
-
-def _retry(fn: Callable[[], T], what: str, revive: Callable[[], None] = lambda: None) -> T:
-    """`fn` again after a RuntimeError (a busy slurmctld, Nova or Placement)."""
-    for _ in range(9):
-        try:
-            return fn()
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            log(f"{what} (again in 1 s): {e}")
-            revive()
-            time.sleep(1.0)
-    return fn()
-
-
-def _spot_servers(stack: NovaStack, hall: str, deleted: set[str]) -> list[dict[str, Any]]:
-    return [
-        s for s in stack.servers(tags="sco")
-        if s.get("OS-EXT-AZ:availability_zone") == hall and s["id"] not in deleted
-        and (s.get("metadata") or {}).get(META_CLASS) == "spot" and s.get("status") != "ERROR"
-    ]  # fmt: skip
-
-
-def _notice(stack: NovaStack, sid: str, deadline: float) -> bool:
-    r = stack.conn.compute.put(
-        f"/servers/{sid}/metadata/{META_RECLAIM_AT}",
-        json={"meta": {META_RECLAIM_AT: f"{deadline:.2f}"}}, microversion="2.90",
-    )  # fmt: skip
-    if r.status_code != 200:
-        log(f"notice to {sid}: HTTP {r.status_code}")
-    return r.status_code == 200
-
-
-def _delete(stack: NovaStack, sid: str, deleted: set[str]) -> None:
-    deleted.add(sid)
-    r = stack.conn.compute.delete(f"/servers/{sid}", microversion="2.90")
-    if r.status_code not in (204, 404):
-        log(f"reclaim of {sid}: HTTP {r.status_code}")
-
-
-def _pct(ordered: list[float], q: float) -> float | None:
-    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 1) if ordered else None
 
 
 if __name__ == "__main__":
