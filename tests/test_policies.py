@@ -20,6 +20,7 @@ from sco.domain.lifecycle import State
 from sco.domain.snapshot import PoolView
 from sco.lab.crosscheck import evaluate_named, factory, run_window
 from sco.lab.crosscheck_setting import Capacity, EvalConfig, window_starts
+from sco.lab.sweep import Workers
 from sco_harness.builders import demand, guaranteed_pool, instance, snapshot, spot_pool
 
 SPOT = [spot_pool(f"hall-{k % 3 + 1}", f"z{k}") for k in range(5)]
@@ -218,7 +219,7 @@ def test_windows_are_seeded_and_runs_deterministic() -> None:
     assert window_starts(cap, cfg) == window_starts(cap, cfg)
     assert window_starts(cap, cfg) != window_starts(cap, EvalConfig(window_s=7200.0, seed=6))
     a = evaluate_named(cap, cfg, ["sco", "spothedge"])
-    b = evaluate_named(cap, cfg, ["sco", "spothedge"], workers=2)
+    b = evaluate_named(cap, cfg, ["sco", "spothedge"], Workers(2))
     assert a == b
 
 

@@ -17,6 +17,7 @@ from sco.lab.swarm.checks import Ledger, Notice, check_history
 from sco.lab.swarm.promises import INVARIANTS
 from sco.lab.swarm.run import SeedResult
 from sco.lab.swarm.spec import ALL_KINDS, world_of
+from sco.lab.sweep import Workers
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (5, 8, 18, 29, 125, 454)
@@ -31,7 +32,7 @@ def test_the_fixed_seeds_cover_every_fault_and_world_and_hold_every_invariant() 
     # A second installation shares a Slurm and a Kubernetes cluster with the first.
     shared = {s.partitions[0].kind for s in specs if s.second_installation}
     assert {"slurm", "kubernetes"} <= shared
-    results = dict(run_trials([Trial(s) for s in SEEDS], workers=2))
+    results = dict(run_trials([Trial(s) for s in SEEDS], Workers(2)))
     failed = {
         t.seed: [v.describe() for v in r.violations] for t, r in results.items() if r.violations
     }
@@ -41,7 +42,7 @@ def test_the_fixed_seeds_cover_every_fault_and_world_and_hold_every_invariant() 
 
 
 def test_a_seed_replays_exactly() -> None:
-    runs = [r for _, r in run_trials([Trial(10), Trial(10)], workers=2)]
+    runs = [r for _, r in run_trials([Trial(10), Trial(10)], Workers(2))]
     assert _shape(runs[0]) == _shape(runs[1])
 
 
@@ -57,11 +58,12 @@ def test_a_seed_gives_the_same_checks_on_the_twins_and_on_sqlite() -> None:
     seeds = (6, 15, 179)
     specs = [world_of(s) for s in seeds]
     assert {s.leases for s in specs} == {"database", "kubernetes"}
-    on = {
-        state: {t.seed: _shape(r) for t, r in run_trials([Trial(s, state=state) for s in seeds], 2)}
-        for state in ("memory", "sqlite")
-    }
-    assert on["memory"] == on["sqlite"]
+
+    def shapes(state: str) -> dict[int, object]:
+        todo = [Trial(s, state=state) for s in seeds]
+        return {t.seed: _shape(r) for t, r in run_trials(todo, Workers(2))}
+
+    assert shapes("memory") == shapes("sqlite")
 
 
 def test_a_world_without_faults_has_none() -> None:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
 from sco.assembly.state import sqlite_url
+from sco.lab.sweep import SweepError, Workers
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_BAD_INPUT = 2
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -47,3 +53,29 @@ def console(stderr: bool) -> Console:
 def bundled(*parts: str) -> Path:
     """A path inside the installed package's data folder."""
     return Path(str(resources.files("sco").joinpath("data", *parts)))
+
+
+def workers_options(f: F) -> F:
+    """`--workers N` and `--cluster ADDRESS`: where a command's independent runs go."""
+    f = click.option(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="Run on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786; "
+        "the cluster extra; docs/evaluation.md).",
+    )(f)
+    return click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Local worker processes for independent runs (default: one per CPU).",
+    )(f)
+
+
+@contextmanager
+def sweep_on(workers: int | None, cluster: str | None, **kw: bool) -> Iterator[Workers]:
+    """The workers asked for; a cluster that cannot run the sweep exits 2, named."""
+    try:
+        yield Workers(workers, cluster, **kw)
+    except SweepError as e:
+        raise BadInput(str(e)) from None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sco.apps.common import BadInput
+from sco.apps.common import BadInput, sweep_on, workers_options
 
 if TYPE_CHECKING:
     from sco.assembly.lab import Kind, Tally, Trial
@@ -42,7 +42,7 @@ def lab_group() -> None:
     is_flag=True,
     help="Print each invariant, what must hold, and the documentation that promises it.",
 )
-@click.option("--workers", type=int, default=None, help="Worker processes (default: CPUs).")
+@workers_options
 @click.option("--no-shrink", is_flag=True, help="Do not shrink a failing schedule.")
 @click.option("--stop-at-first", is_flag=True, help="Stop at the first failing seed.")
 @click.option(
@@ -63,6 +63,7 @@ def swarm(
     list_faults: bool,
     list_invariants: bool,
     workers: int | None,
+    cluster: str | None,
     no_shrink: bool,
     stop_at_first: bool,
     state: str,
@@ -106,21 +107,20 @@ def swarm(
         raise BadInput("--seeds: at least 1")
     else:
         todo = trials(seeds, first_seed, kinds, state)
-    if workers is not None and workers < 1:
-        raise BadInput("--workers: at least 1")
     tally = Tally(state=state)
     started = time.monotonic()
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
-    for trial, result in run_trials(todo, workers):
-        tally.add(trial, result)
-        if result.violations or seed is not None:
-            say(f"seed {trial.seed}: {len(result.violations)} violations")
-            for v in result.violations[:10]:
-                say(f"  {v.describe()}")
-        if tally.seeds % 50 == 0:
-            say(f"{tally.seeds}/{len(todo)} seeds, {time.monotonic() - started:.0f} s")
-        if stop_at_first and result.violations:
-            break
+    with sweep_on(workers, cluster) as where:
+        for trial, result in run_trials(todo, where):
+            tally.add(trial, result)
+            if result.violations or seed is not None:
+                say(f"seed {trial.seed}: {len(result.violations)} violations")
+                for v in result.violations[:10]:
+                    say(f"  {v.describe()}")
+            if tally.seeds % 50 == 0:
+                say(f"{tally.seeds}/{len(todo)} seeds, {time.monotonic() - started:.0f} s")
+            if stop_at_first and result.violations:
+                break
     for trial, result in tally.failing[:3]:
         say(f"replay: {trial.command()}")
         if not no_shrink:

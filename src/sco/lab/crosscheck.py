@@ -51,6 +51,7 @@ from sco.lab.crosscheck_setting import (
     pools_of,
     window_starts,
 )
+from sco.lab.sweep import IN_PROCESS, Workers, sweep
 from sco.lab.traces import load_traces
 
 
@@ -323,7 +324,7 @@ def evaluate_named(
     capacity: Capacity,
     cfg: EvalConfig,
     names: Sequence[str],
-    workers: int = 1,
+    workers: Workers = IN_PROCESS,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, PolicyResult]:
     """Every policy over the same seeded windows (a fresh policy object per window),
@@ -332,20 +333,12 @@ def evaluate_named(
         factory(name)  # unknown names fail before any work
     starts = window_starts(capacity, cfg)
     jobs = [(capacity, cfg, name, s) for name in names for s in starts]
-    results: list[WindowResult] = []
-    if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(workers) as pool:
-            for r in pool.map(_one, jobs):
-                results.append(r)
-                if progress is not None:
-                    progress(capacity.name, len(results), len(jobs))
-    else:
-        for job in jobs:
-            results.append(_one(job))
-            if progress is not None:
-                progress(capacity.name, len(results), len(jobs))
+    def tick(done: int, total: int) -> None:
+        if progress is not None:
+            progress(capacity.name, done, total)
+
+    results = list(sweep(_one, jobs, workers, tick))
     k = len(starts)
     return {
         name: PolicyResult(name, tuple(results[i * k : (i + 1) * k]))

@@ -27,6 +27,7 @@ from sco.decide.policies import policy_named
 from sco.lab.fleet import FLEET
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.simulation import Simulation, SimulationInputError, SimulationSpec
+from sco.lab.sweep import IN_PROCESS, Workers, sweep
 from sco.lab.traces import load_traces
 
 DAY_S = 86400.0
@@ -179,7 +180,7 @@ def evaluate_fleet(
     seed: int = 0,
     notice_s: float = 0.0,
     window_s: float = DAY_S,
-    workers: int = 1,
+    workers: Workers = IN_PROCESS,
     progress: Progress | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Per scenario and policy, the window means of `KEYS`. Every input is checked
@@ -196,7 +197,6 @@ def evaluate_fleet(
         for offset in window_offsets(case, windows, window_s, seed)
         for name in policies
     ]
-    results: list[dict[str, float]] = []
     done: dict[str, int] = {}
     total = {c.name: sum(1 for j in jobs if j[0] is c) for c in cases}
 
@@ -205,17 +205,7 @@ def evaluate_fleet(
         if progress is not None:
             progress(case.name, done[case.name], total[case.name])
 
-    if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers) as pool:
-            for job, r in zip(jobs, pool.map(_job, jobs), strict=True):
-                results.append(r)
-                tick(job[0])
-    else:
-        for job in jobs:
-            results.append(_job(job))
-            tick(job[0])
+    results = list(sweep(_job, jobs, workers, lambda n, _total: tick(jobs[n - 1][0])))
     out: dict[str, dict[str, dict[str, float]]] = {}
     for case in cases:
         out[case.name] = {}

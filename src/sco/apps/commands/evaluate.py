@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sco.apps.commands.simulate import input_errors
-from sco.apps.common import BadInput, bundled
+from sco.apps.common import BadInput, bundled, sweep_on, workers_options
 from sco.apps.common import console as make_console
 from sco.assembly.lab import (
     Capacity,
@@ -24,6 +24,7 @@ from sco.assembly.lab import (
     suite,
     window_starts,
 )
+from sco.lab.sweep import Workers
 
 DEFAULT_POLICIES = "optimal,sco,spothedge,round-robin,even-spread,cheapest,all-guaranteed"
 FLEET_POLICIES = "optimal,sco,spothedge,cheapest,all-guaranteed"
@@ -70,7 +71,7 @@ FLEET_WINDOWS = 2
     help=f"24 h windows per trace [default: 10; at fleet scale {FLEET_WINDOWS}].",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of window offsets.")
-@click.option("--workers", type=int, default=2, show_default=True, help="Processes to use.")
+@workers_options
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON line of results.")
 def evaluate(
     suite_name: str | None,
@@ -82,7 +83,8 @@ def evaluate(
     notice_s: float,
     windows: int | None,
     seed: int,
-    workers: int,
+    workers: int | None,
+    cluster: str | None,
     as_json: bool,
 ) -> None:
     """Policies side by side on the same traces and windows.
@@ -98,26 +100,25 @@ def evaluate(
         raise BadInput("--policies: name at least one policy")
     if not suite_name and not traces:
         raise BadInput("give --suite spothedge|fleet or --trace DIR")
-    if workers < 1:
-        raise BadInput(f"--workers: must be >= 1, got {workers}")
     if (pool_size is not None or guaranteed_quota is not None) and demand is None:
         raise BadInput("--pool-size and --guaranteed-quota go with --demand")
     for flag, v in (("--pool-size", pool_size), ("--guaranteed-quota", guaranteed_quota)):
         if v is not None and v < 1:
             raise BadInput(f"{flag}: must be >= 1, got {v}")
     if fleet:
-        _evaluate_fleet(
-            suite_name,
-            traces,
-            demand,
-            (pool_size, guaranteed_quota),
-            names,
-            notice_s,
-            FLEET_WINDOWS if windows is None else windows,
-            seed,
-            workers,
-            as_json,
-        )
+        with sweep_on(workers, cluster) as where:
+            _evaluate_fleet(
+                suite_name,
+                traces,
+                demand,
+                (pool_size, guaranteed_quota),
+                names,
+                notice_s,
+                FLEET_WINDOWS if windows is None else windows,
+                seed,
+                where,
+                as_json,
+            )
         return
     with input_errors():
         for name in names:
@@ -130,9 +131,10 @@ def evaluate(
     console = make_console(stderr=as_json)
     results: dict[str, dict[str, dict[str, float]]] = {}
     wall0 = time.perf_counter()
-    for c in sets:
-        res = evaluate_named(c, cfg, names, workers, _eval_progress)
-        results[c.name] = {n: r.as_dict() for n, r in res.items()}
+    with sweep_on(workers, cluster) as where:
+        for c in sets:
+            res = evaluate_named(c, cfg, names, where, _eval_progress)
+            results[c.name] = {n: r.as_dict() for n, r in res.items()}
     title = (
         f"sco evaluate — target {cfg.target}, {cfg.windows} x {cfg.window_s / 3600:.0f} h "
         f"windows, notice {cfg.notice_s:.0f} s, {time.perf_counter() - wall0:.0f} s"
@@ -161,7 +163,7 @@ def _evaluate_fleet(
     notice_s: float,
     windows: int,
     seed: int,
-    workers: int,
+    workers: Workers,
     as_json: bool,
 ) -> None:
     from sco.assembly.lab import DAY_S, RESYNC_S, custom_case, evaluate_fleet, fleet_suite

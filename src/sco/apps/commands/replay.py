@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from sco.apps.commands.simulate import input_errors
-from sco.apps.common import bundled
+from sco.apps.common import bundled, sweep_on, workers_options
 from sco.apps.common import console as make_console
 from sco.assembly.lab import REPLAY_POLICIES as POLICIES
 from sco.assembly.lab import Replayed, ReplaySpec, replay
@@ -94,6 +94,7 @@ DEFAULT_POLICIES = "sco,spot-requeue,power-save-guaranteed,static-guaranteed"
     default=None,
     help="Also write an HTML report with plots (and summary.json) into this folder.",
 )
+@workers_options
 @click.option("--json", "as_json", is_flag=True, help="End with one JSON line of results.")
 def replay_command(
     workload: Path,
@@ -111,6 +112,8 @@ def replay_command(
     seed: int,
     one_pool: bool | None,
     report: Path | None,
+    workers: int | None,
+    cluster: str | None,
     as_json: bool,
 ) -> None:
     """Replay a batch workload under each policy, on the same trace and seed."""
@@ -138,8 +141,8 @@ def replay_command(
             shown["at"] = tenth
             print(f"{policy}: {tenth * 10}%", file=sys.stderr, flush=True)
 
-    with input_errors():
-        _, runs, about = replay(spec, names, progress)
+    with input_errors(), sweep_on(workers, cluster) as where:
+        _, runs, about = replay(spec, names, progress, where)
     console = make_console(stderr=as_json)
     if about["trace_plays"] > 1:
         console.print(

@@ -1,28 +1,24 @@
 """Many seeds at once, each in a worker process, and what to do with a failing one:
 replay it exactly, and shrink its schedule to the fewest faults that still fail.
 
-Workers are started with a fixed `PYTHONHASHSEED`: the order in which Python walks
-a set of strings must be the same in every process, or a seed would not replay.
+Workers are started with a fixed `PYTHONHASHSEED` (`sco.lab.sweep`): the order in
+which Python walks a set of strings must be the same in every process, or a seed
+would not replay.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from itertools import islice
 
 from sco.adapters.kubernetes.connect import client_installed
 from sco.engine.builder import Ports
 from sco.lab.swarm.promises import INVARIANTS
 from sco.lab.swarm.run import SeedResult, run_seed
 from sco.lab.swarm.spec import ALL_KINDS, PORTS_OF, Fault, Kind, WorldSpec, world_of
+from sco.lab.sweep import EVERY_CORE, Workers, sweep
 
-HASH_SEED = "0"
 BUNDLE = tuple(f.name for f in dataclasses.fields(Ports))  # the ports a runner is made of
 
 
@@ -66,32 +62,17 @@ def trials(
 
 
 def run_trials(
-    todo: Sequence[Trial], workers: int | None = None
+    todo: Sequence[Trial], workers: Workers = EVERY_CORE
 ) -> Iterator[tuple[Trial, SeedResult]]:
-    """Each trial's result in the order of the trials, run in `workers` processes
-    (default: one per CPU), a few ahead; leaving the loop early cancels the rest."""
-    workers = workers or os.cpu_count() or 1
-    os.environ["PYTHONHASHSEED"] = HASH_SEED  # the workers are spawned with it
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
-    pending: deque[tuple[Trial, Future[SeedResult]]] = deque()
-    ahead = iter(todo)
-    try:
-        for trial in islice(ahead, 2 * workers):
-            pending.append((trial, pool.submit(_run, trial)))
-        while pending:
-            trial, future = pending.popleft()
-            result = future.result()
-            for following in islice(ahead, 1):
-                pending.append((following, pool.submit(_run, following)))
-            yield trial, result
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    """Each trial's result in the order of the trials, each in a worker process with
+    the sweep's hash seed (`sco.lab.sweep`); leaving the loop early cancels the rest."""
+    where = dataclasses.replace(workers, isolated=True)
+    yield from zip(todo, sweep(_run, todo, where), strict=False)
 
 
 def replay(trial: Trial) -> SeedResult:
     """One trial, exactly as the swarm ran it (in a worker with the swarm's hash seed)."""
-    ((_, result),) = list(run_trials([trial], workers=1))
+    ((_, result),) = list(run_trials([trial], Workers(1)))
     return result
 
 

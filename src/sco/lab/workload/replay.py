@@ -26,6 +26,7 @@ from sco.domain.lifecycle import Timeouts
 from sco.engine.cycle import ControllerConfig
 from sco.lab.region import COLD_START_S, SimConfig
 from sco.lab.simulation import Simulation, SimulationInputError, SimulationSpec
+from sco.lab.sweep import IN_PROCESS, Workers, sweep
 from sco.lab.traces import TraceSet, load_traces, repeated
 from sco.lab.workload.kubefile import KubeWorkload, is_kube_workload, peak_nodes, read_kube_workload
 from sco.lab.workload.kubeside import KubeSide, kube_spec
@@ -117,7 +118,11 @@ def replay(
     spec: ReplaySpec,
     policies: Sequence[str],
     progress: Callable[[str, float], None] | None = None,
+    workers: Workers = IN_PROCESS,
 ) -> tuple[Workload | KubeWorkload, list[Replayed], dict[str, Any]]:
+    """Each policy's run on the same window, trace and seed, in the order asked:
+    in this process (progress in tenths of each run), or side by side on `workers`
+    (progress as each run ends)."""
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise SimulationInputError(
@@ -136,15 +141,30 @@ def replay(
     }
     if isinstance(workload, Workload):
         about["procs_per_node"] = workload.procs_per_node
-    runs = []
-    for name in policies:
+    if workers.local == 1 and not workers.cluster:
+        runs = []
+        for name in policies:
 
-        def step(done: float, name: str = name) -> None:
-            if progress is not None:
-                progress(name, done)
+            def step(done: float, name: str = name) -> None:
+                if progress is not None:
+                    progress(name, done)
 
-        runs.append(_run(spec, name, workload, traces, window_s, step))
-    return workload, runs, about
+            runs.append(_run(spec, name, workload, traces, window_s, step))
+        return workload, runs, about
+    tasks = [(spec, name, workload, traces, window_s) for name in policies]
+
+    def each(done: int, _total: int) -> None:
+        if progress is not None:
+            progress(policies[done - 1], 1.0)
+
+    return workload, list(sweep(_run_task, tasks, workers, each)), about
+
+
+def _run_task(
+    task: tuple[ReplaySpec, str, Workload | KubeWorkload, TraceSet, float],
+) -> Replayed:
+    spec, name, workload, traces, window_s = task
+    return _run(spec, name, workload, traces, window_s, lambda _done: None)
 
 
 def window_of(spec: ReplaySpec, workload: Workload | KubeWorkload) -> float:

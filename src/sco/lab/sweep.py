@@ -1,0 +1,178 @@
+"""Independent simulations side by side: on every core of this machine, or on a Dask
+cluster (`--cluster ADDRESS`, the `cluster` extra).
+
+One rule for every sweep (`sco evaluate`, `sco replay`, `sco lab swarm`, the benches):
+the tasks share nothing, each result comes back in the order of its task, so what a
+sweep prints is the same on any number of workers; and every worker walks a set of
+strings in the same order (`PYTHONHASHSEED` fixed), or a seed would not replay.
+
+Local workers are spawned processes. On a cluster, Dask places the tasks; a worker
+lost mid-sweep has its tasks run again elsewhere (Dask's own rescheduling), and each
+task's result is taken once, from its future, so none is counted twice. A cluster
+that cannot be reached, has no workers, or runs another Python, sco or hash seed is
+refused within seconds (`SweepError`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import platform
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, TypeVar
+
+import sco
+
+T = TypeVar("T")
+R = TypeVar("R")
+HASH_SEED = "0"
+CONNECT_S = 5.0  # to reach a scheduler, and for its first worker to show
+
+
+class SweepError(Exception):
+    """Workers that cannot run a sweep: a cluster unreachable, empty or mismatched."""
+
+
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """Where a sweep runs: `count` local processes (None: one per CPU), or the Dask
+    scheduler at `cluster`. `isolated`: even one local worker is a process of its
+    own with the sweep's hash seed (a swarm seed must replay as the swarm ran it)."""
+
+    count: int | None = None
+    cluster: str | None = None
+    isolated: bool = False
+
+    def __post_init__(self) -> None:
+        if self.count is not None and self.count < 1:
+            raise SweepError(f"--workers: {self.count}; at least 1")
+
+    @property
+    def local(self) -> int:
+        return self.count or os.cpu_count() or 1
+
+    def describe(self) -> str:
+        if self.cluster:
+            return f"Dask cluster {self.cluster}"
+        return f"{self.local} local worker{'s' if self.local != 1 else ''}"
+
+
+IN_PROCESS = Workers(1)  # the runs one after another, in this process
+EVERY_CORE = Workers()
+
+
+def sweep(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    workers: Workers = EVERY_CORE,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[R]:
+    """`fn` of each task, yielded in the order of `tasks`; `progress(done, total)` as
+    each is yielded. `fn` must be a module-level function and the tasks picklable.
+    Leaving the loop early cancels what has not started."""
+    total = len(tasks)
+    if workers.cluster:
+        results = _on_dask(fn, tasks, workers.cluster)
+    elif (workers.local == 1 and not workers.isolated) or total == 0:
+        results = (fn(t) for t in tasks)
+    else:
+        results = _on_processes(fn, tasks, min(workers.local, total))
+    for done, r in enumerate(results, 1):
+        if progress is not None:
+            progress(done, total)
+        yield r
+
+
+def _on_processes(fn: Callable[[T], R], tasks: Sequence[T], n: int) -> Iterator[R]:
+    """A few tasks ahead of the one awaited, so a long sweep holds little in flight."""
+    os.environ["PYTHONHASHSEED"] = HASH_SEED  # the workers are spawned with it
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+    pending: deque[Future[R]] = deque()
+    ahead = iter(tasks)
+    try:
+        pending.extend(pool.submit(fn, t) for t in islice(ahead, 2 * n))
+        while pending:
+            result = pending.popleft().result()
+            pending.extend(pool.submit(fn, t) for t in islice(ahead, 1))
+            yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def identity() -> dict[str, str]:
+    """What a worker must share with this machine for a sweep to give the same results."""
+    return {
+        "python": platform.python_version(),
+        "sco": sco.__version__,
+        "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "(random)"),
+    }
+
+
+def _on_dask(fn: Callable[[T], R], tasks: Sequence[T], address: str) -> Iterator[R]:
+    client = connect(address)
+    try:
+        pending: deque[Any] = deque()
+        ahead = iter(tasks)
+        width = 2 * max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+        pending.extend(client.submit(fn, t, pure=False) for t in islice(ahead, width))
+        while pending:
+            future = pending.popleft()
+            result: R = future.result()
+            future.release()
+            pending.extend(client.submit(fn, t, pure=False) for t in islice(ahead, 1))
+            yield result
+    finally:
+        client.close()
+
+
+def connect(address: str) -> Any:
+    """A Dask client of the scheduler at `address` whose workers run what this machine
+    runs (see `identity`), or `SweepError` within seconds."""
+    try:
+        client_of: Any = importlib.import_module("distributed").Client
+    except ImportError:
+        raise SweepError("--cluster needs Dask's distributed: pip install 'sco[cluster]'") from None
+    try:
+        client = client_of(address, timeout=CONNECT_S, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise SweepError(f"--cluster {address}: cannot reach a Dask scheduler ({e})") from None
+    try:
+        client.wait_for_workers(1, timeout=CONNECT_S)
+        _check(client, address)
+    except BaseException as e:
+        client.close()
+        if isinstance(e, TimeoutError):
+            raise SweepError(f"--cluster {address}: no worker joined in {CONNECT_S:g} s") from None
+        raise
+    return client
+
+
+def _check(client: Any, address: str) -> None:
+    want = identity() | {"PYTHONHASHSEED": HASH_SEED}
+    for worker, got in sorted(client.run(identity).items()):
+        wrong = [f"{k} {got.get(k)} (here {v})" for k, v in want.items() if got.get(k) != v]
+        if wrong:
+            raise SweepError(
+                f"--cluster {address}: worker {worker} runs {', '.join(wrong)}; start the "
+                f"workers with this Python and sco, and PYTHONHASHSEED={HASH_SEED}"
+            )
+
+
+def say(label: str) -> Callable[[int, int], None]:
+    """Progress as lines on stderr, one per tenth of the sweep (logs and terminals
+    alike): `label: 3/8 runs (37%)`."""
+    shown = {"at": -1}
+
+    def progress(done: int, total: int) -> None:
+        tenth = done * 10 // max(1, total)
+        if tenth != shown["at"] or done == total:
+            shown["at"] = tenth
+            print(f"{label}: {done}/{total} runs ({done / total:.0%})", file=sys.stderr, flush=True)
+
+    return progress
