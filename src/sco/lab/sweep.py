@@ -31,7 +31,7 @@ import sco
 
 T = TypeVar("T")
 R = TypeVar("R")
-HASH_SEED = "0"
+HASH_SEED = "6640"  # Dask's: its nanny starts every worker with it
 CONNECT_S = 5.0  # to reach a scheduler, and for its first worker to show
 
 
@@ -160,7 +160,8 @@ def _check(client: Any, address: str) -> None:
         if wrong:
             raise SweepError(
                 f"--cluster {address}: worker {worker} runs {', '.join(wrong)}; start the "
-                f"workers with this Python and sco, and PYTHONHASHSEED={HASH_SEED}"
+                f"workers with this Python and sco, and PYTHONHASHSEED={HASH_SEED} (Dask's nanny "
+                f"gives it unless distributed.nanny.pre-spawn-environ says otherwise)"
             )
 
 
