@@ -27,10 +27,14 @@ SMOKE: dict[str, list[str]] = {
     "fuzz.py": ["--cases", "20", "--workers", "1", "--kinds", "config,events", "--commands", "2"],
     "swarm.py": ["--smoke", "--workers", "2"],
     "replay.py": ["--smoke"],
+    "sweep.py": ["--smoke"],
 }
 
 # What a bench's line must say, beyond being one.
-EXPECT: dict[str, dict[str, object]] = {"simulate.py": {"same_as_sql": True, "state": "memory"}}
+EXPECT: dict[str, dict[str, object]] = {
+    "simulate.py": {"same_as_sql": True, "state": "memory"},
+    "sweep.py": {"same_json": True, "same_json_on_cluster": True},
+}
 
 # Benches that start real services (the Nova stack, PostgreSQL, Patroni, Slurm, a
 # broker) run at a smoke size in the tests of their tier instead.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sco.adapters.demandfile.intake import DemandFileError
 from sco.lab.accounting import PartitionMetrics
-from sco.lab.crosscheck import evaluate_named, factory, suite
+from sco.lab.crosscheck import evaluate_all, evaluate_named, factory, suite
 from sco.lab.crosscheck_setting import Capacity, EvalConfig, window_starts
 from sco.lab.fleet import FLEET
 from sco.lab.fleet_eval import DAY_S, RESYNC_S, custom_case, evaluate_fleet, fleet_suite
@@ -55,6 +55,7 @@ __all__ = [
     "TraceError",
     "Trial",
     "custom_case",
+    "evaluate_all",
     "evaluate_fleet",
     "evaluate_named",
     "factory",

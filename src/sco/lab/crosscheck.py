@@ -327,22 +327,40 @@ def evaluate_named(
     workers: Workers = IN_PROCESS,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, PolicyResult]:
-    """Every policy over the same seeded windows (a fresh policy object per window),
-    the runs spread over `workers` processes."""
+    """Every policy over the same seeded windows of one trace set (`evaluate_all`)."""
+    return evaluate_all([capacity], cfg, names, workers, progress)[capacity.name]
+
+
+def evaluate_all(
+    capacities: Sequence[Capacity],
+    cfg: EvalConfig,
+    names: Sequence[str],
+    workers: Workers = IN_PROCESS,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, dict[str, PolicyResult]]:
+    """Per trace set, every policy over the same seeded windows (a fresh policy object
+    per window): all the runs in one sweep over `workers`, so none waits for another
+    trace set's last run."""
     for name in names:
         factory(name)  # unknown names fail before any work
-    starts = window_starts(capacity, cfg)
-    jobs = [(capacity, cfg, name, s) for name in names for s in starts]
+    starts = {c.name: window_starts(c, cfg) for c in capacities}
+    # Policy by policy across the trace sets: the dearest runs (the LP bound's, on the
+    # longest trace) start first rather than last, where they would hold a sweep's end.
+    jobs = [(c, cfg, name, s) for name in names for c in capacities for s in starts[c.name]]
+    done: dict[str, int] = {}
 
-    def tick(done: int, total: int) -> None:
+    def tick(n: int, _total: int) -> None:
+        name = jobs[n - 1][0].name
+        done[name] = done.get(name, 0) + 1
         if progress is not None:
-            progress(capacity.name, done, total)
+            progress(name, done[name], len(names) * len(starts[name]))
 
-    results = list(sweep(_one, jobs, workers, tick))
-    k = len(starts)
+    runs: dict[tuple[str, str], list[WindowResult]] = {}
+    for job, r in zip(jobs, sweep(_one, jobs, workers, tick), strict=True):
+        runs.setdefault((job[0].name, job[2]), []).append(r)
     return {
-        name: PolicyResult(name, tuple(results[i * k : (i + 1) * k]))
-        for i, name in enumerate(names)
+        c.name: {name: PolicyResult(name, tuple(runs[c.name, name])) for name in names}
+        for c in capacities
     }
 
 

@@ -20,11 +20,9 @@ import multiprocessing
 import os
 import platform
 import sys
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any, TypeVar
 
 import sco
@@ -90,17 +88,14 @@ def sweep(
 
 
 def _on_processes(fn: Callable[[T], R], tasks: Sequence[T], n: int) -> Iterator[R]:
-    """A few tasks ahead of the one awaited, so a long sweep holds little in flight."""
+    """Every task submitted at once (the pool feeds its workers a few at a time), so a
+    worker never idles behind a long task whose result is awaited first."""
     os.environ["PYTHONHASHSEED"] = HASH_SEED  # the workers are spawned with it
     pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
-    pending: deque[Future[R]] = deque()
-    ahead = iter(tasks)
     try:
-        pending.extend(pool.submit(fn, t) for t in islice(ahead, 2 * n))
-        while pending:
-            result = pending.popleft().result()
-            pending.extend(pool.submit(fn, t) for t in islice(ahead, 1))
-            yield result
+        futures = [pool.submit(fn, t) for t in tasks]
+        for future in futures:
+            yield future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -117,15 +112,10 @@ def identity() -> dict[str, str]:
 def _on_dask(fn: Callable[[T], R], tasks: Sequence[T], address: str) -> Iterator[R]:
     client = connect(address)
     try:
-        pending: deque[Any] = deque()
-        ahead = iter(tasks)
-        width = 2 * max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-        pending.extend(client.submit(fn, t, pure=False) for t in islice(ahead, width))
-        while pending:
-            future = pending.popleft()
+        futures = [client.submit(fn, t, pure=False) for t in tasks]
+        for future in futures:
             result: R = future.result()
             future.release()
-            pending.extend(client.submit(fn, t, pure=False) for t in islice(ahead, 1))
             yield result
     finally:
         client.close()

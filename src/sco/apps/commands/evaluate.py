@@ -18,7 +18,7 @@ from sco.apps.common import console as make_console
 from sco.assembly.lab import (
     Capacity,
     EvalConfig,
-    evaluate_named,
+    evaluate_all,
     factory,
     load_traces,
     suite,
@@ -132,9 +132,8 @@ def evaluate(
     results: dict[str, dict[str, dict[str, float]]] = {}
     wall0 = time.perf_counter()
     with sweep_on(workers, cluster) as where:
-        for c in sets:
-            res = evaluate_named(c, cfg, names, where, _eval_progress)
-            results[c.name] = {n: r.as_dict() for n, r in res.items()}
+        for trace, res in evaluate_all(sets, cfg, names, where, _eval_progress).items():
+            results[trace] = {n: r.as_dict() for n, r in res.items()}
     title = (
         f"sco evaluate — target {cfg.target}, {cfg.windows} x {cfg.window_s / 3600:.0f} h "
         f"windows, notice {cfg.notice_s:.0f} s, {time.perf_counter() - wall0:.0f} s"
