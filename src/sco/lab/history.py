@@ -12,18 +12,16 @@ events seen twice (at-least-once delivery) count once, and events after the
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
-import statistics
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from sco.decide.scorer import PoolStats
 from sco.domain.events import CREATE_FAILED, CREATE_OK, RECLAIM_KINDS, LifecycleEvent
 
-T = TypeVar("T")
 _LEAVING = frozenset({"noticed", "draining", "terminating", "gone", "failed"})
 
 
@@ -44,7 +42,9 @@ class _Pool:
     closed_s: float = 0.0
     edge: list[tuple[float, float]] = field(default_factory=list)  # (ready, left), ready < lo
     readies: deque[tuple[float, float]] = field(default_factory=deque)  # (ready, ready - born)
+    ready_sorted: list[float] = field(default_factory=list)  # the readies' delays, sorted
     reclaims: deque[tuple[float, str]] = field(default_factory=deque)  # (at, instance)
+    reclaimed: Counter[str] = field(default_factory=Counter)  # instance -> its reclaims
     attempts: deque[tuple[float, bool]] = field(default_factory=deque)
     successes: int = 0
     headroom: deque[tuple[float, float]] = field(default_factory=deque)
@@ -118,6 +118,7 @@ class WindowedHistory:
                 p.open[e.instance] = e.at
             if inst.born is not None:
                 p.readies.append((e.at, e.at - inst.born))
+                bisect.insort(p.ready_sorted, e.at - inst.born)
         if e.to_state in _LEAVING and inst.left is None:
             inst.left = e.at
             ready = p.open.pop(e.instance, None)
@@ -126,6 +127,7 @@ class WindowedHistory:
                 p.closed_s += e.at - ready
         if e.kind in RECLAIM_KINDS:
             p.reclaims.append((e.at, e.instance))
+            p.reclaimed[e.instance] += 1
 
     def _forget_ids(self) -> None:
         # An event older than the window cannot change any answer: its id may go.
@@ -136,24 +138,34 @@ class WindowedHistory:
     # ------------------------------------------------------------ answering
 
     def _stats(self, name: str, p: _Pool, lo: float, now: float) -> PoolStats | None:
+        # Every answer from running sums and kept orders: the scorer asks for every
+        # pool every 5 simulated minutes, and a window holds thousands of events.
         _slide(p, lo)
         exposure_s = p.closed_s + sum(left - lo for _, left in p.edge)
         exposure_s += sum(now - max(ready, lo) for ready in p.open.values())
-        reclaimed = {inst for _, inst in p.reclaims}
-        durations = [d for _, d in p.readies]
         attempts = len(p.attempts)
         stats = PoolStats(
             pool=name,
             exposure_h=exposure_s / 3600.0,
-            reclaims=len(reclaimed),
+            reclaims=len(p.reclaimed),
             attempts=attempts,
             successes=p.successes,
-            ready_p50_s=statistics.median(durations) if durations else None,
-            ready_n=len(durations),
+            ready_p50_s=_median(p.ready_sorted),
+            ready_n=len(p.ready_sorted),
             headroom=p.headroom_sum / len(p.headroom) if p.headroom else None,
             headroom_n=len(p.headroom),
         )
         return None if stats == PoolStats(name) else stats
+
+
+def _median(ordered: list[float]) -> float | None:
+    """`statistics.median` of values kept sorted: the middle one, or the mean of two."""
+    n = len(ordered)
+    if n == 0:
+        return None
+    if n % 2:
+        return ordered[n // 2]
+    return (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 def _slide(p: _Pool, lo: float) -> None:
@@ -165,8 +177,14 @@ def _slide(p: _Pool, lo: float) -> None:
             p.edge.append((ready, left))
     if p.edge:
         p.edge = [(r, left) for r, left in p.edge if left > lo]
-    _drop_before(p.readies, lo)
-    _drop_before(p.reclaims, lo)
+    while p.readies and p.readies[0][0] < lo:
+        delay = p.readies.popleft()[1]
+        del p.ready_sorted[bisect.bisect_left(p.ready_sorted, delay)]
+    while p.reclaims and p.reclaims[0][0] < lo:
+        inst = p.reclaims.popleft()[1]
+        p.reclaimed[inst] -= 1
+        if not p.reclaimed[inst]:
+            del p.reclaimed[inst]
     while p.attempts and p.attempts[0][0] < lo:
         p.successes -= p.attempts.popleft()[1]
     while p.headroom and p.headroom[0][0] < lo:
@@ -174,11 +192,6 @@ def _slide(p: _Pool, lo: float) -> None:
     if not p.headroom:
         p.headroom_sum = 0.0  # no drift from float subtraction
     _forget_instances(p, lo)
-
-
-def _drop_before(q: deque[tuple[float, T]], lo: float) -> None:
-    while q and q[0][0] < lo:
-        q.popleft()
 
 
 def _forget_instances(p: _Pool, lo: float) -> None:
