@@ -60,11 +60,20 @@ class PartitionSnapshot:
     instances: tuple[Instance, ...]  # this partition's non-terminal records
     plan: Plan | None = None
     busy: frozenset[str] = frozenset()  # instances whose nodes run work: the last to go
+    # usable(True) and usable(False), sorted once: a cycle's decisions ask several times
+    _usable: tuple[tuple[PoolView, ...], tuple[PoolView, ...]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        accepts = self.partition.accepts
+        mine = sorted(
+            (v for v in self.pools.values() if accepts(v.pool.flavor)), key=lambda v: v.pool.id
+        )
+        spot = tuple(v for v in mine if v.pool.is_spot)
+        guaranteed = tuple(v for v in mine if not v.pool.is_spot)
+        object.__setattr__(self, "_usable", (guaranteed, spot))
 
     def usable(self, spot: bool) -> list[PoolView]:
         """The spot (or guaranteed) pools this partition may use, by pool id."""
-        accepts = self.partition.accepts
-        return sorted(
-            (v for v in self.pools.values() if v.pool.is_spot == spot and accepts(v.pool.flavor)),
-            key=lambda v: v.pool.id,
-        )
+        return list(self._usable[spot])

@@ -45,6 +45,7 @@ class _Pool:
     ready_sorted: list[float] = field(default_factory=list)  # the readies' delays, sorted
     reclaims: deque[tuple[float, str]] = field(default_factory=deque)  # (at, instance)
     reclaimed: Counter[str] = field(default_factory=Counter)  # instance -> its reclaims
+    gone: deque[tuple[float, str]] = field(default_factory=deque)  # (left, instance)
     attempts: deque[tuple[float, bool]] = field(default_factory=deque)
     successes: int = 0
     headroom: deque[tuple[float, float]] = field(default_factory=deque)
@@ -121,6 +122,7 @@ class WindowedHistory:
                 bisect.insort(p.ready_sorted, e.at - inst.born)
         if e.to_state in _LEAVING and inst.left is None:
             inst.left = e.at
+            p.gone.append((e.at, e.instance))
             ready = p.open.pop(e.instance, None)
             if ready is not None:
                 heapq.heappush(p.inside, (ready, e.at))
@@ -195,8 +197,8 @@ def _slide(p: _Pool, lo: float) -> None:
 
 
 def _forget_instances(p: _Pool, lo: float) -> None:
-    # Instances that left before the window answer nothing any more.
-    if len(p.instances) < 2 * (len(p.open) + 64):
-        return
-    for k in [k for k, i in p.instances.items() if i.left is not None and i.left < lo]:
-        del p.instances[k]
+    # Instances that left before the window answer nothing any more. `gone` is in the
+    # order they were told to have left, near enough to time order: one told late
+    # goes with the next that is older than the window.
+    while p.gone and p.gone[0][0] < lo:
+        p.instances.pop(p.gone.popleft()[1], None)

@@ -74,6 +74,7 @@ class MemoryFleetStore:
         self._outbox: dict[str, LifecycleEvent] = {}
         self._exclusions: dict[PoolId, Exclusion] = {}
         self._scores: dict[int, dict[PoolId, PoolScore]] = {}
+        self._newest = 0  # the newest generation kept (0: none): asked every cycle
         self._intents: dict[str, tuple[str, float, str]] = {}  # intent, when, by whom
 
     def close(self) -> None:
@@ -303,23 +304,26 @@ class MemoryFleetStore:
     def save_scores(self, scores: Sequence[PoolScore], keep: int = 288) -> int:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
-        generation = max(self._scores, default=0) + 1
+        generation = self._newest + 1
         if scores:
             self._scores[generation] = {
                 sc.pool: replace(sc, generation=generation) for sc in scores
             }
+            self._newest = generation
         for g in [g for g in self._scores if g <= generation - keep]:
             del self._scores[g]
+        if self._newest not in self._scores:
+            self._newest = max(self._scores, default=0)
         return generation
 
     def latest_scores(self) -> dict[PoolId, PoolScore]:
-        return dict(self._scores[max(self._scores)]) if self._scores else {}
+        return dict(self._scores[self._newest]) if self._scores else {}
 
     def signal_stamp(self) -> tuple[int, int, float, int]:
         ages = [row.up_since for row in self._pools.values() if row.up_since is not None]
         return (
             sum(e.version for e in self._exclusions.values()),
-            max(self._scores, default=0),
+            self._newest,
             sum(ages) + len(ages),
             len(self._intents) * 1_000_003 + sum(len(p) for p in self._intents),
         )
