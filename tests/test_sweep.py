@@ -15,7 +15,7 @@ import pytest
 
 from sco.apps.common import bundled
 from sco.lab.sweep import IN_PROCESS, SweepError, Workers, sweep
-from sco_harness.dask_cluster import dask_cluster, die_once, square
+from sco_harness.dask_cluster import dask_cluster, die_always, die_once, square
 
 WORKLOAD = bundled("workloads", "synthetic-2d.swf")
 
@@ -81,6 +81,14 @@ def test_a_worker_lost_mid_sweep_has_its_task_run_again_counted_once(tmp_path: P
         got = list(sweep(die_once, tasks, Workers(cluster=address)))
     assert marker.exists()  # a worker process did go down, with task 3 on it
     assert got == [x * x for x in range(8)]
+
+
+def test_a_run_that_takes_down_every_worker_is_given_up_on_named(tmp_path: Path) -> None:
+    with (
+        dask_cluster(tmp_path / "dask") as address,
+        pytest.raises(SweepError, match=r"run 1 of 3 lost \(KilledWorker"),
+    ):
+        list(sweep(die_always, [0, 1, 2], Workers(cluster=address)))
 
 
 def test_workers_of_another_hash_seed_are_refused_before_any_run(tmp_path: Path) -> None:

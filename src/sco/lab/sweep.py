@@ -21,7 +21,7 @@ import os
 import platform
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -113,8 +113,18 @@ def _on_dask(fn: Callable[[T], R], tasks: Sequence[T], address: str) -> Iterator
     client = connect(address)
     try:
         futures = [client.submit(fn, t, pure=False) for t in tasks]
-        for future in futures:
-            result: R = future.result()
+        for k, future in enumerate(futures):
+            try:
+                result: R = future.result()
+            except Exception as e:
+                if type(e).__module__.split(".")[0] != "distributed" and not isinstance(
+                    e, OSError | CancelledError
+                ):
+                    raise  # the run's own error, as in a local run
+                raise SweepError(
+                    f"--cluster {address}: run {k + 1} of {len(futures)} lost "
+                    f"({type(e).__name__}: {e})"
+                ) from None
             future.release()
             yield result
     finally:

@@ -32,6 +32,9 @@ def dask_cluster(folder: Path, workers: int = 2, hash_seed: str | None = None) -
     info = folder / "scheduler.json"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
     env["DASK_DISTRIBUTED__WORKER__DAEMON"] = "False"
+    # A run that took its worker down is run once more, not three times: a run that
+    # always does is given up on in seconds.
+    env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = "1"
     procs = [
         _start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                 "--scheduler-file", str(info)], folder / "scheduler.log", env)
@@ -96,6 +99,11 @@ def die_once(task: tuple[str, int]) -> int:
         path.write_text(str(os.getpid()))
         os._exit(1)
     return x * x
+
+
+def die_always(x: int) -> int:
+    """A run that takes every worker it is given down with it."""
+    os._exit(1)
 
 
 def square(x: int) -> int:
