@@ -9,7 +9,8 @@ PostgreSQL. The partition is first brought to its target; then the clock moves
 15 s a cycle, while a pool now and then loses capacity (reclaims to replace).
 
 Prints one JSON line: {"instances", "pools", "cycles", "cycle_p50_s",
-"cycle_p99_s", "cycle_max_s", "fill_cycles", ...}.
+"cycle_p99_s", "cycle_max_s", "fill_cycles", "phase_us_per_instance" (each phase
+of the cycle, its mean cost in microseconds per instance), ...}.
 """
 
 from __future__ import annotations
@@ -96,16 +97,24 @@ def run(folder: Path, url: str, args: argparse.Namespace) -> dict[str, object]:
             break
     log(f"{ready} units ready after {fill} cycles ({time.perf_counter() - started:.0f} s)")
     took: list[float] = []
+    phases: dict[str, list[float]] = {}
     for _ in range(args.cycles):
         region.advance_to(t)
         clock.set(t)
         c0 = time.perf_counter()
-        controller.cycle()
+        report = controller.cycle()
         took.append(time.perf_counter() - c0)
+        for phase, s in report.phases_s.items():
+            phases.setdefault(phase, []).append(s)
         t += 15.0
     store.close()
     took.sort()
     return {
+        # Each phase's mean cost per cycle, in microseconds per instance held.
+        "phase_us_per_instance": {
+            phase: round(statistics.fmean(s) / args.instances * 1e6, 2)
+            for phase, s in sorted(phases.items())
+        },
         "instances": args.instances,
         "pools": args.pools,
         "cycles": len(took),

@@ -107,11 +107,15 @@ def sync(
                 continue
             inst = first.after
         looked = (inst, view, nodes.get(view.server_id, GONE))
-        if sightings.quiet.get(view.server_id) != looked:
-            seen = _observed(*looked, now, out)
-            if seen:
-                out.changes.extend(seen)
-                continue
+        if sightings.quiet.get(view.server_id) == looked:
+            # As calm as last cycle: nothing to observe, and not a READY node its
+            # scheduler lacks (that one is not calm), so not lost either.
+            calm[view.server_id] = looked
+            continue
+        seen = _observed(*looked, now, out)
+        if seen:
+            out.changes.extend(seen)
+            continue
         lost = _lost(inst, looked[2], now, sightings.unjoined, unjoined, partners)
         if lost is not None:
             out.changes.append(lost)
