@@ -29,6 +29,7 @@ from sco.decide.policies import ScoPolicy
 from sco.engine import builder
 from sco.engine.builder import FleetState, Ports
 from sco.engine.clock import CountingIds, ManualClock
+from sco.engine.gcpolicy import tune_gc
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco_harness.builders import write_json_trace, write_yaml
@@ -41,6 +42,7 @@ def log(msg: str) -> None:
 
 
 def main() -> None:
+    tune_gc()  # as every `sco` process does
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", type=int, default=20_000)
     ap.add_argument("--pools", type=int, default=200)

@@ -20,11 +20,13 @@ import time
 from pathlib import Path
 
 from sco.apps.common import bundled
+from sco.engine.gcpolicy import tune_gc
 from sco.lab.workload.replay import ReplaySpec, replay
 from sco_harness.workloads import synthetic
 
 
 def main() -> None:
+    tune_gc()  # as every `sco` process does
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=8000)
     ap.add_argument("--days", type=float, default=1.0)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from sco.adapters.sqlstate.engine import sqlite_url
 from sco.apps.common import bundled
+from sco.engine.gcpolicy import tune_gc
 from sco.lab.fleet import FLEET
 from sco.lab.fleet_eval import FleetCase
 from sco.lab.region import SimConfig
@@ -38,6 +39,7 @@ from sco_harness.services import stop_on_signals
 
 
 def main() -> None:
+    tune_gc()  # as every `sco` process does
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--cycle-s", type=float, default=30.0)

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from sco.apps.common import bundled
+from sco.engine.gcpolicy import THRESHOLDS
 from sco.lab.sweep import IN_PROCESS, SweepError, Workers, sweep
-from sco_harness.dask_cluster import dask_cluster, die_always, die_once, square
+from sco_harness.dask_cluster import dask_cluster, die_always, die_once, gc_thresholds, square
 
 WORKLOAD = bundled("workloads", "synthetic-2d.swf")
 
@@ -41,6 +42,19 @@ def test_local_workers_give_the_results_of_one_in_the_order_of_the_tasks() -> No
     two = list(sweep(square, tasks, Workers(2), lambda d, t: seen.append((d, t))))
     assert one == two == [x * x for x in tasks]
     assert seen == [(d, 7) for d in range(1, 8)]
+
+
+def test_every_worker_and_every_sco_process_collects_garbage_alike() -> None:
+    assert set(sweep(gc_thresholds, [0, 1], Workers(2))) == {THRESHOLDS}
+    probe = (
+        "import gc; from click.testing import CliRunner; from sco.apps.cli import cli; "
+        "CliRunner().invoke(cli, ['policies']); "
+        "print(gc.get_threshold(), gc.get_freeze_count() > 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split("\n")[-2] == f"{THRESHOLDS} True", done.stdout
 
 
 def test_no_worker_at_all_is_refused() -> None:

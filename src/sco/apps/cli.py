@@ -18,12 +18,14 @@ from sco.apps.commands.replay import replay_command
 from sco.apps.commands.simulate import demo, policies, simulate
 from sco.apps.common import EXIT_BAD_INPUT
 from sco.apps.lab import lab_group
+from sco.engine.gcpolicy import tune_gc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """sco: harvest idle OpenStack capacity as spot instances for Kubernetes and Slurm."""
+    tune_gc()
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

@@ -8,13 +8,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
 
 from sco.assembly.state import sqlite_url
-from sco.lab.sweep import SweepError, Workers
+
+if TYPE_CHECKING:
+    from sco.assembly.lab import Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,6 +77,8 @@ def workers_options(f: F) -> F:
 @contextmanager
 def sweep_on(workers: int | None, cluster: str | None, **kw: bool) -> Iterator[Workers]:
     """The workers asked for; a cluster that cannot run the sweep exits 2, named."""
+    from sco.assembly.lab import SweepError, Workers  # the lab: only where it is used
+
     try:
         yield Workers(workers, cluster, **kw)
     except SweepError as e:

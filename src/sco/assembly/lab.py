@@ -20,6 +20,7 @@ from sco.lab.swarm.batch import Tally, Trial, fault_names, run_trials, shrink, t
 from sco.lab.swarm.promises import PROMISES
 from sco.lab.swarm.spec import ALL_KINDS, Kind
 from sco.lab.swarm.world import STATES
+from sco.lab.sweep import SweepError, Workers
 from sco.lab.traces import TraceError, load_traces
 from sco.lab.workload.replay import POLICIES as REPLAY_POLICIES
 from sco.lab.workload.replay import Replayed, ReplaySpec, replay
@@ -51,9 +52,11 @@ __all__ = [
     "SimulationInputError",
     "SimulationResult",
     "SimulationSpec",
+    "SweepError",
     "Tally",
     "TraceError",
     "Trial",
+    "Workers",
     "custom_case",
     "evaluate_all",
     "evaluate_fleet",

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sco
+from sco.engine.gcpolicy import tune_gc
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -91,7 +92,9 @@ def _on_processes(fn: Callable[[T], R], tasks: Sequence[T], n: int) -> Iterator[
     """Every task submitted at once (the pool feeds its workers a few at a time), so a
     worker never idles behind a long task whose result is awaited first."""
     os.environ["PYTHONHASHSEED"] = HASH_SEED  # the workers are spawned with it
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(
+        max_workers=n, mp_context=multiprocessing.get_context("spawn"), initializer=tune_gc
+    )
     try:
         futures = [pool.submit(fn, t) for t in tasks]
         for future in futures:
@@ -145,6 +148,7 @@ def connect(address: str) -> Any:
     try:
         client.wait_for_workers(1, timeout=CONNECT_S)
         _check(client, address)
+        client.run(tune_gc)  # as a local worker collects garbage
     except BaseException as e:
         client.close()
         if isinstance(e, TimeoutError):

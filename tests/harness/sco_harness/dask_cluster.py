@@ -108,3 +108,10 @@ def die_always(x: int) -> int:
 
 def square(x: int) -> int:
     return x * x
+
+
+def gc_thresholds(_: object) -> tuple[int, int, int]:
+    """How the worker process that runs this collects garbage."""
+    import gc
+
+    return gc.get_threshold()

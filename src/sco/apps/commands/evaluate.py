@@ -18,13 +18,13 @@ from sco.apps.common import console as make_console
 from sco.assembly.lab import (
     Capacity,
     EvalConfig,
+    Workers,
     evaluate_all,
     factory,
     load_traces,
     suite,
     window_starts,
 )
-from sco.lab.sweep import Workers
 
 DEFAULT_POLICIES = "optimal,sco,spothedge,round-robin,even-spread,cheapest,all-guaranteed"
 FLEET_POLICIES = "optimal,sco,spothedge,cheapest,all-guaranteed"
