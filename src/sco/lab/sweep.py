@@ -19,7 +19,6 @@ import importlib
 import multiprocessing
 import os
 import platform
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -167,17 +166,3 @@ def _check(client: Any, address: str) -> None:
                 f"workers with this Python and sco, and PYTHONHASHSEED={HASH_SEED} (Dask's nanny "
                 f"gives it unless distributed.nanny.pre-spawn-environ says otherwise)"
             )
-
-
-def say(label: str) -> Callable[[int, int], None]:
-    """Progress as lines on stderr, one per tenth of the sweep (logs and terminals
-    alike): `label: 3/8 runs (37%)`."""
-    shown = {"at": -1}
-
-    def progress(done: int, total: int) -> None:
-        tenth = done * 10 // max(1, total)
-        if tenth != shown["at"] or done == total:
-            shown["at"] = tenth
-            print(f"{label}: {done}/{total} runs ({done / total:.0%})", file=sys.stderr, flush=True)
-
-    return progress
