@@ -55,11 +55,6 @@ class Workers:
     def local(self) -> int:
         return self.count or os.cpu_count() or 1
 
-    def describe(self) -> str:
-        if self.cluster:
-            return f"Dask cluster {self.cluster}"
-        return f"{self.local} local worker{'s' if self.local != 1 else ''}"
-
 
 IN_PROCESS = Workers(1)  # the runs one after another, in this process
 EVERY_CORE = Workers()
