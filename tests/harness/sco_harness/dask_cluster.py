@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 DASK = Path(sys.executable).parent / "dask"
 
@@ -79,9 +80,10 @@ def _address(info: Path, proc: subprocess.Popen[bytes], log: Path) -> str:
 
 
 def _wait_for_workers(info: Path, n: int, folder: Path) -> None:
-    from distributed import Client
+    import distributed
 
-    with Client(scheduler_file=str(info), timeout=30) as client:
+    make: Any = distributed.Client  # untyped
+    with make(scheduler_file=str(info), timeout=30) as client:
         try:
             client.wait_for_workers(n, timeout=90)
         except TimeoutError:
