@@ -26,8 +26,12 @@ NOVA_SLOTS = 4
 
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM and SIGHUP end the session as Ctrl-C does, fixtures torn down (by
-    default they kill pytest at once, and every service a fixture started stays up)."""
+    default they kill pytest at once, and every service a fixture started stays up).
+    The commands the tests run keep their independent runs in their own process
+    (`SCO_WORKERS=1`) unless a test asks for more: the suite already runs on every
+    core, and workers of workers only slowed the service tests beside them."""
     services.install()
+    os.environ.setdefault("SCO_WORKERS", "1")
 
 
 # The modules on the shared Nova stack. Under xdist they are one unit of work on one

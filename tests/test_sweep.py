@@ -79,6 +79,17 @@ def test_an_unreachable_cluster_exits_2_naming_it() -> None:
     assert f"--cluster {address}: cannot reach a Dask scheduler" in done.stderr
 
 
+def test_workers_default_to_sco_workers_when_it_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from sco.apps.cli import cli
+
+    monkeypatch.setenv("SCO_WORKERS", "0")  # read, and refused as --workers 0 would be
+    out = CliRunner().invoke(cli, ["replay", "--workload", str(WORKLOAD), "--days", "0.1"])
+    assert out.exit_code == 2, out.output
+    assert "Invalid value for '--workers': 0" in out.output, out.output
+
+
 def test_a_replay_on_a_dask_cluster_is_the_replay_on_one_and_two_workers(
     tmp_path: Path,
 ) -> None:
@@ -100,9 +111,9 @@ def test_a_worker_lost_mid_sweep_has_its_task_run_again_counted_once(tmp_path: P
 def test_a_run_that_takes_down_every_worker_is_given_up_on_named(tmp_path: Path) -> None:
     with (
         dask_cluster(tmp_path / "dask") as address,
-        pytest.raises(SweepError, match=r"run 1 of 3 lost \(KilledWorker"),
+        pytest.raises(SweepError, match=r"run 1 of 1 lost \(KilledWorker"),
     ):
-        list(sweep(die_always, [0, 1, 2], Workers(cluster=address)))
+        list(sweep(die_always, [0], Workers(cluster=address)))
 
 
 def test_workers_of_another_hash_seed_are_refused_before_any_run(tmp_path: Path) -> None:

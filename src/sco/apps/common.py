@@ -70,7 +70,9 @@ def workers_options(f: F) -> F:
         "--workers",
         type=click.IntRange(min=1),
         default=None,
-        help="Local worker processes for independent runs (default: one per CPU).",
+        envvar="SCO_WORKERS",
+        help="Local worker processes for independent runs (default: $SCO_WORKERS, else one "
+        "per CPU).",
     )(f)
 
 
