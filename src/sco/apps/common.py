@@ -77,11 +77,11 @@ def workers_options(f: F) -> F:
 
 
 @contextmanager
-def sweep_on(workers: int | None, cluster: str | None, **kw: bool) -> Iterator[Workers]:
+def sweep_on(workers: int | None, cluster: str | None) -> Iterator[Workers]:
     """The workers asked for; a cluster that cannot run the sweep exits 2, named."""
     from sco.assembly.lab import SweepError, Workers  # the lab: only where it is used
 
     try:
-        yield Workers(workers, cluster, **kw)
+        yield Workers(workers, cluster)
     except SweepError as e:
         raise BadInput(str(e)) from None

@@ -55,6 +55,11 @@ class Workers:
     def local(self) -> int:
         return self.count or os.cpu_count() or 1
 
+    @property
+    def in_process(self) -> bool:
+        """The runs one after another in the caller's own process."""
+        return not self.cluster and self.local == 1 and not self.isolated
+
 
 IN_PROCESS = Workers(1)  # the runs one after another, in this process
 EVERY_CORE = Workers()
@@ -72,7 +77,7 @@ def sweep(
     total = len(tasks)
     if workers.cluster:
         results = _on_dask(fn, tasks, workers.cluster)
-    elif (workers.local == 1 and not workers.isolated) or total == 0:
+    elif workers.in_process or total == 0:
         results = (fn(t) for t in tasks)
     else:
         results = _on_processes(fn, tasks, min(workers.local, total))

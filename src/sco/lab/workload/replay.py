@@ -141,7 +141,7 @@ def replay(
     }
     if isinstance(workload, Workload):
         about["procs_per_node"] = workload.procs_per_node
-    if workers.local == 1 and not workers.cluster:
+    if workers.in_process:  # progress within each run, not only as each ends
         runs = []
         for name in policies:
 
