@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sco.decide.arbiter import ArbiterConfig, arbitrate
@@ -215,7 +215,11 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     wanted = max(0, demand.wanted_units - demand.guaranteed_units)
     crowd = crowding(wanted, len(spot_views), cfg)
     cold_s, notice = cold_start_s(snapshot, cfg), notice_s(snapshot)
-    gangs = _gang_plan(snapshot, spot_views, held, hazard, cfg, crowd, notice >= cold_s)
+    cheapest = min((v.price for v in spot_views if v.price > 0), default=1.0)
+    price = {v.pool.id: _price_term(v, cheapest, cfg) for v in spot_views}
+    gangs = _gang_plan(
+        snapshot, spot_views, held, hazard, price, cheapest, cfg, crowd, notice >= cold_s
+    )
     wanted -= gangs.decide(wanted)  # gangs no pool holds whole: guaranteed takes them
     targets = gangs.place(wanted)
     notes: list[str] = []
@@ -255,7 +259,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         at_risk_units=risk,
         whole=gangs.whole,
     )
-    reasons = _reasons(snapshot, targets, g.targets, tally, terms, storm, cfg, crowd)
+    reasons = _reasons(snapshot, targets, g.targets, tally, terms, storm, price, cfg, crowd)
     plan_terms = {
         "cold_start_s": cold_s,
         "notice_s": notice,
@@ -287,29 +291,29 @@ def crowding(wanted: int, pools: int, cfg: HedgeConfig) -> float:
     return cfg.crowding_per_h / max(1.0, share)
 
 
-def _place(
-    want: int,
+def _spread(
     views: list[PoolView],
     held: Counter[PoolId],
     hazard: Mapping[PoolId, float],
+    price: Mapping[PoolId, float],
     cfg: HedgeConfig,
     crowd: float,
-    keep: Mapping[PoolId, int] | None = None,
-) -> dict[PoolId, int]:
-    """The least-cost spread (`sco.decide.placement`): an excluded pool keeps what it
-    holds but gets nothing new. `keep`: what staying saves (default: what is held)."""
-    cheapest = min((v.price for v in views if v.price > 0), default=1.0)
-    stay = held if keep is None else keep
-    slots = [
-        Slot(
-            v.pool.id,
-            hazard[v.pool.id] + _price_term(v, cheapest, cfg),
-            stay.get(v.pool.id, 0),
-            held[v.pool.id] + (0 if v.excluded else v.available),
-        )
+) -> Callable[[int, Mapping[PoolId, int] | None], dict[PoolId, int]]:
+    """The least-cost spread (`sco.decide.placement`) of so many replicas: an excluded
+    pool keeps what it holds but gets nothing new. `keep` (what staying saves) is what
+    is held unless said."""
+    pools = [
+        (v.pool.id, hazard[v.pool.id] + price[v.pool.id], held[v.pool.id], v)
         for v in views
     ]
-    return place(slots, want, crowd, cfg.stickiness_per_h)
+    rooms = [(p, w, n + (0 if v.excluded else v.available)) for p, w, n, v in pools]
+
+    def spread(want: int, keep: Mapping[PoolId, int] | None) -> dict[PoolId, int]:
+        stay = held if keep is None else keep
+        slots = [Slot(p, w, stay.get(p, 0), room) for p, w, room in rooms]
+        return place(slots, want, crowd, cfg.stickiness_per_h)
+
+    return spread
 
 
 def _gang_plan(
@@ -317,17 +321,15 @@ def _gang_plan(
     views: list[PoolView],
     held: Counter[PoolId],
     hazard: Mapping[PoolId, float],
+    price: Mapping[PoolId, float],
+    cheapest: float,
     cfg: HedgeConfig,
     crowd: float,
     noticed: bool,
 ) -> GangPlan:
-    """The spread of `_place`, with whole jobs in one pool each (`sco.decide.gangs`)."""
-    cheapest = min((v.price for v in views if v.price > 0), default=1.0)
+    """The spread of `_spread`, with whole jobs in one pool each (`sco.decide.gangs`)."""
     by_id = {v.pool.id: v for v in views}
     now = snapshot.now
-
-    def spread(want: int, keep: Mapping[PoolId, int] | None) -> dict[PoolId, int]:
-        return _place(want, views, held, hazard, cfg, crowd, keep=keep)
 
     def lasting(pool: PoolId, seconds: float) -> float:
         return survival(by_id[pool], now, seconds, cfg)
@@ -336,8 +338,8 @@ def _gang_plan(
         snapshot.demand.gangs,
         held,
         {v.pool.id: 0 if v.excluded else v.available for v in views},
-        {v.pool.id: _price_term(v, cheapest, cfg) for v in views},
-        spread,
+        price,
+        _spread(views, held, hazard, price, cfg, crowd),
         lasting,
         cfg.gang_requeue_weight if noticed else cfg.gang_loss_weight,
         cfg.gang_default_s,
@@ -434,19 +436,19 @@ def _reasons(
     tally: _Tally,
     terms: Mapping[PoolId, dict[str, float]],
     storm: float,
+    price: Mapping[PoolId, float],
     cfg: HedgeConfig,
     crowd: float,
 ) -> dict[PoolId, PoolReason]:
     """Per pool, what the planner weighed (per hour) and what it decided."""
     views = snapshot.usable(spot=True)
-    cheapest = min((v.price for v in views if v.price > 0), default=1.0)
     out: dict[PoolId, PoolReason] = {}
     for v in views:
         p = v.pool.id
         n, have = spot.get(p, 0), tally.spot_held[p]
         weighed = dict(terms[p])
         weighed["storm"] = storm
-        weighed["price"] = _price_term(v, cheapest, cfg)
+        weighed["price"] = price[p]
         # What the last replica placed there paid for sharing the pool, and what the
         # replicas already there saved by staying.
         weighed["crowding"] = crowd * max(0, n - 1)
@@ -461,6 +463,8 @@ def _reasons(
 
 
 def _flags(v: PoolView) -> tuple[str, ...]:
+    if not (v.excluded or v.undiscovered or v.degraded or v.available == 0):
+        return ()  # most pools, most cycles: asked of every pool at every cycle
     return tuple(
         name
         for name, on in (

@@ -11,9 +11,7 @@ Controllers are made by `sco.engine.builder` only.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -118,13 +116,8 @@ class PartitionController:
     # ------------------------------------------------------------ the cycle
 
     def cycle(self) -> CycleReport:
-        started = time.perf_counter()
         tally = self.acquirer.tally = CycleTally()
-        report = self._cycle_once(tally)
-        tally.lap("publish")
-        return dataclasses.replace(
-            report, took_s=time.perf_counter() - started, phases_s=dict(tally.phases)
-        )
+        return self._cycle_once(tally)
 
     def _observe(
         self, now: float, tally: CycleTally
@@ -157,7 +150,7 @@ class PartitionController:
         now = self.world.clock.now()
         seen = self._observe(now, tally)
         if isinstance(seen, str):
-            return self._report(now, 0, Actions(), 0, degraded=seen)
+            return self._degraded(now, tally, seen)
         servers, nodes, demand = seen
         self.sightings.keep_notes(servers, nodes, self.records.live())
         self.records.load()
@@ -169,7 +162,7 @@ class PartitionController:
             # from records that are not there.
             synced = self._sync(servers, nodes, now, tally)
             if self.records.stale:
-                return self._report(now, 0, Actions(), 0, degraded="records moved: reloading")
+                return self._degraded(now, tally, "records moved: reloading")
         tally.lap("sync")
         signals = self.signals
         signals.refresh(now)
@@ -330,16 +323,25 @@ class PartitionController:
         tally: CycleTally,
         handback: bool,
     ) -> CycleReport:
-        report = self._report(now, transitions, actions, tally.created, notes=decision.notes)
         live = self.records.live()
-        return dataclasses.replace(
-            report,
-            placement=placement_of(live, snapshot.demand.target_units, plan.targets()),
+        pools = snapshot.pools
+        placement = placement_of(live, snapshot.demand.target_units, plan.targets())
+        tally.lap("publish")
+        return CycleReport(
+            partition=self.partition.name,
+            at=now,
+            plan_generation=plan.generation,
+            transitions=transitions,
+            created=tally.created,
+            drained=len(actions.drains),
+            deleted=len(actions.deletes),
+            notes=decision.notes,
+            placement=placement,
             ready_delays_s=tuple(tally.delays),
             acted=dict(tally.acted),
             reclaims=dict(tally.reclaims),
             replaced=dict(tally.replaced),
-            excluded=tuple(p for p, v in snapshot.pools.items() if v.excluded or v.degraded),
+            excluded=tuple(p for p, v in pools.items() if v.excluded or v.degraded),
             handback=handback,
             held=len(live),
             unfit_work=demand.unfit_work,
@@ -348,31 +350,26 @@ class PartitionController:
             ready_units=sum(i.units for i in live if i.state is State.READY),
             instances=by_class_and_state(live),
             scored_at=self.signals.scored_at,
-            cost_per_h=sum(
-                snapshot.pools[i.pool].price for i in live if i.is_live and i.pool in snapshot.pools
-            ),
+            cost_per_h=sum(pools[i.pool].price for i in live if i.is_live and i.pool in pools),
+            took_s=tally.took_s,
+            phases_s=dict(tally.phases),
         )
 
-    def _report(
-        self,
-        now: float,
-        transitions: int,
-        actions: Actions,
-        created_n: int,
-        degraded: str = "",
-        notes: tuple[str, ...] = (),
-    ) -> CycleReport:
+    def _degraded(self, now: float, tally: CycleTally, why: str) -> CycleReport:
+        """The report of a cycle that could not act: why, and nothing done."""
         plan = self.records.plan
+        tally.lap("publish")
         return CycleReport(
             partition=self.partition.name,
             at=now,
             plan_generation=plan.generation if plan else 0,
-            transitions=transitions,
-            created=created_n,
-            drained=len(actions.drains),
-            deleted=len(actions.deletes),
-            degraded=degraded,
-            notes=notes,
+            transitions=0,
+            created=0,
+            drained=0,
+            deleted=0,
+            degraded=why,
+            took_s=tally.took_s,
+            phases_s=dict(tally.phases),
         )
 
 

@@ -46,6 +46,15 @@ class CycleTally:
     created: int = 0  # instances whose creates the cloud took
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds, by PHASES
     _lap_at: float = field(default_factory=time.perf_counter)
+    _started: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._started = self._lap_at
+
+    @property
+    def took_s(self) -> float:
+        """Wall seconds from the start to the last lap."""
+        return self._lap_at - self._started
 
     def lap(self, phase: str) -> None:
         """Close a phase: the wall time since the last lap counts toward `phase` (a

@@ -115,15 +115,14 @@ class ScoringJob:
     def run(self, now: float) -> list[PoolScore]:
         self.loader.drain()
         stats = self.loader.history.pool_stats(now, self.cfg.window_s)
-        scores = score_pools(stats, self.pools, now, self.cfg)
+        # Scored as of the generation saved last: most runs save none (see the class).
+        generation = self._saved[0].generation if self._saved else 0
+        scores = score_pools(stats, self.pools, now, self.cfg, generation)
         if self._worth_saving(scores, now):
             generation = self.store.save_scores(scores)
             scores = [dataclasses.replace(s, generation=generation) for s in scores]
             self._saved, self._saved_at = scores, now
             self.saved += 1
-        else:
-            generation = self._saved[0].generation if self._saved else 0
-            scores = [dataclasses.replace(s, generation=generation) for s in scores]
         self.last_run = now
         self.runs += 1
         if self.on_scores is not None:
