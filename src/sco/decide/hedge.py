@@ -302,10 +302,7 @@ def _spread(
     """The least-cost spread (`sco.decide.placement`) of so many replicas: an excluded
     pool keeps what it holds but gets nothing new. `keep` (what staying saves) is what
     is held unless said."""
-    pools = [
-        (v.pool.id, hazard[v.pool.id] + price[v.pool.id], held[v.pool.id], v)
-        for v in views
-    ]
+    pools = [(v.pool.id, hazard[v.pool.id] + price[v.pool.id], held[v.pool.id], v) for v in views]
     rooms = [(p, w, n + (0 if v.excluded else v.available)) for p, w, n, v in pools]
 
     def spread(want: int, keep: Mapping[PoolId, int] | None) -> dict[PoolId, int]:
