@@ -4,6 +4,7 @@ reservations, plans. Every test runs on both."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from collections.abc import Iterator
 
@@ -13,7 +14,7 @@ from sqlalchemy import inspect, text
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
-from sco.domain.plans import Plan
+from sco.domain.plans import Plan, PoolReason
 from sco.domain.pools import Pool
 from sco.ports import NewRequest, PoolRecord, Reservation, StateConflict
 from sco_harness.builders import guaranteed_pool, instance, spot_pool
@@ -438,6 +439,16 @@ def test_plan_round_trip_and_latest_generation(store: SqlFleetStore) -> None:
     assert store.latest_plan("p2") == other
     assert store.latest_plan("p3") is None
     assert store.counts().plans == 3
+
+
+def test_plan_terms_that_are_not_finite_survive_the_round_trip(store: SqlFleetStore) -> None:
+    why = PoolReason(1, 0, 3, 0.5, {"age": 0.25, "history": math.inf}, ("degraded",))
+    plan = Plan("p1", 1, 10.0, {POOL_A.id: 1}, {}, ("a",), {POOL_A.id: why}, {"spare": math.nan})
+    store.save_plan(plan)
+    got = store.latest_plan("p1")
+    assert got is not None
+    assert got.pools == {POOL_A.id: why}
+    assert math.isnan(got.terms["spare"])
 
 
 def test_plan_mappings_survive_the_round_trip(store: SqlFleetStore) -> None:

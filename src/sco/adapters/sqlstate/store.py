@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     Connection,
     bindparam,
@@ -82,13 +83,23 @@ class SqlFleetStore:
     outbox here; the pools' signals and operators' intents are `SqlSignals`'s, which
     it holds (`signals`) and answers for; the contracts are `ContractStore`'s."""
 
-    def __init__(self, url: str, *, run_migrations: bool = True, contracts: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        run_migrations: bool = True,
+        contracts: bool = True,
+        outbox: bool = True,
+    ) -> None:
         """Every partition-owned row a write makes (records, reservations, plans)
         carries the write's fencing token, and the database refuses one older than the
         partition's current lease (`FencedOut`, migration 0003's triggers). Without
-        `contracts` (a simulation: no node reads one) transitions write none."""
+        `contracts` (a simulation: no node reads one) transitions write none; without
+        `outbox` (a lab run's copy: its events went to the run's own log) transitions
+        put no event in the outbox."""
         self.url = url
         self.write_contracts = contracts
+        self.write_outbox = outbox
         self.engine = open_engine(url)
         if run_migrations:
             migrate(self.engine)
@@ -206,7 +217,7 @@ class SqlFleetStore:
             return
         with fenced(taken_is_conflict=True), self.engine.begin() as conn:
             if changes:
-                _record(conn, changes, fence, self.write_contracts)
+                _record(conn, changes, fence, self.write_contracts, self.write_outbox)
             for request_id, count in (settle or {}).items():
                 _settle(conn, request_id, count)
 
@@ -228,6 +239,7 @@ class SqlFleetStore:
                 [created(i, i.reason, code=i.reason) for i in request.instances],
                 fence,
                 self.write_contracts,
+                self.write_outbox,
             )
 
     def settle_reservation(self, request_id: str, count: int) -> None:
@@ -286,11 +298,11 @@ class SqlFleetStore:
             "partition": plan.partition,
             "generation": plan.generation,
             "created_at": plan.created_at,
-            "spot": json.dumps(dict(plan.spot), sort_keys=True),
-            "guaranteed": json.dumps(dict(plan.guaranteed), sort_keys=True),
-            "notes": json.dumps(list(plan.notes)),
-            "pools": json.dumps({p: w.to_json() for p, w in plan.pools.items()}, sort_keys=True),
-            "terms": json.dumps(dict(plan.terms), sort_keys=True),
+            "spot": _json(dict(plan.spot)),
+            "guaranteed": _json(dict(plan.guaranteed)),
+            "notes": _json(list(plan.notes)),
+            "pools": _json({p: w.to_json() for p, w in plan.pools.items()}),
+            "terms": _json(dict(plan.terms)),
             "fence": fence,
         }
 
@@ -388,6 +400,16 @@ class SqlFleetStore:
 # ---------------------------------------------------------------- writes
 
 
+def _json(doc: object) -> str:
+    """`doc` as JSON, keys sorted: orjson's (a lab run's copy writes thousands of
+    plans), but where it wrote null for a value that is not finite, the standard
+    library's, which keeps it (Infinity, NaN) as `json.loads` reads it back."""
+    out = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    if b"null" in out:
+        return json.dumps(doc, sort_keys=True)
+    return out.decode()
+
+
 @contextmanager
 def fenced(taken_is_conflict: bool = False) -> Iterator[None]:
     """Turn the fencing trigger's refusal into FencedOut, and (`taken_is_conflict`) a
@@ -409,6 +431,7 @@ def _record(
     changes: Sequence[Change],
     fence: int,
     contracts: bool = True,
+    outbox: bool = True,
 ) -> None:
     history: list[dict[str, Any]] = []
     inserts: list[dict[str, Any]] = []
@@ -440,7 +463,8 @@ def _record(
     _compare_and_swap(conn, updates)
     if history:
         conn.execute(_INSERT_HISTORY, history)
-        conn.execute(_INSERT_OUTBOX, [rows.outbox_row(event_of(ch)) for ch in changes])
+        if outbox:
+            conn.execute(_INSERT_OUTBOX, [rows.outbox_row(event_of(ch)) for ch in changes])
         if contracts:
             record_contracts(conn, changes)
 

@@ -9,7 +9,7 @@ every record and history row is what the SQL run would have written), the
 plans, the pools' ages, exclusions and latest scores, and the operators'
 intents. What the copy does not carry: reservations still open (a run's end
 is not a cycle's) and the outbox (the run's events went to its own event log;
-the copy's are dropped, not sent twice).
+the copy writes none for its records, and drops its exclusions', not sent twice).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def copy_fleet(src: MemoryFleetStore, dst: SqlFleetStore) -> int:
 
 def copy_into(twin: MemoryFleetStore, url: str) -> int:
     """Copy the twin into the (new) database at `url`; returns the changes replayed."""
-    copied = SqlFleetStore(url, contracts=False)  # as a run on it: no node reads one
+    # As a run on it, no node reads a contract.
+    copied = SqlFleetStore(url, contracts=False, outbox=False)
     try:
         return copy_fleet(twin, copied)
     finally:
