@@ -60,11 +60,14 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
     pools: Mapping[PoolId, PoolReason] = field(default_factory=dict)
     terms: Mapping[str, float] = field(default_factory=dict)
+    # The pools the watcher kept out when it was planned: every cycle asks (`same_decision`).
+    _kept_out: dict[PoolId, tuple[str, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for pool, n in {**self.spot, **self.guaranteed}.items():
             if n < 0:
                 raise ValueError(f"plan target for {pool} is negative: {n}")
+        object.__setattr__(self, "_kept_out", _kept_out(self.pools))
 
     def targets(self) -> dict[PoolId, int]:
         """Instance target per pool, zeros dropped."""
@@ -83,7 +86,7 @@ class Plan:
         return (
             self.same_targets(spot, guaranteed)
             and self.notes == notes
-            and _kept_out(self.pools) == _kept_out(pools)
+            and self._kept_out == _kept_out(pools)
         )
 
     def same_targets(self, spot: Mapping[PoolId, int], guaranteed: Mapping[PoolId, int]) -> bool:
@@ -96,5 +99,5 @@ class Plan:
 def _kept_out(pools: Mapping[PoolId, PoolReason]) -> dict[PoolId, tuple[str, ...]]:
     """The pools the watcher keeps out of placement, and how."""
     signals = ("excluded", "degraded")
-    out = {p: tuple(f for f in why.flags if f in signals) for p, why in pools.items()}
+    out = {p: tuple(f for f in why.flags if f in signals) for p, why in pools.items() if why.flags}
     return {p: flags for p, flags in out.items() if flags}

@@ -24,7 +24,7 @@ from sco.domain.instances import Change, Instance
 from sco.domain.lifecycle import LIVE, State
 from sco.domain.plans import Plan
 from sco.domain.pools import Pool, PoolId
-from sco.domain.snapshot import PartitionSnapshot
+from sco.domain.snapshot import PartitionSnapshot, PoolView
 from sco.engine.act import Acquirer
 from sco.engine.clock import IdSource
 from sco.engine.cycle import (
@@ -34,7 +34,7 @@ from sco.engine.cycle import (
     by_class_and_state,
     placement_of,
 )
-from sco.engine.planning import next_plan, snapshot_of
+from sco.engine.planning import MadeOf, next_plan, snapshot_of
 from sco.engine.records import PoolLedger, Records, RecordStore
 from sco.engine.signals import FleetSignals
 from sco.engine.sync import GONE, Partners, Sightings, reclaims, sync
@@ -89,6 +89,7 @@ class PartitionController:
             p.id: p for p in world.provider.pools() if partition.accepts(p.flavor)
         }
         self.undiscovered: set[PoolId] = set()  # see `_adopt_undiscovered`
+        self._views: dict[PoolId, tuple[MadeOf, PoolView]] = {}  # the last snapshot's
         self.records = Records(partition.name, store, fence)
         self.ledger = PoolLedger(store, config.pool_refresh_s)
         self.sightings = Sightings()
@@ -289,6 +290,7 @@ class PartitionController:
             handback=handback,
             busy=busy,
             undiscovered=frozenset(self.undiscovered),
+            seen=self._views,
         )
 
     def _publish(self, decision: Decision, now: float, demand: Demand) -> Plan:

@@ -15,6 +15,23 @@ from sco.domain.snapshot import PartitionSnapshot, PoolView
 from sco.engine.signals import FleetSignals
 from sco.ports import PoolRecord
 
+# What a pool's view is made of (`snapshot_of`): pool, headroom, reserved, price, recent
+# reclaims, last reclaim, last refusal, up since, score, version, undiscovered, exclusion.
+MadeOf = tuple[
+    Pool,
+    int,
+    int,
+    float | None,
+    int,
+    float | None,
+    float | None,
+    float | None,
+    PoolScore | None,
+    int,
+    bool,
+    ExclusionState | None,
+]
+
 
 def snapshot_of(
     partition: Partition,
@@ -33,32 +50,38 @@ def snapshot_of(
     handback: bool = False,
     busy: frozenset[str] = frozenset(),
     undiscovered: frozenset[PoolId] = frozenset(),
+    seen: dict[PoolId, tuple[MadeOf, PoolView]] | None = None,
 ) -> PartitionSnapshot:
     """What the policy sees; a partition handed back wants nothing (floor 0 too). A
     pool `undiscovered` has no room and is excluded: what it holds stays, nothing new
-    goes there."""
-    views = {}
+    goes there. `seen`: the caller's views of the last snapshot, by what they were made
+    of; a pool seen as before keeps its view (most pools, most cycles), and `seen`
+    keeps the new ones."""
+    views: dict[PoolId, PoolView] = {}
     for p, pool in pools.items():
-        state = signals.state(p, now)
-        score = signals.score(p)
         lost = p in undiscovered
-        views[p] = PoolView(
-            pool=pool,
-            headroom=0 if lost else headroom.get(p, 0),
-            reserved=records[p].reserved if p in records else 0,
-            price_per_h=prices.get(p),
-            recent_reclaims=signals.recent_reclaims(p, now),
-            last_reclaim_at=signals.last_reclaim(p),
-            last_refusal_at=refused_at.get(p),
-            up_since=signals.up_since(p),
-            notice_s=pool.notice_s,
-            cold_start_s=cold_start(pool, score, measured_cold_start_n),
-            score=score,
-            version=records[p].version if p in records else 0,
-            excluded=lost or state is ExclusionState.EXCLUDED,
-            undiscovered=lost,
-            degraded=state is ExclusionState.DEGRADED,
+        record = records.get(p)
+        made_of: MadeOf = (
+            pool,
+            0 if lost else headroom.get(p, 0),
+            record.reserved if record is not None else 0,
+            prices.get(p),
+            signals.recent_reclaims(p, now),
+            signals.last_reclaim(p),
+            refused_at.get(p),
+            signals.up_since(p),
+            signals.score(p),
+            record.version if record is not None else 0,
+            lost,
+            signals.state(p, now),
         )
+        last = seen.get(p) if seen is not None else None
+        if last is not None and last[0] == made_of:
+            views[p] = last[1]
+            continue
+        views[p] = view = _view(made_of, measured_cold_start_n)
+        if seen is not None:
+            seen[p] = (made_of, view)
     if handback:
         demand = Demand(0, 0, demand.max_units, demand.guaranteed_budget_units)
     return PartitionSnapshot(
@@ -69,6 +92,29 @@ def snapshot_of(
         instances=tuple(instances),
         plan=plan,
         busy=busy,
+    )
+
+
+def _view(made_of: MadeOf, measured_cold_start_n: int) -> PoolView:
+    pool, room, reserved, price, recent, reclaim, refusal, up_since, score, version, lost, state = (
+        made_of
+    )
+    return PoolView(
+        pool=pool,
+        headroom=room,
+        reserved=reserved,
+        price_per_h=price,
+        recent_reclaims=recent,
+        last_reclaim_at=reclaim,
+        last_refusal_at=refusal,
+        up_since=up_since,
+        notice_s=pool.notice_s,
+        cold_start_s=cold_start(pool, score, measured_cold_start_n),
+        score=score,
+        version=version,
+        excluded=lost or state is ExclusionState.EXCLUDED,
+        undiscovered=lost,
+        degraded=state is ExclusionState.DEGRADED,
     )
 
 
