@@ -11,6 +11,7 @@ scored like its peers and one with much history by its own record.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -116,17 +117,19 @@ class Peers:
         self.cfg = cfg
         self.need = need
         self.groups: dict[str, list[PoolStats]] = {}
+        self._known: Counter[str] = Counter()  # per group, its pools with any history
         for p in pools.values():
             if p.is_spot:
                 s = stats.get(p.id, PoolStats(p.id))
+                known = s.exposure_h > 0 or s.attempts > 0
                 for key in (f"flavor {p.flavor}", f"hall {p.hall}", "all pools"):
                     self.groups.setdefault(key, []).append(s)
+                    self._known[key] += known
         self._priors: dict[str, tuple[GammaPrior, BetaPrior]] = {}
 
     def source(self, pool: Pool) -> str:
         for key in (f"flavor {pool.flavor}", f"hall {pool.hall}"):
-            group = self.groups.get(key, [])
-            if sum(1 for s in group if s.exposure_h > 0 or s.attempts > 0) >= self.need:
+            if self._known[key] >= self.need:
                 return key
         return "all pools"
 

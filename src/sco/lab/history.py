@@ -146,7 +146,9 @@ class WindowedHistory:
         exposure_s = p.closed_s + sum(left - lo for _, left in p.edge)
         exposure_s += sum(now - max(ready, lo) for ready in p.open.values())
         attempts = len(p.attempts)
-        stats = PoolStats(
+        if not (exposure_s or attempts or p.reclaimed or p.ready_sorted or p.headroom):
+            return None  # nothing in the window: as no history at all
+        return PoolStats(
             pool=name,
             exposure_h=exposure_s / 3600.0,
             reclaims=len(p.reclaimed),
@@ -157,7 +159,6 @@ class WindowedHistory:
             headroom=p.headroom_sum / len(p.headroom) if p.headroom else None,
             headroom_n=len(p.headroom),
         )
-        return None if stats == PoolStats(name) else stats
 
 
 def _median(ordered: list[float]) -> float | None:
