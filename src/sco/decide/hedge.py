@@ -304,10 +304,10 @@ def _spread(
     is held unless said."""
     pools = [(v.pool.id, hazard[v.pool.id] + price[v.pool.id], held[v.pool.id], v) for v in views]
     rooms = [(p, w, n + (0 if v.excluded else v.available)) for p, w, n, v in pools]
+    staying = [Slot(p, w, held.get(p, 0), room) for p, w, room in rooms]  # keep: held
 
     def spread(want: int, keep: Mapping[PoolId, int] | None) -> dict[PoolId, int]:
-        stay = held if keep is None else keep
-        slots = [Slot(p, w, stay.get(p, 0), room) for p, w, room in rooms]
+        slots = staying if keep is None else [Slot(p, w, keep.get(p, 0), r) for p, w, r in rooms]
         return place(slots, want, crowd, cfg.stickiness_per_h)
 
     return spread

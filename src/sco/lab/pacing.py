@@ -32,9 +32,13 @@ class SignalJobs:
     region: SimRegion | None = None
     signals: FleetSignals | None = None  # what is known of the pools' ages
     _last_sample: float = float("-inf")
+    _room_seen: tuple[int, int] = (-1, -1)
 
     def after_cycle(self, now: float, acted: bool) -> None:
-        if self.region is not None:
+        # The pools' ages follow their room; this is the ages' one writer in a run, so
+        # while the room is as at the last look, the ages are as written then.
+        if self.region is not None and self.region.room_moves() != self._room_seen:
+            self._room_seen = self.region.room_moves()
             ids = [p.id for p in self.pools]
             held = {p: self.region.held_in(p) for p in ids}
             ages = self.signals.ages() if self.signals is not None else None

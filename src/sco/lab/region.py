@@ -406,6 +406,11 @@ class SimRegion:
     def server_count(self) -> int:
         return len(self._servers)
 
+    def room_moves(self) -> tuple[int, int]:
+        """Changes to the pools' room: capacity (and notices), and servers added or
+        removed. While both are as before, every pool's headroom and holdings are."""
+        return self.pool_events, self._servers.moves
+
     def is_deleting(self, server_id: str) -> bool:
         """Whether a delete was sent for the server."""
         s = self._servers.get(server_id)

@@ -51,6 +51,7 @@ class ServerTable:
         self._node_views: dict[str, dict[str, NodeView]] = {}
         self._versions: dict[str, int] = {}  # partition -> changes to its servers' views
         self._views_kept: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
+        self.moves = 0  # servers added and removed: what a pool holds changed
 
     def add_pool(self, pool_id: PoolId) -> None:
         self._by_pool[pool_id] = {}
@@ -76,6 +77,7 @@ class ServerTable:
         finds it listed."""
         self._servers[s.server_id] = s
         self._by_pool[s.pool.id][s.server_id] = s
+        self.moves += 1
         self._listed.setdefault(s.partition, {})
         self._node_views.setdefault(s.partition, {})
         self.renode(s)
@@ -84,6 +86,7 @@ class ServerTable:
         """The server is gone, with its listing and its node."""
         del self._servers[s.server_id]
         del self._by_pool[s.pool.id][s.server_id]
+        self.moves += 1
         self._listed[s.partition].pop(s.server_id, None)
         self._views_changed(s.partition)
         del self._node_views[s.partition][s.server_id]
