@@ -438,23 +438,26 @@ def _reasons(
     crowd: float,
 ) -> dict[PoolId, PoolReason]:
     """Per pool, what the planner weighed (per hour) and what it decided."""
-    views = snapshot.usable(spot=True)
     out: dict[PoolId, PoolReason] = {}
-    for v in views:
+    held, stickiness = tally.spot_held, cfg.stickiness_per_h
+    for v in snapshot.usable(spot=True):
         p = v.pool.id
-        n, have = spot.get(p, 0), tally.spot_held[p]
-        weighed = dict(terms[p])
-        weighed["storm"] = storm
-        weighed["price"] = price[p]
+        n, have = spot.get(p, 0), held.get(p, 0)
         # What the last replica placed there paid for sharing the pool, and what the
         # replicas already there saved by staying.
-        weighed["crowding"] = crowd * max(0, n - 1)
-        weighed["stickiness"] = -cfg.stickiness_per_h * min(n, have)
+        weighed = {
+            **terms[p],
+            "storm": storm,
+            "price": price[p],
+            "crowding": crowd * (n - 1 if n > 1 else 0),
+            "stickiness": -stickiness * (n if n < have else have),
+        }
         out[p] = PoolReason(n, have, v.available, v.price, weighed, _flags(v))
+    held = tally.guaranteed_held
     for v in snapshot.usable(spot=False):
         p = v.pool.id
         out[p] = PoolReason(
-            guaranteed.get(p, 0), tally.guaranteed_held[p], v.available, v.price, {}, _flags(v)
+            guaranteed.get(p, 0), held.get(p, 0), v.available, v.price, {}, _flags(v)
         )
     return out
 
