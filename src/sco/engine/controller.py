@@ -328,6 +328,12 @@ class PartitionController:
         live = self.records.live()
         pools = snapshot.pools
         placement = placement_of(live, snapshot.demand.target_units, plan.targets())
+        ready_units, cost_per_h = 0, 0.0
+        for i in live:  # one pass: a partition may hold tens of thousands
+            if i.state is State.READY:
+                ready_units += i.units
+            if i.state in LIVE and i.pool in pools:
+                cost_per_h += pools[i.pool].price
         tally.lap("publish")
         return CycleReport(
             partition=self.partition.name,
@@ -349,10 +355,10 @@ class PartitionController:
             unfit_work=demand.unfit_work,
             floor_units=snapshot.demand.floor_units,
             target_units=snapshot.demand.target_units,
-            ready_units=sum(i.units for i in live if i.state is State.READY),
+            ready_units=ready_units,
             instances=by_class_and_state(live),
             scored_at=self.signals.scored_at,
-            cost_per_h=sum(pools[i.pool].price for i in live if i.is_live and i.pool in pools),
+            cost_per_h=cost_per_h,
             took_s=tally.took_s,
             phases_s=dict(tally.phases),
         )

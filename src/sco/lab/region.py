@@ -81,6 +81,8 @@ class SimRegion:
         self._reclaimer_side = ReclaimerSide(self._servers, self._timeline)
         self._capacity: dict[PoolId, int] = {}
         self._announced: dict[PoolId, list[tuple[float, int]]] = {}
+        self._room_at = (-1, -1)  # `room_moves` when `_room_now` was worked out
+        self._room_now: dict[PoolId, int] = {}
         self._price: dict[PoolId, float] = {}
         self._pools: dict[PoolId, Pool] = {}
         self._series_of: dict[PoolId, int] = {}
@@ -312,11 +314,20 @@ class SimRegion:
         return list(self._pools.values())
 
     def headroom(self, pools: Sequence[PoolId]) -> Mapping[PoolId, int]:
-        return {
-            p: max(0, self._effective_capacity(p) - self._servers.held_in(p))
-            for p in pools
-            if p in self._pools
-        }
+        room = self._room()
+        return {p: room[p] for p in pools if p in room}
+
+    def _room(self) -> dict[PoolId, int]:
+        """Every pool's headroom, worked out again only once it moved (`room_moves`):
+        every controller's cycle and every tick's signal jobs ask."""
+        moved = self.room_moves()
+        if moved != self._room_at:
+            self._room_at = moved
+            self._room_now = {
+                p: max(0, self._effective_capacity(p) - self._servers.held_in(p))
+                for p in self._pools
+            }
+        return self._room_now
 
     def prices(self, pools: Sequence[PoolId]) -> Mapping[PoolId, float]:
         return {p: self._price[p] for p in pools if p in self._price}
