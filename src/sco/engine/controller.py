@@ -387,23 +387,24 @@ def _node_sets(
     """Draining instances whose nodes have left, instances whose nodes run work, those
     whose nodes run work only a reclaim may disrupt, and draining ones whose scheduler
     does not hold the order to leave (or its reclaim deadline)."""
-    drained = frozenset(
-        i.id
-        for i in live
-        if i.state is State.DRAINING and i.server_id and nodes.get(i.server_id, GONE).drained
-    )
     busy_servers = {sid for sid, v in nodes.items() if v.busy}
-    busy = frozenset(i.id for i in live if busy_servers and i.server_id in busy_servers)
     pinned_servers = {sid for sid, v in nodes.items() if v.pinned}
-    pinned = frozenset(i.id for i in live if pinned_servers and i.server_id in pinned_servers)
-    untold = frozenset(
-        i.id
-        for i in live
-        if i.state is State.DRAINING
-        and i.id not in drained
-        and _untold(i, nodes.get(i.server_id or ""))
-    )
-    return drained, busy, pinned, untold
+    drained: list[str] = []
+    busy: list[str] = []
+    pinned: list[str] = []
+    untold: list[str] = []
+    for i in live:  # one pass: a partition may hold tens of thousands
+        sid = i.server_id
+        if sid in busy_servers:
+            busy.append(i.id)
+        if sid in pinned_servers:
+            pinned.append(i.id)
+        if i.state is State.DRAINING:
+            if sid and nodes.get(sid, GONE).drained:
+                drained.append(i.id)
+            elif _untold(i, nodes.get(sid or "")):
+                untold.append(i.id)
+    return frozenset(drained), frozenset(busy), frozenset(pinned), frozenset(untold)
 
 
 def _untold(inst: Instance, node: NodeView | None) -> bool:
