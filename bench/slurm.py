@@ -34,11 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sco.adapters.openstack.resources import META_RECLAIM_AT
 from sco_harness import services
-from sco_harness.nova_slurm import nova_and_slurm
+from sco_harness.nova_slurm import nova_and_slurm, write_sco_config
 from sco_harness.openstack_stack import ROOT, NovaStack
 from sco_harness.services import stop_on_signals
 from sco_harness.slurm_cluster import SlurmBoot, SlurmCluster
@@ -101,29 +99,12 @@ def measure(
 
 
 def _config(folder: Path, stack: NovaStack, cluster: SlurmCluster) -> Path:
-    region = folder / "region.yaml"
-    region.write_text(yaml.safe_dump(stack.region()))
-    config = {
-        "state": {"url": f"sqlite:///{folder / 'state.sqlite'}"},
-        "provider": {"cloud": "sco-test", "region_file": str(region),
-                     "clouds_file": str(stack.clouds_yaml)},
-        "slurm": {"main": {"conf": str(cluster.conf), "cache_s": 0.5, "timeout_s": 5}},
-        "partitions": [
-            {
-                "name": "hpc", "kind": "slurm", "demand": "slurm", "floor_units": 1,
-                "max_units": 16, "guaranteed_budget_units": 4,
-                "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": cluster.cpus,
-                          "memory_mb": cluster.memory_mb, "requeue_lead_s": 15,
-                          "idle_keep_s": 60},
-            }
-        ],
-        "policy": {"interval_s": 2, "controller": {"list_grace_s": 20}},
-        "http": {"run_port": 0},
-        "log": {"level": "info"},
-    }  # fmt: skip
-    path = folder / "sco.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return write_sco_config(
+        folder, stack, cluster,
+        partition={"floor_units": 1, "max_units": 16, "guaranteed_budget_units": 4},
+        slurm={"requeue_lead_s": 15, "idle_keep_s": 60},
+        policy={"interval_s": 2, "controller": {"list_grace_s": 20}},
+    )  # fmt: skip
 
 
 def _submit(cluster: SlurmCluster, rng: random.Random, job_s: tuple[float, float]) -> int:

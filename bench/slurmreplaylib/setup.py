@@ -19,6 +19,7 @@ from sco.assembly.settings import load
 from sco.assembly.slurm import job_submit, region_pools
 from sco.lab.traces import load_traces
 from sco.lab.workload.swf import Workload
+from sco_harness.nova_slurm import write_sco_config
 from sco_harness.openstack_stack import NovaStack
 from sco_harness.slurm_cluster import SlurmCluster
 
@@ -63,37 +64,23 @@ def write_config(
 ) -> Path:  # fmt: skip
     k = float(args.speedup)
     one_pool = {"one_pool": True, "one_pool_max_nodes": widest} if args.one_pool else {}
-    region, spec = folder / "region.yaml", stack.region()
+    spec = stack.region()
     for pool in spec["pools"]:  # what the lab's pools say: their notice and cold start
         pool["notice_s"] = args.notice_s if pool["class"] == "spot" else 0.0
         pool["cold_start_s"] = args.cold_start_s
-    region.write_text(yaml.safe_dump(spec))
-    config = {
-        "state": {"url": f"sqlite:///{folder / 'state.sqlite'}"},
-        "provider": {"cloud": "sco-test", "region_file": str(region),
-                     "clouds_file": str(stack.clouds_yaml)},
-        "slurm": {"main": {"conf": str(cluster.conf), "cache_s": 0.5, "timeout_s": 5}},
-        "partitions": [{
-            "name": "hpc", "kind": "slurm", "demand": "slurm", "floor_units": 0,
-            "max_units": max_nodes, "guaranteed_budget_units": max_nodes,
-            "slurm": {"cluster": "main", "partitions": ["batch"], "cpus": cluster.cpus,
-                      "memory_mb": cluster.memory_mb,
-                      "requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s,
-                      **one_pool},
-        }],
-        "policy": {
+    return write_sco_config(
+        folder, stack, cluster, region=spec,
+        partition={"floor_units": 0, "max_units": max_nodes,
+                   "guaranteed_budget_units": max_nodes},
+        slurm={"requeue_lead_s": args.requeue_lead_s, "idle_keep_s": idle_keep_s, **one_pool},
+        policy={
             "interval_s": args.interval_s,
             "controller": {"list_grace_s": 20, "act": {"drain_s": 60.0 / k}},
             # the lab's defaults in simulated seconds, so in real ones here
             "exclusion": {"window_s": 600.0 / k, "base_cooldown_s": 600.0 / k,
                           "max_cooldown_s": 4 * 3600.0 / k, "quiet_reset_s": 3600.0 / k},
         },
-        "http": {"run_port": 0},
-        "log": {"level": "info"},
-    }  # fmt: skip
-    path = folder / "sco.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
