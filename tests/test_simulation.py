@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import threading
 from pathlib import Path
 
 import pytest
 
+from sco.adapters.clickhouse.history import HistoryUnavailable
 from sco.adapters.sqlstate.engine import sqlite_url
 from sco.adapters.sqlstate.store import SqlFleetStore
 from sco.apps.common import bundled
@@ -14,6 +17,7 @@ from sco.decide.policies import ScoPolicy
 from sco.lab.region import SimConfig
 from sco.lab.simulation import Simulation, SimulationSpec
 from sco_harness.builders import write_json_trace, write_yaml
+from sco_harness.openstack_stack import free_port
 
 
 def _region(folder: Path, values: list[int], quota: int = 0) -> Path:
@@ -286,3 +290,16 @@ def test_spothedge_learns_of_a_zone_without_room(tmp_path: Path) -> None:
     assert sum(plan.spot.values()) == 3  # the target and SpotHedge's one extra, in a and b
     assert any("preempted" in n and n.endswith("/c") for n in plan.notes), plan.notes
     assert result.partitions["p"].served_fraction > 0.9
+
+
+def test_a_history_that_cannot_be_opened_fails_the_run_naming_it(tmp_path: Path) -> None:
+    # chDB or ClickHouse opens beside the run; what opening it raised is the run's error.
+    dsn = f"clickhouse://127.0.0.1:{free_port()}"
+    spec = SimulationSpec(
+        traces=_region(tmp_path / "t", [2, 2]),
+        demand=_demand(tmp_path / "d.yaml", 2, 0),
+        history_dsn=dsn,
+    )
+    with pytest.raises(HistoryUnavailable, match=re.escape(dsn)):
+        Simulation.build(spec).run()
+    assert not [t for t in threading.enumerate() if t.name.startswith("history-open")]

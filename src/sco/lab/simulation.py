@@ -15,12 +15,14 @@ history in ClickHouse or chDB at the end, and the last scores come from there.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sco.adapters.demandfile.intake import FileDemandSource
 from sco.adapters.sqlstate.eventlog import SqlEventLog
@@ -49,6 +51,9 @@ from sco.lab.twins.copy import copy_into
 from sco.lab.twins.eventlog import MemoryEventLog
 from sco.lab.twins.fleet import MemoryFleetStore
 from sco.ports import DemandSource, EventLog, FleetCounts, FleetStore, SchedulerCluster
+
+if TYPE_CHECKING:
+    from sco.adapters.clickhouse.history import ClickHouseHistory
 
 Progress = Callable[[float], None]
 
@@ -140,6 +145,26 @@ class SignalTimeline:
     def episodes(self) -> int:
         """Exclusions and degradations begun (a cooldown extended is the same one)."""
         return sum(1 for ex in self.exclusions if ex.since == ex.last_crossing)
+
+
+class _Opening:
+    """ClickHouse/chDB pool history, opened on a thread of its own while the run goes
+    on; `history` waits for it (and raises what opening it raised)."""
+
+    def __init__(self, dsn: str) -> None:
+        from sco.adapters.clickhouse.history import ClickHouseHistory  # optional extra
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="history-open")
+        self._future = pool.submit(ClickHouseHistory, dsn)
+        pool.shutdown(wait=False)  # its one thread ends with the opening
+
+    def history(self) -> ClickHouseHistory:
+        return self._future.result()
+
+    def close(self) -> None:
+        """Close it once opened, whether the run got to use it or not."""
+        with contextlib.suppress(Exception):  # one that failed to open has nothing to close
+            self._future.result().close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +302,8 @@ class Simulation:
         region.observer = accountant
         region.report_capacities()
         store, event_log = _state(state_url, keep_changes=copy_to is not None)
+        # chDB takes about a second to start, mostly off the GIL: it starts beside the run.
+        opening = _Opening(self.spec.history_dsn) if self.spec.history_dsn else None
         try:
             store.upsert_pools(pools)
             ports = Ports(
@@ -324,13 +351,15 @@ class Simulation:
             counts = store.counts()
             last = scorer.run(self.end_s)
             history_events = None
-            if self.spec.history_dsn:
-                last, history_events = self._keep_history(event_log, store, pools)
+            if opening is not None:
+                last, history_events = self._keep_history(opening, event_log, store, pools)
             if copy_to is not None:
                 assert isinstance(store, MemoryFleetStore)
                 copy_into(store, copy_to)
         finally:
             store.close()
+            if opening is not None:
+                opening.close()
         return SimulationResult(
             spec=self.spec,
             start_s=self.start_s + self.spec.warmup_s,
@@ -349,21 +378,13 @@ class Simulation:
         )
 
     def _keep_history(
-        self, event_log: EventLog, store: FleetStore, pools: list[Pool]
+        self, opening: _Opening, event_log: EventLog, store: FleetStore, pools: list[Pool]
     ) -> tuple[list[PoolScore], int]:
         """Load the whole log into ClickHouse/chDB history and score from there."""
-        from sco.adapters.clickhouse.history import ClickHouseHistory  # optional extra
-
-        assert self.spec.history_dsn is not None
-        history = ClickHouseHistory(self.spec.history_dsn)
-        try:
-            HistoryLoader(event_log, history, consumer="history-clickhouse").drain()
-            scores = score_now(
-                history, store, {p.id: p for p in pools}, self.end_s, self.spec.scorer
-            )
-            return scores, history.count()
-        finally:
-            history.close()
+        history = opening.history()
+        HistoryLoader(event_log, history, consumer="history-clickhouse").drain()
+        scores = score_now(history, store, {p.id: p for p in pools}, self.end_s, self.spec.scorer)
+        return scores, history.count()
 
     def _loop(
         self,
