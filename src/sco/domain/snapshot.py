@@ -42,13 +42,14 @@ class PoolView:
     score: PoolScore | None = None  # the scorer's latest word on this pool, if any yet
     version: int = 0
     available: int = field(init=False, compare=False)  # headroom less reservations, >= 0
+    # What an instance costs here now: the provider's price, else the region file's
+    # (a plan asks dozens of times).
+    price: float = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "available", max(0, self.headroom - self.reserved))
-
-    @property
-    def price(self) -> float:
-        return self.pool.price_per_h if self.price_per_h is None else self.price_per_h
+        price = self.pool.price_per_h if self.price_per_h is None else self.price_per_h
+        object.__setattr__(self, "price", price)
 
 
 @dataclass(frozen=True, slots=True)
