@@ -21,7 +21,6 @@ it and both implementations to the same numbers, and random streams hold both to
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 import statistics
@@ -191,8 +190,7 @@ def by_definition(
 def rounded(stats: dict[str, PoolStats]) -> dict[str, PoolStats]:
     """Past float noise (sums taken in another order)."""
     return {
-        p: dataclasses.replace(
-            s,
+        p: s._replace(
             exposure_h=round(s.exposure_h, 6),
             ready_p50_s=None if s.ready_p50_s is None else round(s.ready_p50_s, 6),
             headroom=None if s.headroom is None else round(s.headroom, 6),

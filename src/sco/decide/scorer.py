@@ -14,14 +14,15 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sco.domain.pools import Pool, PoolId
 from sco.domain.signals import PoolScore
 
 
-@dataclass(frozen=True, slots=True)
-class PoolStats:
-    """Raw counts from pool history over the scoring window."""
+class PoolStats(NamedTuple):
+    """Raw counts from pool history over the scoring window. A NamedTuple: a scoring
+    run makes one per pool, every 5 minutes of a run's clock."""
 
     pool: PoolId
     exposure_h: float = 0.0  # instance-hours held ready
