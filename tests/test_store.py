@@ -290,6 +290,24 @@ def test_every_change_of_a_batch_adds_exactly_one_history_row(store: SqlFleetSto
     assert by_id[c.id].state is State.FAILED
 
 
+def test_a_batch_may_move_a_record_more_than_once(store: SqlFleetStore) -> None:
+    new = instance(POOL_A, State.REQUESTED)
+    made = created(new, "new")
+    accepted = step(made.after, Trigger.CREATE_ACCEPTED, 5.0, "accepted", server_id="s-1")
+    active = step(accepted.after, Trigger.SERVER_ACTIVE, 6.0, "active")
+    store.record([made, accepted, active])
+
+    assert store.instance(new.id) == active.after
+    assert [r.to_state for r in store.history(new.id)] == ["requested", "creating", "active"]
+    # A second change that does not follow the first is a conflict, and nothing is kept.
+    again = step(active.after, Trigger.NODE_JOINED, 7.0, "joined")
+    other = step(active.after, Trigger.SERVER_ERROR, 7.0, "boom")
+    with pytest.raises(StateConflict):
+        store.record([again, other])
+    assert store.instance(new.id) == active.after
+    assert len(store.history(new.id)) == 3
+
+
 def test_a_self_loop_still_adds_a_history_row(store: SqlFleetStore) -> None:
     inst = instance(POOL_A, State.TERMINATING)
     _seed(store, inst)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from sco.domain.events import LifecycleEvent
-from sco.domain.instances import Instance
+from sco.domain.instances import Change, Instance
 from sco.domain.lifecycle import State
 from sco.domain.pools import CapacityClass, Pool
 from sco.domain.signals import Exclusion, ExclusionState, PoolScore
@@ -40,6 +40,21 @@ def history_row(r: Any) -> HistoryRow:
         reason=r.reason,
         code=r.code,
     )
+
+
+def transition_row(ch: Change) -> dict[str, Any]:
+    """The history row of one recorded transition."""
+    return {
+        "instance_id": ch.after.id,
+        "partition": ch.after.partition,
+        "pool": ch.after.pool,
+        "at": ch.at,
+        "from_state": ch.before.state.value if ch.before else None,
+        "to_state": ch.after.state.value,
+        "trigger": ch.trigger.value if ch.trigger else None,
+        "reason": ch.reason,
+        "code": ch.code or None,
+    }
 
 
 def score_body(sc: PoolScore) -> dict[str, Any]:

@@ -434,30 +434,29 @@ def _record(
     outbox: bool = True,
 ) -> None:
     history: list[dict[str, Any]] = []
+    # One write per record: a batch may move a record more than once (created, then
+    # answered; CREATING to READY in one sync). Its history keeps every step; its row
+    # takes the last, compared against the version before the first.
+    first: dict[str, Change] = {}
+    last: dict[str, Instance] = {}
+    for ch in changes:
+        iid = ch.after.id
+        before = last.get(iid)
+        if before is not None and (ch.before is None or ch.before.version != before.version):
+            raise StateConflict(f"instance {iid} changed twice from version {before.version}")
+        first.setdefault(iid, ch)
+        last[iid] = ch.after
+        history.append(rows.transition_row(ch))
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
-    for ch in changes:
-        row = rows.instance_row(ch.after)
+    for iid, ch in first.items():
+        row = rows.instance_row(last[iid])
         row["fence"] = fence
         if ch.before is None:
             inserts.append(row)
         else:
             row["b_id"], row["b_version"] = ch.before.id, ch.before.version
             updates.append(row)
-        history.append(
-            {
-                "instance_id": ch.after.id,
-                "partition": ch.after.partition,
-                "pool": ch.after.pool,
-                "at": ch.at,
-                "from_state": ch.before.state.value if ch.before else None,
-                "to_state": ch.after.state.value,
-                "trigger": ch.trigger.value if ch.trigger else None,
-                "reason": ch.reason,
-                "code": ch.code or None,
-            }
-        )
-    # A record is created before any change of it, and its changes keep their order.
     if inserts:
         conn.execute(_INSERT_INSTANCE, inserts)
     _compare_and_swap(conn, updates)
