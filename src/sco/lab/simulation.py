@@ -15,11 +15,10 @@ history in ClickHouse or chDB at the end, and the last scores come from there.
 
 from __future__ import annotations
 
-import contextlib
 import math
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -149,22 +148,36 @@ class SignalTimeline:
 
 class _Opening:
     """ClickHouse/chDB pool history, opened on a thread of its own while the run goes
-    on; `history` waits for it (and raises what opening it raised)."""
+    on; `history` waits for it (and raises what opening it raised). Not an engine's
+    executor (the builder makes those): one call, once, at the run's side."""
 
     def __init__(self, dsn: str) -> None:
         from sco.adapters.clickhouse.history import ClickHouseHistory  # optional extra
 
-        pool = ThreadPoolExecutor(1, thread_name_prefix="history-open")
-        self._future = pool.submit(ClickHouseHistory, dsn)
-        pool.shutdown(wait=False)  # its one thread ends with the opening
+        self._opened: ClickHouseHistory | None = None
+        self._failed: BaseException | None = None
+
+        def open_it() -> None:
+            try:
+                self._opened = ClickHouseHistory(dsn)
+            except BaseException as e:  # handed to whoever takes the history
+                self._failed = e
+
+        self._thread = threading.Thread(target=open_it, name="history-open", daemon=True)
+        self._thread.start()
 
     def history(self) -> ClickHouseHistory:
-        return self._future.result()
+        self._thread.join()
+        if self._failed is not None:
+            raise self._failed
+        assert self._opened is not None
+        return self._opened
 
     def close(self) -> None:
         """Close it once opened, whether the run got to use it or not."""
-        with contextlib.suppress(Exception):  # one that failed to open has nothing to close
-            self._future.result().close()
+        self._thread.join()
+        if self._opened is not None:
+            self._opened.close()
 
 
 @dataclass(frozen=True, slots=True)
