@@ -315,9 +315,10 @@ class Simulation:
         region.observer = accountant
         region.report_capacities()
         store, event_log = _state(state_url, keep_changes=copy_to is not None)
-        # chDB takes about a second to start, mostly off the GIL: it starts beside the run.
-        opening = _Opening(self.spec.history_dsn) if self.spec.history_dsn else None
+        opening: _Opening | None = None
         try:
+            # chDB takes about a second to start, mostly off the GIL: it starts beside the run.
+            opening = _Opening(self.spec.history_dsn) if self.spec.history_dsn else None
             store.upsert_pools(pools)
             ports = Ports(
                 provider=region,
