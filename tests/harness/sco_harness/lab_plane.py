@@ -105,9 +105,10 @@ def running(folder: Path) -> bool:
     return pid_file.exists() and _group_alive(int(pid_file.read_text()))
 
 
-def wait_ready(folder: Path, base: int, within_s: float = 90.0) -> None:
+def wait_ready(folder: Path, base: int, within_s: float = 180.0) -> None:
     """Until every process answers its /healthz; raises naming those that do not, with
-    the end of the log."""
+    the end of the log and, last (what a caller showing only the end keeps), the first
+    process that stopped. The limit is for a loaded machine: unloaded, ~30 s."""
     deadline = time.monotonic() + within_s
     waiting = dict(ports(base))
     while waiting or not (folder / READY).exists():
@@ -119,9 +120,24 @@ def wait_ready(folder: Path, base: int, within_s: float = 90.0) -> None:
                 pass
         if time.monotonic() > deadline or not running(folder):
             late = [*waiting, *([] if (folder / READY).exists() else ["world"])]
-            tail = (folder / "lab.log").read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"not answering: {', '.join(late)}\n{tail}")
+            log = (folder / "lab.log").read_text(errors="replace")
+            why = "stopped" if not running(folder) else f"not up within {within_s:.0f} s"
+            raise RuntimeError(
+                f"{log[-3000:]}\n{first_stopped(log)}\nlab: {why}; not answering: {', '.join(late)}"
+            )
         time.sleep(0.5)
+
+
+def first_stopped(log: str) -> str:
+    """The last lines of the first process that stopped, and the supervisor's line for
+    it: that process took the others down (honcho stops them all)."""
+    lines = log.splitlines()
+    at = next((n for n, line in enumerate(lines) if "stopped (rc=" in line), None)
+    if at is None:
+        return "lab: no process stopped"
+    name = lines[at].split("|", 1)[-1].split()[0]  # "world.1"
+    own = [line for line in lines[:at] if line.split("|", 1)[0].split()[-1:] == [name]]
+    return "\n".join([*own[-10:], f"lab: first to stop: {lines[at].split('|', 1)[-1].strip()}"])
 
 
 def keystone_url(folder: Path) -> str:

@@ -94,6 +94,24 @@ def free_port() -> int:
         return port
 
 
+def steady_port(low: int = 23000, high: int = 32700) -> int:
+    """A port free on every address now, below the kernel's ephemeral range (32768 and
+    up), so no outgoing connection takes it before a server that restarts on it binds
+    it (slurmctld keeps its port in slurm.conf). Random, checked: sessions side by side
+    do not pick alike."""
+    import socket
+
+    for _ in range(200):
+        port = random.randrange(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{high}")
+
+
 def sdk_connection(placement_url: str) -> Any:
     """An openstacksdk connection that reaches only a noauth Placement."""
     import openstack

@@ -36,7 +36,7 @@ from typing import Any
 
 from sco.adapters.slurm.nodes import node_features, node_name, slurm_conf_lines
 from sco_harness import services
-from sco_harness.openstack_stack import free_port
+from sco_harness.openstack_stack import free_port, steady_port
 
 ROOT = Path(__file__).resolve().parents[3]
 INSTALL = ROOT / "scripts" / "slurm" / "install.sh"
@@ -78,7 +78,7 @@ class SlurmCluster:
         self.id = f"{os.getpid() % 1000:03d}{random.randrange(100):02d}"
         self.net = f"10.{random.randrange(64, 250)}.{random.randrange(1, 250)}"
         self.bridge = f"scob{self.id}"
-        self.ctld_port = 20000 + random.randrange(20000)
+        self.ctld_port = steady_port()
         self.conf = self.folder / "slurm.conf"
         self._addresses = itertools.count(10)
         self._ctld: subprocess.Popen[bytes] | None = None
