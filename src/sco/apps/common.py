@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from rich.console import Console
 
-from sco.assembly.state import sqlite_url
-
 if TYPE_CHECKING:
     from sco.assembly.lab import Workers
 
@@ -43,6 +41,8 @@ def state_url(state: str, must_exist: bool = True) -> str:
     path = Path(state)
     if must_exist and not path.is_file():
         raise BadInput(f"--state: {state}: no such file")
+    from sco.assembly.state import sqlite_url  # the database's modules: not every command's
+
     return sqlite_url(path)
 
 

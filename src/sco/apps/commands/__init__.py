@@ -20,28 +20,7 @@ cloud operator (`reclaim`).
     sco tokens rotate P  revoke a partition's node tokens; new ones follow
 
 `--config` (or `SCO_CONFIG`) names the file; every field can be overridden by a
-`SCO_...` environment variable, and each command's flags override both.
+`SCO_...` environment variable, and each command's flags override both. Each module
+is imported only when one of its commands runs (`sco.apps.cli.COMMANDS`): nothing
+here imports them.
 """
-
-from __future__ import annotations
-
-from sco.apps.commands.node import agent
-from sco.apps.commands.operate import config_group, explain, handback, slurm_group, tokens_group
-from sco.apps.commands.reclaim import reclaim
-from sco.apps.commands.serve import distributor, history, run, score, status, watch
-
-COMMANDS = (
-    run,
-    status,
-    watch,
-    score,
-    history,
-    explain,
-    handback,
-    config_group,
-    slurm_group,
-    distributor,
-    agent,
-    reclaim,
-    tokens_group,
-)
