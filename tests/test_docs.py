@@ -146,7 +146,26 @@ def readers(doc: Any) -> list[tuple[str, Callable[[Path], object]]]:
     if "workloads" in keys and keys <= {"node", "max_nodes", "workloads"}:
         # Within a replay's window, as `sco replay --days 2` reads it: one repeats.
         found.append(("a Kubernetes workload", lambda path: read_kube_workload(path, days=2)))
+    if keys == {"metadata", "spec"}:
+        found.append(("a pod of a gang (the Kubernetes intake)", _gang_pod))
     return found
+
+
+def _gang_pod(path: Path) -> None:
+    """Three pending copies of the pod, one per node: the intake must tell them a gang,
+    with what the page says it reads of them."""
+    from sco.adapters.kubernetes.demand import KubePartition, need
+
+    pod = yaml.safe_load(path.read_text())
+    pod["metadata"].setdefault("namespace", "doc")
+    pod["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    pod["status"] = {"phase": "Pending", "conditions": [unschedulable]}
+    part = KubePartition(labels={}, allocatable={"cpu": "4", "memory": "8Gi", "pods": "110"})
+    got = need([{**pod, "metadata": {**pod["metadata"], "name": f"w{k}"}} for k in range(3)],
+               [], part)  # fmt: skip
+    if len(got.gangs) != 1 or got.bad_checkpoints:
+        raise ValueError(f"not read as one gang: {got.gangs} {got.bad_checkpoints}")
 
 
 YAML_EXAMPLES = [(p, n, text) for p in PAGES for n, lang, text in fences(p) if lang == "yaml"]

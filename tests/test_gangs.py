@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec, need, within
+from sco.adapters.slurm.demand import SlurmDemandSource, SlurmDemandSpec, need
 from sco.adapters.slurm.model import CheckpointError, checkpoint_s, parse_jobs, parse_nodes
 from sco.decide.acquirer import ActConfig, diff
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.gangs import lasts, place_gangs, waste
 from sco.decide.hedge import HedgeConfig, plan
 from sco.decide.policies import ScoPolicy
-from sco.domain.demand import Demand, DemandError, Gang, Partition, SchedulerKind
+from sco.domain.demand import Demand, DemandError, Gang, Partition, SchedulerKind, within
 from sco.domain.lifecycle import State
 from sco.domain.pools import PoolId
 from sco.domain.snapshot import PoolView

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -70,6 +71,40 @@ class Gang:
         interval between its checkpoints when shorter."""
         run = self.run_s if self.run_s is not None else default_s
         return min(run, self.checkpoint_s) if self.checkpoint_s is not None else run
+
+
+def within(gangs: Sequence[Gang], wanted: int, target: int) -> tuple[Gang, ...]:
+    """The gangs (in the queue's order) that a target capped below what is `wanted`
+    still holds: what is not a gang (busy nodes, other work) comes first, as a queue
+    runs it; a gang past the cap waits for room, not for nodes sco would make."""
+    room = target - (wanted - sum(g.units for g in gangs))
+    kept: list[Gang] = []
+    for g in gangs:
+        if g.units > room:
+            break
+        kept.append(g)
+        room -= g.units
+    return tuple(kept)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint declaration (a Slurm job's comment, a pod's annotation) that cannot
+    be read."""
+
+
+_INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def checkpoint_interval(value: str, declared: str) -> float:
+    """Seconds between a gang's checkpoints, from what it declared (`30m`, `90s`,
+    `1.5h`, seconds when bare); raises CheckpointError quoting `declared`."""
+    m = _INTERVAL.match(value.strip())
+    if m is None or float(m.group(1)) <= 0:
+        raise CheckpointError(
+            f"{declared!r}: want a duration > 0 in seconds, minutes or hours (e.g. 30m)"
+        )
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from sco.adapters.kubernetes.gangs import gangs
 from sco.adapters.kubernetes.informer import Informer
 from sco.adapters.kubernetes.pods import (
     CLASS_LABEL,
@@ -51,7 +52,7 @@ from sco.adapters.kubernetes.pods import (
     server_of,
 )
 from sco.decide.binpack import Size
-from sco.domain.demand import Demand, Partition
+from sco.domain.demand import Demand, Gang, Partition, within
 from sco.domain.installation import DEFAULT_INSTALLATION, is_mine
 from sco.domain.pools import CapacityClass, Pool
 from sco.ports import SchedulerUnavailable, ServerView
@@ -118,6 +119,8 @@ class Need:
     unfit: tuple[tuple[str, str], ...]  # (namespace/name, why) of pods none could
     new_nodes: int  # of `nodes`, those to add
     unreadable_nodes: tuple[tuple[str, str], ...] = ()  # (name, why): not counted
+    gangs: tuple[Gang, ...] = ()  # pods that run together and need new nodes (in nodes)
+    bad_checkpoints: tuple[tuple[str, str], ...] = ()  # (pod, why) declarations refused
 
 
 def need(
@@ -160,6 +163,8 @@ def need(
     g_taking = g_busy | set(g_got.packing.used_free) | {i for i in r_got.packing.used_free if i < k}
     s_taking = s_busy | {i - k for i in r_got.packing.used_free if i >= k}
     new = g_got.new_nodes + r_got.new_nodes
+    idle = len(ours) - len(g_busy) - len(s_busy)
+    together, refused = gangs(rest, spot, idle)
     return Need(
         nodes=len(g_taking) + len(s_taking) + new,
         busy=len(g_busy) + len(s_busy),
@@ -168,6 +173,8 @@ def need(
         unfit=tuple(unfit),
         new_nodes=new,
         unreadable_nodes=tuple(unreadable),
+        gangs=together,
+        bad_checkpoints=refused,
     )
 
 
@@ -304,6 +311,7 @@ class KubernetesDemandSource:
         self.core = core
         self._reported: set[str] = set()
         self._reported_nodes: set[str] = set()
+        self._refused: set[str] = set()  # pods whose checkpoint declaration was refused
 
     def partitions(self) -> Sequence[Partition]:
         return [s.partition for s in self.specs.values()]
@@ -340,16 +348,23 @@ class KubernetesDemandSource:
                         ", ".join(f"{name} ({why})" for name, why in fresh))  # fmt: skip
             for name, why in fresh:
                 self._event(partition, name, why, now)
-        target = min(spec.max_units, max(spec.min_target_units, n.nodes * spec.units_per_node))
+        for pod, why in n.bad_checkpoints:
+            if pod not in self._refused:
+                self._refused.add(pod)
+                log.warning("partition %s: pod %s's checkpoint declaration is refused: %s; "
+                            "its gang is placed as one that does not checkpoint",
+                            partition, pod, why)  # fmt: skip
+        per = spec.units_per_node
+        target = min(spec.max_units, max(spec.min_target_units, n.nodes * per))
+        together = tuple(replace(g, units=g.units * per) for g in n.gangs)
         return Demand(
             target_units=target,
             floor_units=min(spec.floor_units, spec.max_units),
             max_units=spec.max_units,
             guaranteed_budget_units=spec.guaranteed_budget_units,
-            guaranteed_units=min(
-                n.guaranteed * spec.units_per_node, target, spec.guaranteed_budget_units
-            ),
+            guaranteed_units=min(n.guaranteed * per, target, spec.guaranteed_budget_units),
             unfit_work=len(n.unfit),
+            gangs=within(together, n.nodes * per, target),
         )
 
     def next_change_after(self, now: float) -> float | None:  # noqa: ARG002

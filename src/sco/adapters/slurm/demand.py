@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from sco.adapters.slurm.model import CheckpointError, Job, SlurmNode, checkpoint_s
+from sco.adapters.slurm.model import Job, SlurmNode, checkpoint_s
 from sco.adapters.slurm.nodes import (
     SlurmPartition,
     SlurmView,
@@ -35,7 +35,7 @@ from sco.adapters.slurm.nodes import (
     reclaim_deadline,
 )
 from sco.decide.binpack import Size, pack
-from sco.domain.demand import Demand, Gang, Partition
+from sco.domain.demand import CheckpointError, Demand, Gang, Partition, within
 from sco.ports import ServerView
 
 log = logging.getLogger(__name__)
@@ -166,20 +166,6 @@ def need(
     if one_pool:  # the jobs kept in one pool, and those too wide for any
         gangs, bad = pooled + gangs, _checkpoints(pending)[1]
     return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)), gangs, bad)
-
-
-def within(gangs: Sequence[Gang], wanted: int, target: int) -> tuple[Gang, ...]:
-    """The gangs (in the queue's order) that a target capped below what is `wanted`
-    still holds: what is not a gang (busy nodes, other jobs) comes first, as Slurm's
-    queue runs it; a gang past the cap waits for room, not for nodes sco would make."""
-    room = target - (wanted - sum(g.units for g in gangs))
-    kept: list[Gang] = []
-    for g in gangs:
-        if g.units > room:
-            break
-        kept.append(g)
-        room -= g.units
-    return tuple(kept)
 
 
 def _pool_of(n: SlurmNode) -> str:

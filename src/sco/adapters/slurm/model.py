@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sco.decide.binpack import Size
+from sco.domain.demand import CheckpointError, checkpoint_interval
 
 
 class SlurmBadOutput(Exception):
@@ -268,12 +269,6 @@ def _limit_s(minutes: object) -> float | None:
 
 
 CHECKPOINT_KEY = "sco:checkpoint="  # in a job's --comment: `sco:checkpoint=30m`
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
-_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class CheckpointError(ValueError):
-    """A job's checkpoint declaration that cannot be read."""
 
 
 def checkpoint_s(comment: str) -> float | None:
@@ -285,13 +280,7 @@ def checkpoint_s(comment: str) -> float | None:
         return None
     if len(words) > 1:
         raise CheckpointError(f"{' '.join(words)!r}: declared more than once")
-    value = words[0][len(CHECKPOINT_KEY) :]
-    m = _DURATION.match(value)
-    if m is None or float(m.group(1)) <= 0:
-        raise CheckpointError(
-            f"{words[0]!r}: want a duration > 0 in seconds, minutes or hours (e.g. 30m)"
-        )
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+    return checkpoint_interval(words[0][len(CHECKPOINT_KEY) :], words[0])
 
 
 def _count(value: object) -> int:
