@@ -127,7 +127,7 @@ def test_environment_and_flags_override_the_file(tmp_path: Path) -> None:
     [
         ({"statex": {}}, "statex: unknown field 'statex'; did you mean 'state'?"),
         ({"policy": {"hedge": {"max_spare": "many"}}}, "policy.hedge.max_spare:"),
-        ({"policy": {"hedge": {"spare_threshold": 0}}}, "spare_threshold must be > 0"),
+        ({"policy": {"hedge": {"spare_risk": 0}}}, "spare_risk must be in (0, 1)"),
         ({"events": {"kind": "kafka"}}, "events: kind kafka needs a kafka section"),
         ({"leases": {"ttl_s": 1}}, "leases.ttl_s:"),
         (

@@ -125,11 +125,19 @@ def test_sco_spreads_one_replica_per_pool_safest_first() -> None:
 
 def test_sco_hedges_without_notice_and_not_with_it() -> None:
     ready = [instance(p, State.READY, ready_at=9_995.0) for p in SPOT[:3]]
-    views = [PoolView(p, headroom=5, up_since=9_990.0) for p in SPOT[:4]]  # all fresh
+    # All fresh (~1 reclaim an hour each) and each just reclaimed once: within a cold
+    # start the three replicas lose one or more with a chance of ~0.2, over the 0.1
+    # the spares are held to.
+    views = [PoolView(p, headroom=5, up_since=9_990.0, recent_reclaims=1) for p in SPOT[:4]]
     blind = ScoPolicy().decide(
         snapshot([*views, PoolView(G, headroom=9)], ready, want=demand(3, 3))
     )
     assert sum(blind.spot.values()) > 3
+    assert any("chance reclaims within a 120 s cold start take more" in n for n in blind.notes)
+    # Fresh alone: a chance of ~0.1 (three pools, ~1/30 each): no spare yet.
+    calm = [PoolView(p, headroom=5, up_since=9_990.0) for p in SPOT[:4]]
+    fresh = ScoPolicy().decide(snapshot([*calm, PoolView(G, headroom=9)], ready, want=demand(3, 3)))
+    assert sum(fresh.spot.values()) == 3
     noticed = [PoolView(p, headroom=5, up_since=9_990.0, notice_s=120.0) for p in SPOT[:4]]
     warned = ScoPolicy().decide(
         snapshot([*noticed, PoolView(G, headroom=9)], ready, want=demand(3, 3))

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from sco.decide.arbiter import ArbiterConfig, arbitrate
 from sco.decide.gangs import GangPlan, lasts
 from sco.decide.placement import Slot, place
+from sco.decide.spares import guaranteed_spares, spares
 from sco.domain.demand import Demand
 from sco.domain.lifecycle import LIVE, State
 from sco.domain.plans import PoolReason
@@ -72,7 +73,10 @@ class HedgeConfig:
     # anywhere within the hour: reclaims come in storms
     degraded_hazard: float = 5.0  # per hour, added to a pool the watcher marked degraded
     # (it would be excluded, but it is among the last candidates of its flavor)
-    spare_threshold: float = 0.05  # a spare per this many expected reclaims in a cold start
+    spare_risk: float = 0.1  # spares so that the chance that reclaims within one cold start
+    # take more replicas than there are spares is at most this (`sco.decide.spares`)
+    floor_spare_risk: float = 0.02  # ... and guaranteed ones, where spot cannot spread
+    # them and the floor is at stake: the floor is a promise, the target a wish
     max_spare: int = 2  # 0: no spares
     spare_fraction: float = 0.05  # ... or up to this share of the wanted units, when more
     reclaim_count_cap: int = 10  # a pool's reclaims within the hour count up to this many:
@@ -104,8 +108,9 @@ class HedgeConfig:
     def __post_init__(self) -> None:
         if self.lomax_alpha <= 0 or self.lomax_beta_h <= 0:
             raise ValueError("lomax_alpha and lomax_beta_h must be > 0")
-        if self.spare_threshold <= 0:
-            raise ValueError(f"spare_threshold must be > 0, got {self.spare_threshold}")
+        for name in ("spare_risk", "floor_spare_risk"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
         if self.cold_start_s < 0:
             raise ValueError(f"cold_start_s must be >= 0, got {self.cold_start_s}")
         if not 0 <= self.spare_fraction <= 1:
@@ -224,7 +229,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     targets = gangs.place(wanted)
     notes: list[str] = []
     cap = cfg.spare_cap(wanted)
-    spare = _spare(targets, hazard, cold_s, notice, cfg, cap)
+    spare, short = spares(targets, hazard, cold_s, notice, cfg.spare_risk, cap)
     booting = cfg.boot_spare and tally.spot_ready_units < wanted
     if booting:
         spare = min(cap, max(spare, 1))  # replicas still booting: one more races them
@@ -240,11 +245,14 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
             targets = spread
         elif spot_spare:
             targets = gangs.place(wanted + spot_spare)
-        hedge_g = _guaranteed_spare(
-            spare - spot_spare, targets, own, cold_s, notice, cap, cfg, demand
+        hedge_g = guaranteed_spares(
+            spare - spot_spare, targets, own, cold_s, notice, cap, cfg.floor_spare_risk, demand
         )
         if spot_spare or hedge_g:
-            notes.append(f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed")
+            notes.append(
+                f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed (chance reclaims "
+                f"within a {cold_s - notice:.0f} s cold start take more: {short:.1%})"
+            )
     unit = {v.pool.id: v.pool.units_per_instance for v in spot_views}
     coming = tally.spot_booting_units + sum(
         max(0, n - held[p]) * unit[p] for p, n in targets.items()
@@ -266,6 +274,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         "storm_per_h": storm,
         "crowding_per_h": crowd,
         "spare": float(spare),
+        "spare_shortfall_risk": short,
         "spare_spot": float(spot_spare),
         "spare_guaranteed": float(hedge_g),
         "boot_spare": 1.0 if booting else 0.0,
@@ -376,54 +385,6 @@ def _pool_loss_units(
         return 0
     shares = sorted((n * unit[p] for p, n in targets.items()), reverse=True)
     return sum(shares[: cfg.pool_loss_pools])
-
-
-def _expected_loss(
-    targets: Mapping[PoolId, int], hazard: Mapping[PoolId, float], cold_s: float, notice: float
-) -> float:
-    """Replicas expected lost within one cold start that no notice covers."""
-    if notice >= cold_s:
-        return 0.0  # replacements start at the notice and serve in time
-    window_h = (cold_s - notice) / 3600
-    # A pool's reclaim takes all it holds: expected replicas lost = sum n_p * P(pool drops).
-    return sum(n * (1 - math.exp(-hazard[p] * window_h)) for p, n in targets.items() if n)
-
-
-def _spare(
-    targets: Mapping[PoolId, int],
-    hazard: Mapping[PoolId, float],
-    cold_s: float,
-    notice: float,
-    cfg: HedgeConfig,
-    cap: int,
-) -> int:
-    """Spare replicas for the reclaims expected within one cold start."""
-    expected = _expected_loss(targets, hazard, cold_s, notice)
-    return min(cap, math.floor(expected / cfg.spare_threshold))
-
-
-def _guaranteed_spare(
-    unplaced: int,
-    targets: Mapping[PoolId, int],
-    own: Mapping[PoolId, float],
-    cold_s: float,
-    notice: float,
-    cap: int,
-    cfg: HedgeConfig,
-    demand: Demand,
-) -> int:
-    """Of the spares spot cannot spread, those worth guaranteed capacity: only when the
-    pools' own hazard (not a storm elsewhere, not boots to race) puts the floor itself
-    at stake, i.e. the replicas expected lost within a cold start exceed the margin
-    between what is wanted and the floor. With a margin, a reclaim costs target, not
-    floor, and spot alone is replaced: guaranteed capacity bought for it would be
-    created and drained again while nothing else changed."""
-    if unplaced <= 0:
-        return 0
-    expected = _expected_loss(targets, own, cold_s, notice)
-    if expected <= demand.wanted_units - demand.floor_units:
-        return 0
-    return min(unplaced, cap, math.floor(expected / cfg.spare_threshold))
 
 
 def _reasons(
