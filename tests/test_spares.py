@@ -54,21 +54,23 @@ def test_the_same_mean_loss_spread_or_in_one_pool_asks_for_different_spares() ->
     h = 1.0  # a reclaim an hour per pool; a 120 s cold start
     spread = {PoolId("a"): 1, PoolId("b"): 1, PoolId("c"): 1}
     hazard = dict.fromkeys(spread, h * 2)
-    n, risk = spares(spread, hazard, 120.0, 0.0, 0.1, 5)
+    n, tail = spares(spread, hazard, 120.0, 0.0, 0.1, 5)
+    risk = tail[n]
     assert n == 1  # one reclaim (~0.18) is over the risk; two at once (~0.012) is not
     assert risk < 0.02
     packed = {PoolId("a"): 3}
-    n, risk = spares(packed, {PoolId("a"): h * 6}, 120.0, 0.0, 0.1, 5)
+    n, tail = spares(packed, {PoolId("a"): h * 6}, 120.0, 0.0, 0.1, 5)
+    risk = tail[n]
     assert n == 3  # the pool's one reclaim takes all three
     assert risk == 0.0
 
 
 def test_a_notice_that_covers_the_cold_start_needs_no_spare_and_the_cap_holds() -> None:
     targets, hazard = {PoolId("a"): 2}, {PoolId("a"): 50.0}
-    assert spares(targets, hazard, 120.0, 120.0, 0.1, 5) == (0, 0.0)
-    n, risk = spares(targets, hazard, 120.0, 0.0, 0.001, 1)
+    assert spares(targets, hazard, 120.0, 120.0, 0.1, 5) == (0, [0.0] * 6)
+    n, tail = spares(targets, hazard, 120.0, 0.0, 0.001, 1)
     assert n == 1  # capped: the shortfall it leaves is said
-    assert risk > 0.5
+    assert tail[n] > 0.5
 
 
 def test_guaranteed_spares_only_when_the_floor_is_at_stake() -> None:

@@ -229,7 +229,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
     targets = gangs.place(wanted)
     notes: list[str] = []
     cap = cfg.spare_cap(wanted)
-    spare, short = spares(targets, hazard, cold_s, notice, cfg.spare_risk, cap)
+    spare, tail = spares(targets, hazard, cold_s, notice, cfg.spare_risk, cap)
     booting = cfg.boot_spare and tally.spot_ready_units < wanted
     if booting:
         spare = min(cap, max(spare, 1))  # replicas still booting: one more races them
@@ -248,6 +248,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         hedge_g = guaranteed_spares(
             spare - spot_spare, targets, own, cold_s, notice, cap, cfg.floor_spare_risk, demand
         )
+        short = tail[spot_spare + hedge_g]  # what the spares held leave to chance
         if spot_spare or hedge_g:
             notes.append(
                 f"hedge: {spot_spare} spare spot, {hedge_g} guaranteed (chance reclaims "
@@ -274,7 +275,7 @@ def plan(snapshot: PartitionSnapshot, cfg: HedgeConfig) -> HedgePlan:
         "storm_per_h": storm,
         "crowding_per_h": crowd,
         "spare": float(spare),
-        "spare_shortfall_risk": short,
+        "spare_shortfall_risk": tail[spot_spare + hedge_g],
         "spare_spot": float(spot_spare),
         "spare_guaranteed": float(hedge_g),
         "boot_spare": 1.0 if booting else 0.0,

@@ -69,15 +69,14 @@ def spares(
     notice: float,
     risk: float,
     cap: int,
-) -> tuple[int, float]:
+) -> tuple[int, list[float]]:
     """Spare replicas (at most `cap`) so that the reclaims within one cold start no
-    notice covers take more than them with a chance of at most `risk`; and that
-    chance with those spares."""
+    notice covers take more than them with a chance of at most `risk`; and that chance
+    for 0..cap spares (`loss_tail`), to say what the spares held leave."""
     if notice >= cold_s:
-        return 0, 0.0  # replacements start at the notice and serve in time
+        return 0, [0.0] * (cap + 1)  # replacements start at the notice, serve in time
     tail = loss_tail(targets, hazard, cold_s - notice, cap)
-    spare = next((s for s, p in enumerate(tail) if p <= risk), cap)
-    return spare, tail[spare]
+    return next((s for s, p in enumerate(tail) if p <= risk), cap), tail
 
 
 def guaranteed_spares(
