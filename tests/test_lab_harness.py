@@ -34,3 +34,9 @@ def test_a_steady_port_is_free_and_below_the_ephemeral_range() -> None:
     assert 1024 < port < 32768  # no outgoing connection is given it by the kernel
     with socket.socket() as s:
         s.bind(("", port))  # free on every address, as slurmctld binds it
+
+
+def test_steady_ports_given_out_are_never_given_again() -> None:
+    """One service's several ports are picked before any is bound: they must differ."""
+    ports = [steady_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sco_harness.openstack_stack import steady_port
+
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
@@ -27,9 +29,8 @@ FAST_GROUPS = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500, "fetch.
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    # The broker comes back on its port after an outage: out of the ephemeral range.
+    return steady_port()
 
 
 class TansuBroker:

@@ -94,21 +94,28 @@ def free_port() -> int:
         return port
 
 
+_HANDED: set[int] = set()  # steady ports this process gave out (maybe not bound yet)
+
+
 def steady_port(low: int = 23000, high: int = 32700) -> int:
     """A port free on every address now, below the kernel's ephemeral range (32768 and
     up), so no outgoing connection takes it before a server that restarts on it binds
-    it (slurmctld keeps its port in slurm.conf). Random, checked: sessions side by side
-    do not pick alike."""
+    it again (slurmctld keeps its port in slurm.conf; Patroni's PostgreSQL and the
+    broker come back on theirs). Random and checked, and never one this process gave
+    out before: sessions side by side, and one service's several ports, do not meet."""
     import socket
 
-    for _ in range(200):
+    for _ in range(500):
         port = random.randrange(low, high)
+        if port in _HANDED:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("", port))
             except OSError:
                 continue
-            return port
+        _HANDED.add(port)
+        return port
     raise RuntimeError(f"no free port in {low}-{high}")
 
 

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from sco_harness import services
+from sco_harness.openstack_stack import steady_port
 
 ROOT = Path(__file__).resolve().parents[3]  # a checkout: tests/harness/sco_harness/
 INSTALL = ROOT / "scripts" / "postgres" / "install-patroni.sh"
@@ -38,10 +38,8 @@ def _kill_postmaster(node: Node) -> None:
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    # Its PostgreSQL comes back on its port after a failover: out of the ephemeral range.
+    return steady_port()
 
 
 @dataclass
