@@ -26,7 +26,7 @@ import hvac.exceptions
 import requests
 
 from sco_harness import services
-from sco_harness.openstack_stack import free_port
+from sco_harness.openstack_stack import steady_port
 
 HCL = """storage "raft" {{
   path = "{data}"
@@ -53,11 +53,11 @@ class BaoServer:
         """`port` (and raft's `cluster_port`): free ones when 0."""
         self.folder = folder.resolve()
         (self.folder / "data").mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
+        self.port = port or steady_port()  # it comes back on it after an outage
         self.url = f"http://127.0.0.1:{self.port}"
         (self.folder / "bao.hcl").write_text(
             HCL.format(
-                data=self.folder / "data", port=self.port, cluster=cluster_port or free_port(),
+                data=self.folder / "data", port=self.port, cluster=cluster_port or steady_port(),
                 audit=self.folder / "audit.log",
             )
         )  # fmt: skip
