@@ -95,6 +95,7 @@ def free_port() -> int:
 
 
 _HANDED: set[int] = set()  # steady ports this process gave out (maybe not bound yet)
+_PICK = random.SystemRandom()  # a test seeding `random` must not make workers pick alike
 
 
 def steady_port(low: int = 23000, high: int = 32700) -> int:
@@ -106,7 +107,7 @@ def steady_port(low: int = 23000, high: int = 32700) -> int:
     import socket
 
     for _ in range(500):
-        port = random.randrange(low, high)
+        port = _PICK.randrange(low, high)
         if port in _HANDED:
             continue
         with socket.socket() as s:
