@@ -22,6 +22,11 @@ from sco.domain.demand import Demand
 from sco.domain.pools import PoolId
 
 
+def _drops(hazard_per_h: float, window_h: float) -> float:
+    """The chance a pool of this hazard has a reclaim within the window."""
+    return -math.expm1(-hazard_per_h * window_h)
+
+
 def _expected_loss(
     targets: Mapping[PoolId, int], hazard: Mapping[PoolId, float], cold_s: float, notice: float
 ) -> float:
@@ -30,7 +35,7 @@ def _expected_loss(
         return 0.0  # replacements start at the notice and serve in time
     window_h = (cold_s - notice) / 3600
     # A pool's reclaim takes all it holds: expected replicas lost = sum n_p * P(pool drops).
-    return sum(n * (1 - math.exp(-hazard[p] * window_h)) for p, n in targets.items() if n)
+    return sum(n * _drops(hazard[p], window_h) for p, n in targets.items() if n)
 
 
 def loss_tail(
@@ -48,7 +53,7 @@ def loss_tail(
     for p, n in targets.items():
         if n <= 0:
             continue
-        q = -math.expm1(-hazard[p] * window_h)
+        q = _drops(hazard[p], window_h)
         if q <= 0:
             continue
         kept = [x * (1 - q) for x in exactly]
