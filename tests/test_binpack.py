@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sco.decide.binpack import Size, pack
+from sco.decide.binpack import Size, pack, pack_runs
 
 
 def plain_first_fit(slices: list[Size], shape: Size, free: list[Size]) -> tuple[int, list[Size]]:
@@ -41,6 +41,26 @@ def test_quick_first_fit_is_first_fit(slices: list[Size], free: list[Size]) -> N
     assert got.new_nodes == new
     assert list(got.free_after) == after
     assert len(got.unfit) == sum(1 for s in slices if not s.fits(shape))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(sizes, st.integers(0, 40)), max_size=12),
+    st.lists(sizes, max_size=8),
+    st.sampled_from([Size(8.0, 32000.0, {"gpu": 4}), Size(8.0, 32000.0)]),
+)
+def test_runs_pack_as_their_slices_do(
+    runs: list[tuple[Size, int]], free: list[Size], shape: Size
+) -> None:
+    """A job's slices given as one run (size, count), whole new nodes worked out at
+    once, pack exactly as the slices one by one in the plain loop."""
+    slices = [s for s, m in runs for _ in range(m)]
+    got = pack_runs(runs, shape, free)
+    new, after = plain_first_fit(slices, shape, free)
+    assert got.new_nodes == new
+    assert list(got.free_after) == after
+    assert len(got.unfit) == sum(1 for s in slices if not s.fits(shape))
+    assert got == pack(slices, shape, free)
 
 
 def test_equal_sizes_hash_alike_whatever_the_order_of_their_resources() -> None:

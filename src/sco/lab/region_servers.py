@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from sco.domain.installation import is_mine
+from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.domain.pools import PoolId
 from sco.lab.region_model import Kind, Server
 from sco.ports import NodeView, ServerView
@@ -47,8 +47,10 @@ class ServerTable:
     def __init__(self) -> None:
         self._servers: dict[str, Server] = {}
         self._by_pool: dict[PoolId, dict[str, Server]] = {}  # a server leaves in O(1)
-        self._listed: dict[str, dict[str, ServerView]] = {}  # partition -> id -> view
-        self._node_views: dict[str, dict[str, NodeView]] = {}
+        # (partition, installation) -> id -> view: what `list` and `nodes` answer, kept
+        # by installation as the servers change (not sorted out of all at every change)
+        self._listed: dict[tuple[str, str], dict[str, ServerView]] = {}
+        self._node_views: dict[tuple[str, str], dict[str, NodeView]] = {}
         self._versions: dict[str, int] = {}  # partition -> changes to its servers' views
         self._views_kept: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
         self.moves = 0  # servers added and removed: what a pool holds changed
@@ -78,8 +80,8 @@ class ServerTable:
         self._servers[s.server_id] = s
         self._by_pool[s.pool.id][s.server_id] = s
         self.moves += 1
-        self._listed.setdefault(s.partition, {})
-        self._node_views.setdefault(s.partition, {})
+        self._listed.setdefault(_whose(s), {})
+        self._node_views.setdefault(_whose(s), {})
         self.renode(s)
 
     def remove(self, s: Server) -> None:
@@ -87,9 +89,9 @@ class ServerTable:
         del self._servers[s.server_id]
         del self._by_pool[s.pool.id][s.server_id]
         self.moves += 1
-        self._listed[s.partition].pop(s.server_id, None)
+        self._listed[_whose(s)].pop(s.server_id, None)
         self._views_changed(s.partition)
-        del self._node_views[s.partition][s.server_id]
+        del self._node_views[_whose(s)][s.server_id]
 
     # ------------------------------------------------------------ views
 
@@ -97,7 +99,7 @@ class ServerTable:
         """The server's listing changed: build its view again (once listed)."""
         if s.listed:
             self._views_changed(s.partition)
-            self._listed[s.partition][s.server_id] = ServerView(
+            self._listed[_whose(s)][s.server_id] = ServerView(
                 server_id=s.server_id,
                 partition=s.partition,
                 pool=s.pool.id,
@@ -112,7 +114,7 @@ class ServerTable:
     def renode(self, s: Server) -> None:
         """The server's node changed: build its view again."""
         self._views_changed(s.partition)
-        self._node_views[s.partition][s.server_id] = NodeView(
+        self._node_views[_whose(s)][s.server_id] = NodeView(
             joined=s.joined,
             drained=s.drained,
             joined_at=s.joined_at,
@@ -122,11 +124,12 @@ class ServerTable:
 
     def listing(self, partition: str, installation: str) -> Mapping[str, ServerView]:
         """The partition's listed servers of `installation`, by id (not to be changed)."""
-        return self._kept("list", partition, installation, self._listed.get(partition, {}))
+        views = self._listed.get((partition, installation), {})
+        return self._kept("list", partition, installation, views)
 
     def nodes(self, partition: str, installation: str) -> Mapping[str, NodeView]:
         """The nodes of the partition's servers of `installation` (not to be changed)."""
-        views = self._node_views.get(partition, {})
+        views = self._node_views.get((partition, installation), {})
         return self._kept("nodes", partition, installation, views)
 
     def all_listed(self) -> list[ServerView]:
@@ -140,20 +143,17 @@ class ServerTable:
     def _kept(
         self, kind: str, partition: str, installation: str, views: Mapping[str, _V]
     ) -> dict[str, _V]:
-        """`_mine` of `views`, kept until a server of the partition changes: the
-        controllers read a partition's servers and nodes many times per cycle."""
+        """A copy of `views`, kept until a server of the partition changes: the
+        controllers read a partition's servers and nodes many times per cycle, and
+        what they were given is never changed under them."""
         version = self._versions.get(partition, 0)
         kept = self._views_kept.get((kind, partition, installation))
         if kept is None or kept[0] != version:
-            kept = (version, self._mine(views, installation))
+            kept = (version, dict(views))
             self._views_kept[(kind, partition, installation)] = kept
         return kept[1]
 
-    def _mine(self, views: Mapping[str, _V], installation: str) -> dict[str, _V]:
-        """Of `views` (by server id), those of `installation`'s servers."""
-        servers = self._servers
-        return {
-            sid: v
-            for sid, v in views.items()
-            if sid in servers and is_mine(servers[sid].installation, installation)
-        }
+
+def _whose(s: Server) -> tuple[str, str]:
+    """The partition and installation whose listing shows `s`."""
+    return s.partition, s.installation or DEFAULT_INSTALLATION

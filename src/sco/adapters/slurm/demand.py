@@ -34,7 +34,7 @@ from sco.adapters.slurm.nodes import (
     node_name,
     reclaim_deadline,
 )
-from sco.decide.binpack import Size, pack
+from sco.decide.binpack import Size, pack_runs
 from sco.domain.demand import CheckpointError, Demand, Gang, Partition, within
 from sco.ports import ServerView
 
@@ -122,20 +122,21 @@ def need(
     others = [j for j in pending if not j.wants(GUARANTEED)]
     unfit: list[int] = []
 
-    def slices(group: Sequence[Job]) -> list[Size]:
-        out: list[Size] = []
+    def slices(group: Sequence[Job]) -> list[tuple[Size, int]]:
+        """Each job's nodes, as a run of its per-node size."""
+        out: list[tuple[Size, int]] = []
         for j in group:
             too_many = max_nodes is not None and j.node_count > max_nodes
             if too_many or not j.per_node.fits(spec.shape):
                 unfit.append(j.job_id)
                 continue
-            out.extend([j.per_node] * j.node_count)
+            out.append((j.per_node, j.node_count))
         return out
 
     # Work that asks for guaranteed capacity first, on guaranteed nodes; the rest then
     # goes anywhere, in what room is left.
     room = {n.name: n.room for n in mine}
-    g_pack = pack(slices(wants_g), spec.shape, [room[n.name] for n in guaranteed_nodes])
+    g_pack = pack_runs(slices(wants_g), spec.shape, [room[n.name] for n in guaranteed_nodes])
     room.update(zip((n.name for n in guaranteed_nodes), g_pack.free_after, strict=True))
     whole: list[str] = []  # idle nodes that jobs of many nodes take in one pool
     pooled: tuple[Gang, ...] = ()
@@ -147,7 +148,7 @@ def need(
         others = [j for j in others if j.job_id not in wide_ids]
         whole, pooled = _in_one_pool(spec, wide, [n for n in mine if n.name not in kept])
         room.update({name: Size() for name in whole})
-    o_pack = pack(slices(others), spec.shape, [room[n.name] for n in mine])
+    o_pack = pack_runs(slices(others), spec.shape, [room[n.name] for n in mine])
     # Idle nodes (past their keep) that pending work lands on are wanted again.
     g_used = {guaranteed_nodes[k].name for k in g_pack.used_free}
     used = g_used | {mine[k].name for k in o_pack.used_free} | set(whole)

@@ -8,9 +8,8 @@ now, delete a node: tests/conformance/test_schedulers.py holds both to the same
 rules), so sco's own Slurm code (`SlurmView`, `SlurmDemandSource`, `SlurmNodes`,
 the agent's `SlurmDrain`) turns its queue into demand and acts on it.
 
-What a job's user feels is kept as it happens (`Ledger`): how long it waited
-in the queue (every time it was pending), how often it was requeued, and the
-node-seconds of work lost with a node. Two ways of leaving a node differ:
+What a job's user feels is kept as it happens (`Ledger`): its waits in the queue,
+its requeues, the node-seconds of work lost with a node. Two ways of leaving differ:
 - sco requeues a job before its node's deadline (it had the notice): the job is
   told as `--signal` tells it, saves its state, and resumes later where it
   stopped: nothing is lost;
@@ -138,6 +137,8 @@ class BatchCluster:
         self._nodes_read: tuple[int, list[SlurmNode]] = (-1, [])
         # (version, first end of a running job, held jobs' start times, in order)
         self._events: tuple[int, float, list[float]] = (-1, math.inf, [])
+        self._limits: dict[int, tuple[float, int]] = {}  # running: (end by limit, nodes)
+        self._ends: dict[int, float] = {}  # running: end by its work
         self._free_nodes: dict[str, ClusterNode] = {}  # idle, not drained, the partition's
         self._registered = 0  # nodes that ever registered
         self._scheduled = -1  # the version the queue was last scheduled at
@@ -322,8 +323,7 @@ class BatchCluster:
         return None if first == math.inf else first
 
     def step(self) -> bool:
-        """Jobs whose work is done end; then the queue is scheduled. True when a job
-        ended or started."""
+        """Jobs whose work is done end; the queue is scheduled. True: one ended or started."""
         now = self.now()
         done = []
         if self._next_events()[1] <= now:  # else no run has ended: no need to look
@@ -336,9 +336,8 @@ class BatchCluster:
         """(version, the first end of a running job, held jobs' start times in order),
         worked out once per change."""
         if self._events[0] != self._version:
-            ends = [q.ends_at() for q in self.live.values() if q.state == "RUNNING"]
             held = sorted(q.eligible_at for q in self.live.values() if q.state == "PENDING")
-            self._events = (self._version, min(ends, default=math.inf), held)
+            self._events = (self._version, min(self._ends.values(), default=math.inf), held)
         return self._events
 
     def utilisation(self, end: float) -> float | None:
@@ -414,11 +413,8 @@ class BatchCluster:
 
     def _reservation(self, want: int, free: int) -> tuple[float, float]:
         """(when, nodes to spare then) for a job of `want` nodes, by running jobs' limits."""
-        ends = sorted(
-            (q.limit_at(), len(q.nodes)) for q in self.live.values() if q.state == "RUNNING"
-        )
         have = free
-        for at, count in ends:
+        for at, count in sorted(self._limits.values()):
             have += count
             if have >= want:
                 return at, have - want
@@ -438,6 +434,8 @@ class BatchCluster:
             n.state, n.job = "allocated", q.job.job_id
         self._changed(*taken)
         q.state, q.nodes, q.started_at = "RUNNING", tuple(n.name for n in taken), now
+        self._limits[q.job.job_id] = (q.limit_at(), len(taken))
+        self._ends[q.job.job_id] = q.ends_at()
         q.pools_spanned = max(q.pools_spanned, len({n.where[1] for n in taken}))
         q.waited_s += now - q.pending_since
 
@@ -448,6 +446,8 @@ class BatchCluster:
         del self.live[q.job.job_id]
 
     def _release(self, q: QueuedJob, at: float) -> None:
+        self._limits.pop(q.job.job_id, None)
+        self._ends.pop(q.job.job_id, None)
         if q.started_at is not None:
             self.busy_node_s += (at - q.started_at) * len(q.nodes)
         for name in q.nodes:
