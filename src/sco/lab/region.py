@@ -393,8 +393,7 @@ class SimRegion:
     ) -> Sequence[ServerView]:
         """The partition's servers of `installation` (others may share the region)."""
         self._fault("list")
-        views = self._servers.listing(partition, installation)
-        return list(views.values())  # the caller's own, as a listing from the cloud is
+        return self._servers.listed(partition, installation)
 
     def installation_of(self, server_id: str) -> str | None:
         s = self._servers.get(server_id)

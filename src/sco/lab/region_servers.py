@@ -53,6 +53,7 @@ class ServerTable:
         self._node_views: dict[tuple[str, str], dict[str, NodeView]] = {}
         self._versions: dict[str, int] = {}  # partition -> changes to its servers' views
         self._views_kept: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
+        self._tuples: dict[tuple[str, str], tuple[int, tuple[ServerView, ...]]] = {}
         self.moves = 0  # servers added and removed: what a pool holds changed
 
     def add_pool(self, pool_id: PoolId) -> None:
@@ -126,6 +127,17 @@ class ServerTable:
         """The partition's listed servers of `installation`, by id (not to be changed)."""
         views = self._listed.get((partition, installation), {})
         return self._kept("list", partition, installation, views)
+
+    def listed(self, partition: str, installation: str) -> tuple[ServerView, ...]:
+        """`listing`'s views in order, the same tuple until a server of the partition
+        changes: a caller can tell an unchanged listing by its identity, and cannot
+        change it."""
+        version = self._versions.get(partition, 0)
+        kept = self._tuples.get((partition, installation))
+        if kept is None or kept[0] != version:
+            kept = (version, tuple(self.listing(partition, installation).values()))
+            self._tuples[(partition, installation)] = kept
+        return kept[1]
 
     def nodes(self, partition: str, installation: str) -> Mapping[str, NodeView]:
         """The nodes of the partition's servers of `installation` (not to be changed)."""

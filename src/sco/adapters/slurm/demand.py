@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 from sco.adapters.slurm.model import Job, SlurmNode, checkpoint_s
 from sco.adapters.slurm.nodes import (
+    ListedNames,
     SlurmPartition,
     SlurmView,
     cut_short,
-    node_name,
     reclaim_deadline,
 )
 from sco.decide.binpack import Size, pack_runs
@@ -268,6 +268,7 @@ class SlurmDemandSource:
         # partition -> (jobs, nodes, now, servers, need) of its last count: asked again
         # on the same read (the same lists) at the same time, the count is the same
         self._last: dict[str, tuple[object, object, float, object, Need]] = {}
+        self._names = ListedNames()
 
     def partitions(self) -> Sequence[Partition]:
         return [s.partition for s in self.specs.values()]
@@ -278,7 +279,7 @@ class SlurmDemandSource:
         jobs, nodes = self.view.read()
         servers = None
         if self._listing is not None:
-            servers = {node_name(v.server_id) for v in self._listing(partition)}
+            servers = self._names.of(partition, self._listing(partition)).keys()
         n = self._need(partition, spec, jobs, nodes, now, servers)
         fresh = [j for j in n.unfit_jobs if j not in self._reported]
         if fresh:
@@ -318,7 +319,7 @@ class SlurmDemandSource:
         jobs: Sequence[Job],
         nodes: Sequence[SlurmNode],
         now: float,
-        servers: set[str] | None,
+        servers: Collection[str] | None,
     ) -> Need:
         last = self._last.get(partition)
         same_read = last is not None and last[0] is jobs and last[1] is nodes

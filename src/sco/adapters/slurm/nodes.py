@@ -36,7 +36,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -61,6 +61,22 @@ def node_name(server_id: str) -> str:
     id (48 random bits of a Nova UUID). Short: slurmd names its step sockets after the
     node, twice, under a 108-byte limit."""
     return "sco-" + _ALNUM.sub("", server_id.lower())[:12]
+
+
+class ListedNames:
+    """The node names of a listing's servers (name -> server id), per partition, worked
+    out again only for a new listing: a lab region hands out the same listing until a
+    server changes, and sco reads it several times a cycle."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Sequence[ServerView], dict[str, str]]] = {}
+
+    def of(self, partition: str, listing: Sequence[ServerView]) -> dict[str, str]:
+        last = self._last.get(partition)
+        if last is None or last[0] is not listing:
+            last = (listing, {node_name(v.server_id): v.server_id for v in listing})
+            self._last[partition] = last
+        return last[1]
 
 
 @lru_cache(maxsize=1024)
@@ -248,6 +264,7 @@ class SlurmNodes:
         self.requeued_total = 0
         self._by_name: tuple[object, dict[str, SlurmNode]] = (None, {})  # of the last read
         self._views: dict[str, tuple[SlurmNode, str, NodeView]] = {}  # name -> last view
+        self._names = ListedNames()
 
     def nodes(self, partition: str) -> Mapping[str, NodeView]:
         """Reads only (a dry run calls it on a real cluster)."""
@@ -255,7 +272,7 @@ class SlurmNodes:
         if self._by_name[0] is not nodes:
             self._by_name = (nodes, {n.name: n for n in nodes})
         by_name = self._by_name[1]
-        listed = {node_name(v.server_id): v.server_id for v in self._listing(partition)}
+        listed = self._names.of(partition, self._listing(partition))
         out: dict[str, NodeView] = {}
         kept: dict[str, tuple[SlurmNode, str, NodeView]] = {}
         for name, server_id in listed.items():
@@ -279,7 +296,7 @@ class SlurmNodes:
         jobs, nodes = self.view.read()
         self._act_on_deadlines(cfg, jobs, nodes)
         if servers is not None:
-            self._forget_gone(cfg, nodes, {node_name(v.server_id) for v in servers})
+            self._forget_gone(cfg, nodes, self._names.of(partition, servers).keys())
 
     def drain(self, partition: str, server_id: str, drain_by: float, reason: str = "") -> None:
         """DRAIN with the deadline in the reason; a node that never registered has
@@ -394,7 +411,7 @@ class SlurmNodes:
             log.info("partition %s: requeued jobs %s wait for Slurm: %s", cfg.name, again, e)
 
     def _forget_gone(
-        self, cfg: SlurmPartition, nodes: Sequence[SlurmNode], listed: set[str]
+        self, cfg: SlurmPartition, nodes: Sequence[SlurmNode], listed: Collection[str]
     ) -> None:
         """Delete the nodes of servers that are gone (their slurmd with them): until
         slurmd's timeout Slurm would think them idle, and send jobs there. A busy one

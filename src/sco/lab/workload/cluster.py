@@ -204,7 +204,7 @@ class BatchCluster:
         if self._nodes_read[0] != self._version:
             self._nodes_read = (
                 self._version,
-                [self._view_node(n) for n in self.nodes_by_name.values()],
+                [n.view or self._view_node(n) for n in self.nodes_by_name.values()],
             )
         return self._nodes_read[1]
 
