@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -106,6 +107,17 @@ def test_step_bumps_version_and_records_the_edge() -> None:
     assert ch.after.state_since == 42.0
     assert ch.after.ready_at == 42.0
     assert ch.trigger is Trigger.NODE_JOINED
+
+
+def test_step_sets_the_fields_asked_and_keeps_the_rest() -> None:
+    inst = instance(spot_pool(), State.READY, created_at=5.0)
+    ch = step(inst, Trigger.RECLAIM_NOTICE, 50.0, "notice", notice_deadline=170.0)
+    assert ch.after == dataclasses.replace(
+        inst, state=State.NOTICED, state_since=50.0, version=inst.version + 1,
+        reason="notice", notice_deadline=170.0,
+    )  # fmt: skip
+    with pytest.raises(TypeError, match="no field"):
+        step(inst, Trigger.RECLAIM_NOTICE, 50.0, "notice", deadline=170.0)
 
 
 def test_step_off_the_table_is_refused() -> None:

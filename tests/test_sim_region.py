@@ -207,7 +207,8 @@ def test_servers_list_after_latency_turn_active_and_join(tmp_path: Path) -> None
     (view,) = listed = region.list(P)
     # The same listing until a server changes (sco's adapters know it by identity),
     # and one that cannot be changed under the region.
-    assert region.list(P) is listed and isinstance(listed, tuple)
+    assert region.list(P) is listed
+    assert isinstance(listed, tuple)
     assert view.server_id == sid
     assert view.status is ServerStatus.BUILD
     assert view.created_at == 0.0

@@ -70,14 +70,23 @@ def step(
     Raises IllegalTransition when the table has no such edge.
     """
     to = next_state(instance.state, trigger)
+    if fields and not fields.keys() <= _KNOWN:
+        raise TypeError(f"Instance has no field {sorted(fields.keys() - _KNOWN)}")
     changes: dict[str, Any] = {"version": instance.version + 1, "reason": reason, **fields}
     if to is not instance.state:
         changes["state"] = to
         changes["state_since"] = at
     if to is State.READY and instance.ready_at is None:
         changes["ready_at"] = at
-    after = dataclasses.replace(instance, **changes)
+    after = Instance(*[changes[n] if n in changes else getattr(instance, n) for n in _FIELDS])
     return Change(instance, after, trigger, at, reason, code or trigger.value)
+
+
+# `dataclasses.replace` by position: half its cost, and a transition is the engine's
+# commonest act (a simulated fleet day makes hundreds of thousands). Every field of
+# Instance is an __init__ argument, in this order.
+_FIELDS = tuple(f.name for f in dataclasses.fields(Instance))
+_KNOWN = frozenset(_FIELDS)
 
 
 def created(instance: Instance, reason: str, code: str = "created") -> Change:
