@@ -51,7 +51,8 @@ class ServerTable:
         # by installation as the servers change (not sorted out of all at every change)
         self._listed: dict[tuple[str, str], dict[str, ServerView]] = {}
         self._node_views: dict[tuple[str, str], dict[str, NodeView]] = {}
-        self._versions: dict[str, int] = {}  # partition -> changes to its servers' views
+        # (kind, partition) -> changes to its servers' views of that kind (list, nodes)
+        self._versions: dict[tuple[str, str], int] = {}
         self._views_kept: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
         self._tuples: dict[tuple[str, str], tuple[int, tuple[ServerView, ...]]] = {}
         self.moves = 0  # servers added and removed: what a pool holds changed
@@ -91,7 +92,8 @@ class ServerTable:
         del self._by_pool[s.pool.id][s.server_id]
         self.moves += 1
         self._listed[_whose(s)].pop(s.server_id, None)
-        self._views_changed(s.partition)
+        self._views_changed("list", s.partition)
+        self._views_changed("nodes", s.partition)
         del self._node_views[_whose(s)][s.server_id]
 
     # ------------------------------------------------------------ views
@@ -99,7 +101,7 @@ class ServerTable:
     def relist(self, s: Server) -> None:
         """The server's listing changed: build its view again (once listed)."""
         if s.listed:
-            self._views_changed(s.partition)
+            self._views_changed("list", s.partition)
             self._listed[_whose(s)][s.server_id] = ServerView(
                 server_id=s.server_id,
                 partition=s.partition,
@@ -114,7 +116,7 @@ class ServerTable:
 
     def renode(self, s: Server) -> None:
         """The server's node changed: build its view again."""
-        self._views_changed(s.partition)
+        self._views_changed("nodes", s.partition)
         self._node_views[_whose(s)][s.server_id] = NodeView(
             joined=s.joined,
             drained=s.drained,
@@ -132,7 +134,7 @@ class ServerTable:
         """`listing`'s views in order, the same tuple until a server of the partition
         changes: a caller can tell an unchanged listing by its identity, and cannot
         change it."""
-        version = self._versions.get(partition, 0)
+        version = self._versions.get(("list", partition), 0)
         kept = self._tuples.get((partition, installation))
         if kept is None or kept[0] != version:
             kept = (version, tuple(self.listing(partition, installation).values()))
@@ -148,9 +150,9 @@ class ServerTable:
         """Every listed server, of every partition and installation."""
         return [v for views in self._listed.values() for v in views.values()]
 
-    def _views_changed(self, partition: str) -> None:
-        """A server of `partition` was listed, relisted, renoded or removed."""
-        self._versions[partition] = self._versions.get(partition, 0) + 1
+    def _views_changed(self, kind: str, partition: str) -> None:
+        """What `kind` (list, nodes) says of a server of `partition` changed."""
+        self._versions[(kind, partition)] = self._versions.get((kind, partition), 0) + 1
 
     def _kept(
         self, kind: str, partition: str, installation: str, views: Mapping[str, _V]
@@ -158,7 +160,7 @@ class ServerTable:
         """A copy of `views`, kept until a server of the partition changes: the
         controllers read a partition's servers and nodes many times per cycle, and
         what they were given is never changed under them."""
-        version = self._versions.get(partition, 0)
+        version = self._versions.get((kind, partition), 0)
         kept = self._views_kept.get((kind, partition, installation))
         if kept is None or kept[0] != version:
             kept = (version, dict(views))
