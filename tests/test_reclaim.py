@@ -19,7 +19,7 @@ from sco.engine.reclaimer import Reclaimer
 from sco.lab.reclaim_replay import ReplayPool, replay
 from sco.lab.traces import load_traces
 from sco.ports import ServerStatus, ServerView
-from sco_harness.builders import spot_pool, write_json_trace
+from sco_harness.builders import guaranteed_pool, spot_pool, write_json_trace
 
 
 def c(sid: str, partition: str = "p1", created_at: float = 0.0, serving: bool = True,
@@ -224,3 +224,58 @@ def test_a_drill_takes_back_only_the_partition_named_in_any_hall() -> None:
     assert done.choice.short == 2
     with pytest.raises(ValueError, match="no spot pool of flavor 'any' in hall 'hall-9'"):
         r.request("hall-9", None, 1, 60.0, Budget(), partition="batch")
+
+
+def test_a_notice_its_server_lost_is_set_again_and_the_server_still_goes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression (seen on a loaded CI machine): Nova writes a server's metadata whole,
+    so sco handing the node its token as the notice was set wrote the notice away;
+    the replay then neither deleted the server nor waited for it, and the node was
+    never told."""
+    write_json_trace(tmp_path, "z", [2, 1], gap_s=60)
+    series = load_traces(tmp_path).series[0]
+    clock = ManualClock(1000.0)
+    sets: list[str] = []
+
+    class OverwritingCloud(FakeCloud):
+        def give_notice(self, server_id: str, deadline: float) -> float:
+            sets.append(server_id)
+            in_force = super().give_notice(server_id, deadline)
+            if len(sets) == 1:  # another write takes the first notice away at once
+                s = self.servers[server_id]
+                self.servers[server_id] = dataclasses.replace(s, notice_deadline=None)
+            return in_force
+
+    cloud = OverwritingCloud(2)
+    r = Reclaimer(cloud, clock)
+    with caplog.at_level("WARNING", logger="sco.engine.reclaimer"):
+        n = replay(
+            r, [ReplayPool(series, cloud.pool.hall, cloud.pool.flavor)], pool_size=1,
+            speed=10.0, notice_s=30.0, budget=Budget(), stop=lambda: False,
+            sleep=lambda s: clock.set(clock.now() + s), every_s=1.0,
+        )  # fmt: skip
+    assert n == 1, "the server that lost its notice is not noticed twice"
+    assert sets == ["s1", "s1"], "its notice set again, once"
+    assert "s1 lost its notice" in caplog.text
+    assert set(cloud.servers) == {"s0"}, "and it went at its deadline"
+
+
+def test_a_server_of_no_spot_pool_is_reported_only_when_noticed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only a noticed server outside the spot pools is worth a warning (every sweep
+    warned of every guaranteed server, noticed or not, as "noticed")."""
+    cloud = FakeCloud(1)
+    other = guaranteed_pool(hall="hall-2")
+    cloud.extra_pools.append(other)
+    cloud.servers["g0"] = ServerView("g0", "p1", other.id, "r", 1, ServerStatus.ACTIVE, 0.0)
+    cloud.servers["g1"] = ServerView(
+        "g1", "p1", other.id, "r", 1, ServerStatus.ACTIVE, 0.0, notice_deadline=10.0
+    )
+    r = Reclaimer(cloud, ManualClock(1000.0))
+    with caplog.at_level("WARNING", logger="sco.engine.reclaimer"):
+        assert r.sweep() == []
+    assert set(cloud.servers) == {"s0", "g0", "g1"}, "nothing outside spot pools deleted"
+    assert "g1 (p1) left alone: noticed" in caplog.text
+    assert "g0" not in caplog.text

@@ -2,9 +2,12 @@
 
 It asks for a hall and flavor's spot servers back: chooses them by least harm
 under a disruption budget (`sco.decide.reclaim`), sets each one's notice
-(`sco:reclaim-at`), and deletes what is still there at the deadline. It keeps
-nothing of its own: the notices live on the servers, so a restarted reclaimer
-(or `sweep`) finds and deletes the ones whose deadline has passed.
+(`sco:reclaim-at`), and deletes what is still there at the deadline. The notices
+live on the servers, so a restarted reclaimer (or `sweep`) finds and deletes the
+ones whose deadline has passed. It also remembers the notices it set: Nova writes
+a server's metadata whole, so two writes at once can lose one (seen when sco
+handed a node its token as the notice was set), and a notice lost so is set again
+and its server still goes at the deadline.
 
 `sco.lab.reclaim_replay` drives it from a capacity trace.
 """
@@ -57,6 +60,7 @@ class Reclaimer:
         self.cloud = cloud
         self.clock = clock
         self.fleet = fleet
+        self._given: dict[str, float] = {}  # server -> deadline, of notices set here
 
     def candidates(self, hall: str, flavor: str) -> list[Candidate]:
         """The spot servers of `hall` and `flavor`, with what sco's fleet state says
@@ -87,12 +91,12 @@ class Reclaimer:
                 partition=v.partition,
                 created_at=v.created_at,
                 serving=v.server_id in serving if serving is not None else True,
-                noticed=_noticed(v),
+                noticed=self._noticed(v),
             )
             for v in servers
         ]
         held = Counter(v.partition for v in every)
-        noticed = Counter(v.partition for v in every if _noticed(v))
+        noticed = Counter(v.partition for v in every if self._noticed(v))
         return found, {p: Standing(n, noticed[p]) for p, n in held.items()}
 
     def _serving(self, partitions: set[str]) -> set[str] | None:
@@ -135,7 +139,9 @@ class Reclaimer:
         failed: list[str] = []
         for v in choice.victims:
             try:
-                if self.cloud.give_notice(v.server_id, deadline) != deadline:
+                in_force = self.cloud.give_notice(v.server_id, deadline)
+                self._given[v.server_id] = in_force
+                if in_force != deadline:
                     failed.append(v.server_id)  # noticed meanwhile: its deadline stands
                     continue
                 log.info(
@@ -151,30 +157,54 @@ class Reclaimer:
         return Noticed(choice, deadline, tuple(failed))
 
     def sweep(self) -> list[str]:
-        """Delete the spot servers whose notice's deadline has passed. Only servers
-        of the cloud's spot pools are deleted, and only on a notice that reads as a
-        deadline: a notice that does not is reported and the server left alone, since
-        a wrong guess here deletes capacity someone may be paying to keep."""
+        """Delete the spot servers whose notice's deadline has passed, and set again a
+        notice of this reclaimer's that its server lost. Only servers of the cloud's
+        spot pools are deleted, and only on a notice that reads as a deadline: a notice
+        that does not is reported and the server left alone, since a wrong guess here
+        deletes capacity someone may be paying to keep."""
         now = self.clock.now()
         spot = {p.id for p in self.cloud.pools() if p.is_spot}
+        listed = self.cloud.all_servers()
         due: list[str] = []
-        for v in self.cloud.all_servers():
+        lost: list[tuple[str, float]] = []
+        for v in listed:
+            deadline = self._deadline(v)
             if v.notice_unreadable:
                 log.warning(
                     "reclaim: %s (%s) left alone: its notice %r is not a deadline",
                     v.server_id, v.partition, v.notice_unreadable,
                 )  # fmt: skip
+            elif deadline is None:
+                continue
             elif v.pool not in spot:
                 log.warning(
                     "reclaim: %s (%s) left alone: noticed, but of pool %s, not a spot pool",
                     v.server_id, v.partition, v.pool,
                 )  # fmt: skip
-            elif v.notice_deadline is not None and v.notice_deadline <= now:
+            elif deadline <= now:
                 due.append(v.server_id)
+            elif v.notice_deadline is None:
+                lost.append((v.server_id, deadline))
         if due:
             self.cloud.delete(due)
             log.info("reclaim: deleted %d servers at their deadline", len(due))
+        self._set_again(lost)
+        still = {v.server_id for v in listed}.difference(due)
+        self._given = {sid: d for sid, d in self._given.items() if sid in still}
         return due
+
+    def _set_again(self, lost: Sequence[tuple[str, float]]) -> None:
+        """Notices set here that their servers no longer show: another write to the
+        server's metadata took them. The node must still be told."""
+        for server_id, deadline in lost:
+            log.warning(
+                "reclaim: %s lost its notice (another write to its metadata); set again "
+                "for %s", server_id, utc(deadline),
+            )  # fmt: skip
+            try:
+                self.cloud.give_notice(server_id, deadline)
+            except ProviderError as e:
+                log.warning("reclaim: notice to %s not set again: %s", server_id, e)
 
     def pending(self) -> Counter[str]:
         """Servers under notice by partition, deadline not yet passed."""
@@ -182,11 +212,18 @@ class Reclaimer:
         return Counter(
             v.partition
             for v in self.cloud.all_servers()
-            if v.notice_deadline is not None and v.notice_deadline > now
+            if (deadline := self._deadline(v)) is not None and deadline > now
         )
 
+    def _deadline(self, v: ServerView) -> float | None:
+        """The server's notice: what it shows, else what this reclaimer set."""
+        if v.notice_deadline is not None:
+            return v.notice_deadline
+        return self._given.get(v.server_id)
 
-def _noticed(v: ServerView) -> bool:
-    """A notice was set, read or not (an unreadable one is left for a person, not
-    noticed again)."""
-    return v.notice_deadline is not None or bool(v.notice_unreadable)
+    def _noticed(self, v: ServerView) -> bool:
+        """A notice was set, read or not (an unreadable one is left for a person, not
+        noticed again), or this reclaimer set one that the server lost."""
+        return (
+            v.notice_deadline is not None or bool(v.notice_unreadable) or v.server_id in self._given
+        )
