@@ -344,6 +344,40 @@ def test_half_open_lets_one_probe_through() -> None:
         breaker.admit()  # a second caller waits for the probe's outcome
 
 
+def test_each_failed_probe_doubles_the_cool_down_up_to_its_most() -> None:
+    """A short outage is probed again soon (sco came back 27 s after a 10 s Nova 5xx
+    storm, the breaker's fixed 30 s); a long one is probed every `open_for_s`."""
+    clock = ManualClock(0)
+    config = GuardConfig(failures_to_open=2, first_open_s=5, open_for_s=30)
+    breaker = CircuitBreaker("compute", clock, config)
+    for _ in range(2):
+        breaker.admit()
+        breaker.failed()
+    waits = []
+    for _ in range(5):
+        opened = clock.now()
+        while breaker.state is BreakerState.OPEN:
+            clock.advance(1)
+        waits.append(clock.now() - opened)
+        breaker.admit()  # the probe
+        breaker.failed()
+    assert waits == [5, 10, 20, 30, 30]
+    clock.advance(30)
+    breaker.admit()
+    breaker.succeeded()  # back: the next opening starts short again
+    for _ in range(2):
+        breaker.admit()
+        breaker.failed()
+    clock.advance(5)
+    assert breaker.state is BreakerState.HALF_OPEN
+
+
+@pytest.mark.parametrize("first", [0.0, -1.0, 31.0])
+def test_a_first_cool_down_out_of_range_is_refused(first: float) -> None:
+    with pytest.raises(ValueError, match="first_open_s must be > 0 and <= open_for_s"):
+        GuardConfig(first_open_s=first, open_for_s=30)
+
+
 def test_token_bucket_paces_after_the_burst() -> None:
     clock = ManualClock(0)
     slept: list[float] = []

@@ -31,7 +31,12 @@ class CircuitOpen(RetryableProviderError):
 @dataclass(frozen=True, slots=True)
 class GuardConfig:
     failures_to_open: int = 5  # consecutive retryable failures that open the breaker
-    open_for_s: float = 30.0  # how long it stays open before one probe is let through
+    # Open this long before one probe is let through; each failed probe doubles it, up
+    # to open_for_s. A fixed 30 s kept sco off Nova for most of that after a 10 s
+    # storm (the fault matrix: 27 s to recover); a long outage is still probed
+    # only every open_for_s.
+    first_open_s: float = 5.0
+    open_for_s: float = 30.0
     rate_per_s: float = 20.0  # client-side request rate per endpoint
     burst: int = 40
 
@@ -40,12 +45,17 @@ class GuardConfig:
             raise ValueError(f"failures_to_open must be >= 1, got {self.failures_to_open}")
         if self.open_for_s <= 0 or self.rate_per_s <= 0 or self.burst < 1:
             raise ValueError("open_for_s and rate_per_s must be > 0 and burst >= 1")
+        if not 0 < self.first_open_s <= self.open_for_s:
+            raise ValueError(
+                f"first_open_s must be > 0 and <= open_for_s ({self.open_for_s}), "
+                f"got {self.first_open_s}"
+            )
 
 
 class CircuitBreaker:
     """Closed: calls go through. After `failures_to_open` consecutive failures it
-    opens; after `open_for_s` it is half-open and lets one call probe: success
-    closes it, failure opens it again."""
+    opens; after `first_open_s` it is half-open and lets one call probe: success
+    closes it, failure opens it again for twice as long (at most `open_for_s`)."""
 
     def __init__(self, name: str, clock: Clock, config: GuardConfig) -> None:
         self.name = name
@@ -53,6 +63,7 @@ class CircuitBreaker:
         self._config = config
         self._failures = 0
         self._opened_at: float | None = None
+        self._open_for = config.first_open_s  # this opening's cool-down
         self._probing = False
         self._lock = threading.Lock()
 
@@ -64,7 +75,7 @@ class CircuitBreaker:
     def _state(self) -> BreakerState:
         if self._opened_at is None:
             return BreakerState.CLOSED
-        if self._clock.now() - self._opened_at >= self._config.open_for_s:
+        if self._clock.now() - self._opened_at >= self._open_for:
             return BreakerState.HALF_OPEN
         return BreakerState.OPEN
 
@@ -78,19 +89,23 @@ class CircuitBreaker:
                 self._probing = True
                 return
             assert self._opened_at is not None
-            left = self._config.open_for_s - (self._clock.now() - self._opened_at)
+            left = self._open_for - (self._clock.now() - self._opened_at)
             raise CircuitOpen(f"{self.name} endpoint is failing; not calling it for {left:.0f} s")
 
     def succeeded(self) -> None:
         with self._lock:
             self._failures = 0
             self._opened_at = None
+            self._open_for = self._config.first_open_s
             self._probing = False
 
     def failed(self) -> None:
         with self._lock:
             self._failures += 1
-            if self._probing or self._failures >= self._config.failures_to_open:
+            if self._probing:
+                self._open_for = min(2 * self._open_for, self._config.open_for_s)
+                self._opened_at = self._clock.now()
+            elif self._failures >= self._config.failures_to_open:
                 self._opened_at = self._clock.now()
             self._probing = False
 
