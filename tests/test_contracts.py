@@ -21,6 +21,7 @@ from sco.domain.instances import Instance, created, step
 from sco.domain.lifecycle import State, Trigger
 from sco.engine.builder import NodeTokens
 from sco.engine.clock import ManualClock
+from sco.engine.controller import PartitionController
 from sco.lab.region import SimConfig, SimRegion
 from sco.lab.traces import load_traces
 from sco_harness.builders import instance, spot_pool, write_json_trace, write_yaml
@@ -61,30 +62,40 @@ def test_terms_say_what_the_node_needs_and_nothing_else() -> None:
     assert terms_of(dataclasses.replace(ready, reason="anything")) == terms_of(ready)
 
 
-def test_servers_get_tokens_that_rotate(tmp_path: Path) -> None:
-    """The controller hands each server a token (the simulated provider keeps it where
-    the node would read it), keeps only its digest, and issues a new one after
-    `sco tokens rotate`."""
+def _tokened(
+    tmp_path: Path, units: int, cycles: tuple[float, ...]
+) -> tuple[SimRegion, ManualClock, SqlFleetStore, PartitionController]:
+    """A Slurm partition of `units` on the simulated region whose servers get tokens,
+    after its first cycles."""
     traces = tmp_path / "traces"
     write_json_trace(traces, "a", [4] * 50, gap_s=600)
     write_yaml(traces / "region.yaml", {"halls": 1, "guaranteed_quota_per_hall": 2})
     demand = write_yaml(
         tmp_path / "demand.yaml",
-        {"partitions": [{"name": "p1", "kind": "slurm", "target_units": 2, "max_units": 4}]},
-    )
+        {"partitions": [{"name": "p1", "kind": "slurm", "target_units": units,
+                         "max_units": 2 * units}]},
+    )  # fmt: skip
     region = SimRegion(load_traces(traces), SimConfig())
     clock = ManualClock(0.0)
-    db = tmp_path / "state.db"
-    store = SqlFleetStore(sqlite_url(db))
+    store = SqlFleetStore(sqlite_url(tmp_path / "state.db"))
     store.upsert_pools(region.pools())
     source = FileDemandSource.load(demand, "traces", 0.0)
     tokens = NodeTokens(store.contracts, region, 86400.0, frozenset({"p1"}))
     ports = ports_of(region, region, store, source, clock, tokens=tokens)
     c = controller_of(ports, lambda: ScoPolicy(HedgeConfig(max_spare=0)))
-    for t in (0.0, 150.0):
+    for t in cycles:
         region.advance_to(t)
         clock.set(t)
         c.cycle()
+    return region, clock, store, c
+
+
+def test_servers_get_tokens_that_rotate(tmp_path: Path) -> None:
+    """The controller hands each server a token (the simulated provider keeps it where
+    the node would read it), keeps only its digest, and issues a new one after
+    `sco tokens rotate`."""
+    region, _, store, c = _tokened(tmp_path, units=2, cycles=(0.0, 150.0))
+    db = tmp_path / "state.db"
     servers = [i.server_id for i in store.instances("p1") if i.server_id]
     assert len(servers) == 2
     first = {s: region.node_token(s) for s in servers}
@@ -105,6 +116,25 @@ def test_servers_get_tokens_that_rotate(tmp_path: Path) -> None:
         old = first[s]
         assert old is not None
         assert store.contracts.by_token(token_digest(old.reveal()), now=200.0) is None
+    store.close()
+
+
+def test_a_token_gone_from_its_server_is_handed_over_again(tmp_path: Path) -> None:
+    """The controller tells its issuer which listed servers show no token: one that
+    another write to the server's metadata took (Nova writes metadata whole) gets a
+    new token at the next cycle, not at the renewal half a day on."""
+    region, clock, store, c = _tokened(tmp_path, units=1, cycles=(0.0, 150.0, 160.0))
+    (server,) = [str(i.server_id) for i in store.instances("p1") if i.server_id]
+    first = region.node_token(server)
+    assert first is not None
+    region.lose_token(server)  # another write to its metadata took it
+    region.advance_to(170.0)
+    clock.set(170.0)
+    c.cycle()
+    again = region.node_token(server)
+    assert again is not None
+    assert again != first
+    assert store.contracts.by_token(token_digest(again.reveal()), now=171.0) is not None
     store.close()
 
 

@@ -18,6 +18,7 @@ from sco.adapters.openstack.resilience import (
     TokenBucket,
 )
 from sco.adapters.openstack.resources import (
+    META_NODE_TOKEN,
     META_RECLAIM_AT,
     QuotaRoom,
     ResourceRequest,
@@ -150,6 +151,17 @@ def _server(status: str, **meta: str) -> dict[str, Any]:
         "created": "2026-11-29T10:00:00Z",
         "metadata": base,
     }
+
+
+def test_a_server_without_its_node_token_says_so() -> None:
+    """The listing tells a server whose token is missing: none yet, or written away
+    by another write to its metadata."""
+    tokened = _server("BUILD", **{META_NODE_TOKEN: "t0k3n"})
+    views = server_views([_server("ACTIVE"), tokened], "p1").views
+    assert [(v.server_id, v.token_missing) for v in views] == [
+        ("srv-active", True),
+        ("srv-build", False),
+    ]
 
 
 def test_server_views_map_nova_states() -> None:

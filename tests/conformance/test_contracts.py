@@ -184,6 +184,32 @@ def test_leaders_that_interleave_leave_the_node_a_token_the_store_accepts(
     assert store.contracts.by_token(token_digest(held), now=paused_s + 1) is None
 
 
+def test_a_token_written_away_from_its_server_is_issued_again(
+    store: Any, leases: LeaseStore
+) -> None:
+    """Regression (a loaded test run): Nova writes a server's metadata whole, and a
+    reclaim notice set as sco handed a new server its token wrote the token away; the
+    node had none until the renewal, half a day on. A server listed without the token
+    handed it in an earlier cycle gets a new one; the cycle that hands one over read
+    its listing before, so that listing's word does not count."""
+    inst = instance(POOL, State.READY)
+    store.record([created(inst, "seeded")])
+    lease = leases.acquire("p1", "a", 30.0, now=0.0)
+    assert lease is not None
+    metadata = _Metadata()
+    issuer = TokenIssuer(store.contracts, metadata, 86_400.0)
+    sid = str(inst.server_id)
+    assert issuer.issue("p1", 0.0, lease.token, tokenless=[sid]) == 1, "its first"
+    assert issuer.issue("p1", 0.0, lease.token, tokenless=[sid]) == 0, "listed before it"
+    first = metadata.tokens[sid]
+    assert issuer.issue("p1", 10.0, lease.token) == 0, "on its server: nothing to do"
+    del metadata.tokens[sid]  # another write to the server's metadata took it
+    assert issuer.issue("p1", 20.0, lease.token, tokenless=[sid]) == 1
+    assert metadata.tokens[sid] != first
+    assert store.contracts.by_token(token_digest(metadata.tokens[sid]), now=21.0) is not None
+    assert issuer.issue("p1", 30.0, lease.token) == 0, "once"
+
+
 class _Outage(_Metadata):
     """Servers' metadata behind a cloud API that is away while `down`."""
 

@@ -48,6 +48,7 @@ from sco.ports import (
     InsufficientCapacity,
     PermanentProviderError,
     Provider,
+    Secret,
     ServerStatus,
     ServerView,
 )
@@ -71,6 +72,7 @@ class Cloud:
     tick: Callable[[], None]  # time passes (the cloud's headroom read again)
     now: Callable[[], float]
     patience_s: float  # how long an answer may take to show
+    deliver: Callable[[str, Secret], None]  # a node token into the server's metadata
     providers: dict[str, Provider] = field(default_factory=dict)
 
     def provider(self, installation: str = DEFAULT_INSTALLATION) -> Provider:
@@ -112,8 +114,11 @@ def _nova(request: pytest.FixtureRequest) -> Iterator[Cloud]:
         for provider in opened:
             provider.refresh()  # Placement read again, as the background refresher does
 
+    def deliver(server_id: str, token: Secret) -> None:
+        opened[0].deliver_token(server_id, token)  # a rule opens its provider first
+
     yield Cloud(open_, "lab/hall-a/spot.small", str(uuid.uuid4()), tick, time.monotonic,
-                patience_s=180.0)  # fmt: skip
+                patience_s=180.0, deliver=deliver)  # fmt: skip
     stack.clear()  # every server of the rule deleted, Placement empty again
 
 
@@ -130,7 +135,7 @@ def _sim(request: pytest.FixtureRequest) -> Iterator[Cloud]:
         region.advance_to(region.now + 1.0)
 
     yield Cloud(lambda installation: Tenant(region, installation), spot, "srv-9999999", tick,
-                lambda: region.now, patience_s=600.0)  # fmt: skip
+                lambda: region.now, patience_s=600.0, deliver=region.deliver_token)  # fmt: skip
 
 
 IMPLEMENTATIONS = {"nova": _nova, "sim": _sim}
@@ -253,6 +258,22 @@ def test_every_server_is_tagged_and_listed_and_creates_spend_headroom(cloud: Clo
     eventually(cloud, lambda: provider.headroom([cloud.spot])[cloud.spot] <= ROOM - 3,
                "headroom spent")  # fmt: skip
     assert not provider.list(_partition("other"))
+
+
+def test_a_listing_says_whether_the_node_token_is_on_the_server(cloud: Cloud) -> None:
+    """Missing until it is delivered, then there: a token another write to the
+    server's metadata took is handed over again (sco.engine.tokens)."""
+    provider = cloud.provider()
+    partition, request_id = _partition("token"), _request()
+    assert _sent(provider.create(cloud.spot, 1, request_id, partition, 1)) == 1
+    (view,) = _listed(cloud, provider, partition, request_id, 1)
+    assert view.token_missing
+    cloud.deliver(view.server_id, Secret("t0k3n"))
+    eventually(
+        cloud,
+        lambda: not _of(provider, partition, request_id)[0].token_missing,
+        "the token shown on its server",
+    )
 
 
 def test_a_listing_is_its_partition_s_servers_of_its_installation(cloud: Cloud) -> None:

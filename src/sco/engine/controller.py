@@ -196,7 +196,8 @@ class PartitionController:
         transitions = acq.act(actions, snapshot, plan, now)
         acq.sweep(now)
         if self.world.tokens is not None:
-            self.world.tokens.issue(self.partition.name, now, self.records.fence.token)
+            tokenless = [v.server_id for v in servers if v.token_missing]
+            self.world.tokens.issue(self.partition.name, now, self.records.fence.token, tokenless)
         tally.lap("act")
         return self._full_report(
             now, synced + transitions, actions, decision, snapshot, plan, demand, tally, handback

@@ -9,12 +9,18 @@ marked delivered, issued again after `undelivered_grace_s`, and if it delivers i
 own late, that is the replaced token, which stays accepted until it expires. So the
 node never holds a token fleet state refuses (it did: a stale and a new leader
 interleaved, the node holding one token and the store the other's digest).
+
+A token handed over can still be taken away: Nova writes a server's metadata whole,
+so a reclaim notice set at the same moment wrote one away (seen on a loaded test
+run; the reclaimer picks new servers first, the ones getting their tokens). A server
+listed without the token this issuer handed it in an earlier cycle gets a new one.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Collection
 
 from sco.domain.contracts import token_digest
 from sco.ports import ProviderError, Secret, TokenCourier, TokenLedger
@@ -37,13 +43,19 @@ class TokenIssuer:
         self.per_cycle = per_cycle  # a burst of new servers is served over a few cycles
         self.undelivered_grace_s = undelivered_grace_s
         self.issued_total = 0
+        # server -> (instance, when) of the tokens this issuer handed over lately
+        self._handed: dict[str, tuple[str, float]] = {}
 
-    def issue(self, partition: str, now: float, fence: int = 0) -> int:
-        """Tokens for the partition's servers that have none, an old one, or one whose
-        delivery was not seen; written with the partition's fencing token (FencedOut
-        when another leader holds a newer one)."""
+    def issue(
+        self, partition: str, now: float, fence: int = 0, tokenless: Collection[str] = ()
+    ) -> int:
+        """Tokens for the partition's servers that have none, an old one, one whose
+        delivery was not seen, or one handed over that the listing no longer shows
+        (`tokenless`: the servers listed without a token); written with the partition's
+        fencing token (FencedOut when another leader holds a newer one)."""
         issued = 0
         due = self.ledger.untokened(partition, now + self.ttl_s / 2, now - self.undelivered_grace_s)
+        due += self._taken_away(tokenless, due, now)
         for instance_id, server_id in due[: self.per_cycle]:
             token = Secret(secrets.token_urlsafe(32))
             digest = token_digest(token.reveal())
@@ -58,6 +70,26 @@ class TokenIssuer:
                 )  # fmt: skip
                 continue
             self.ledger.token_delivered(instance_id, digest)
+            self._handed[server_id] = (instance_id, now)
             issued += 1
         self.issued_total += issued
         return issued
+
+    def _taken_away(
+        self, tokenless: Collection[str], due: list[tuple[str, str]], now: float
+    ) -> list[tuple[str, str]]:
+        """Tokens handed over in an earlier cycle (whose listing came after) that the
+        server no longer shows. One older than half the lifetime is renewed anyway."""
+        self._handed = {s: h for s, h in self._handed.items() if h[1] >= now - self.ttl_s / 2}
+        queued = {server_id for _, server_id in due}
+        lost = [
+            (self._handed[s][0], s)
+            for s in tokenless
+            if s in self._handed and self._handed[s][1] < now and s not in queued
+        ]
+        for _, server_id in lost:
+            log.warning(
+                "token of %s gone from its server (another write to its metadata took "
+                "it): a new one", server_id,
+            )  # fmt: skip
+        return lost

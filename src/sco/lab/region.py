@@ -435,6 +435,10 @@ class SimRegion:
     def node_token(self, server_id: str) -> Secret | None:
         return self._node_side.node_token(server_id)
 
+    def lose_token(self, server_id: str) -> None:
+        """A fault: another write to the server's metadata took its token."""
+        self._node_side.lose_token(server_id)
+
     def nodes(
         self, partition: str, installation: str = DEFAULT_INSTALLATION
     ) -> Mapping[str, NodeView]:

@@ -99,3 +99,4 @@ class Server:
     notice_deadline: float | None = None
     active_at: float | None = None
     joined_at: float | None = None
+    tokened: bool = False  # its node token is in its metadata

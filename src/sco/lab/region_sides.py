@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sco.lab.region_model import Kind, SimObserver
+from sco.lab.region_model import Kind, Server, SimObserver
 from sco.lab.region_servers import ServerTable, Timeline
 from sco.ports import NodeView, RetryableProviderError, Secret, ServerView
 
@@ -24,9 +24,24 @@ class NodeSide:
 
     def deliver_token(self, server_id: str, token: Secret) -> None:
         """Kept for the simulated server's agent (`node_token`)."""
-        if server_id not in self._table:
+        s = self._table.get(server_id)
+        if s is None:
             raise RetryableProviderError(f"no server {server_id}")
         self._tokens[server_id] = token
+        self._shows_token(s, True)
+
+    def lose_token(self, server_id: str) -> None:
+        """Another write to the server's metadata took its token (Nova writes a
+        server's metadata whole)."""
+        self._tokens.pop(server_id, None)
+        s = self._table.get(server_id)
+        if s is not None:
+            self._shows_token(s, False)
+
+    def _shows_token(self, s: Server, tokened: bool) -> None:
+        if s.tokened is not tokened:
+            s.tokened = tokened
+            self._table.relist(s)
 
     def node_token(self, server_id: str) -> Secret | None:
         return self._tokens.get(server_id)

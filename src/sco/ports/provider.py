@@ -69,6 +69,9 @@ class ServerView:
     fault: str = ""
     active_at: float | None = None  # when it became ACTIVE, by the provider's own clock
     refused: bool = False  # the provider could not place it (no valid host): it never ran
+    # the provider shows no node token on it: none handed over yet, or one that another
+    # write to its metadata took away (Nova writes a server's metadata whole)
+    token_missing: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -343,6 +343,7 @@ def _view(server: Mapping[str, object], partition: str) -> ServerView | None:
         fault=fault,
         active_at=_launched(server.get("OS-SRV-USG:launched_at")),
         refused=mapped is ServerStatus.ERROR and is_no_valid_host(server),
+        token_missing=not meta.get(META_NODE_TOKEN),
     )
 
 
