@@ -45,6 +45,7 @@ class TokenIssuer:
         self.issued_total = 0
         # server -> (instance, when) of the tokens this issuer handed over lately
         self._handed: dict[str, tuple[str, float]] = {}
+        self._pruned_at = float("-inf")
 
     def issue(
         self, partition: str, now: float, fence: int = 0, tokenless: Collection[str] = ()
@@ -79,13 +80,19 @@ class TokenIssuer:
         self, tokenless: Collection[str], due: list[tuple[str, str]], now: float
     ) -> list[tuple[str, str]]:
         """Tokens handed over in an earlier cycle (whose listing came after) that the
-        server no longer shows. One older than half the lifetime is renewed anyway."""
-        self._handed = {s: h for s, h in self._handed.items() if h[1] >= now - self.ttl_s / 2}
+        server no longer shows. One older than half the lifetime is renewed anyway, so
+        it is forgotten (an hour at a time: a cycle does not walk every token)."""
+        recent = now - self.ttl_s / 2
+        if now - self._pruned_at >= 3600.0:
+            self._handed = {s: h for s, h in self._handed.items() if h[1] >= recent}
+            self._pruned_at = now
+        if not tokenless:
+            return []
         queued = {server_id for _, server_id in due}
         lost = [
-            (self._handed[s][0], s)
+            (h[0], s)
             for s in tokenless
-            if s in self._handed and self._handed[s][1] < now and s not in queued
+            if (h := self._handed.get(s)) is not None and recent <= h[1] < now and s not in queued
         ]
         for _, server_id in lost:
             log.warning(
