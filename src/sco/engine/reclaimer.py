@@ -224,6 +224,4 @@ class Reclaimer:
     def _noticed(self, v: ServerView) -> bool:
         """A notice was set, read or not (an unreadable one is left for a person, not
         noticed again), or this reclaimer set one that the server lost."""
-        return (
-            v.notice_deadline is not None or bool(v.notice_unreadable) or v.server_id in self._given
-        )
+        return self._deadline(v) is not None or bool(v.notice_unreadable)
