@@ -299,8 +299,7 @@ class SimRegion:
         if s.server_id not in self._servers:
             return
         self._set_running(s, False)
-        self._servers.remove(s)
-        self._node_side.forget(s.server_id)
+        self._servers.remove(s)  # its token with it: its agent is gone too
         if self.observer:
             self.observer.held(self.now, s.pool.id, s.partition, -1)
 

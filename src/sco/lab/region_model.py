@@ -10,7 +10,7 @@ from typing import Protocol
 
 from sco.domain.installation import DEFAULT_INSTALLATION
 from sco.domain.pools import Pool, PoolId
-from sco.ports import ServerStatus
+from sco.ports import Secret, ServerStatus
 
 COLD_START_S = 120.0  # a create to its server ACTIVE, unless told otherwise
 
@@ -99,4 +99,4 @@ class Server:
     notice_deadline: float | None = None
     active_at: float | None = None
     joined_at: float | None = None
-    tokened: bool = False  # its node token is in its metadata
+    token: Secret | None = None  # the node token in its metadata, for its agent

@@ -112,7 +112,7 @@ class ServerTable:
                 created_at=s.created_at,
                 notice_deadline=s.notice_deadline,
                 active_at=s.active_at,
-                token_missing=not s.tokened,
+                token_missing=s.token is None,
             )
 
     def renode(self, s: Server) -> None:

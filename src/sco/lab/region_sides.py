@@ -19,36 +19,31 @@ class NodeSide:
     def __init__(self, table: ServerTable, timeline: Timeline) -> None:
         self._table = table
         self._timeline = timeline
-        self._tokens: dict[str, Secret] = {}
         self.reclaims_told: dict[str, float] = {}  # server -> when its node first was
 
     def deliver_token(self, server_id: str, token: Secret) -> None:
-        """Kept for the simulated server's agent (`node_token`)."""
+        """Kept on the server for its simulated agent (`node_token`)."""
         s = self._table.get(server_id)
         if s is None:
             raise RetryableProviderError(f"no server {server_id}")
-        self._tokens[server_id] = token
-        self._shows_token(s, True)
+        self._set_token(s, token)
 
     def lose_token(self, server_id: str) -> None:
         """Another write to the server's metadata took its token (Nova writes a
         server's metadata whole)."""
-        self._tokens.pop(server_id, None)
         s = self._table.get(server_id)
         if s is not None:
-            self._shows_token(s, False)
+            self._set_token(s, None)
 
-    def _shows_token(self, s: Server, tokened: bool) -> None:
-        if s.tokened is not tokened:
-            s.tokened = tokened
+    def _set_token(self, s: Server, token: Secret | None) -> None:
+        listed_anew = (s.token is None) is not (token is None)  # the listing shows which
+        s.token = token
+        if listed_anew:
             self._table.relist(s)
 
     def node_token(self, server_id: str) -> Secret | None:
-        return self._tokens.get(server_id)
-
-    def forget(self, server_id: str) -> None:
-        """The server is gone, and its agent with it."""
-        self._tokens.pop(server_id, None)
+        s = self._table.get(server_id)
+        return None if s is None else s.token
 
     def nodes(self, partition: str, installation: str) -> Mapping[str, NodeView]:
         return dict(self._table.nodes(partition, installation))
