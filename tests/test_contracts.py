@@ -138,6 +138,30 @@ def test_a_token_gone_from_its_server_is_handed_over_again(tmp_path: Path) -> No
     store.close()
 
 
+def test_a_new_leader_hands_over_again_a_token_its_predecessor_lost(tmp_path: Path) -> None:
+    """A token written away from its server just before a failover: the new leader did
+    not hand it over, and sees the server listed without one two cycles running; it
+    hands over a new one then, not at the renewal half a day on."""
+    region, clock, store, _ = _tokened(tmp_path, units=1, cycles=(0.0, 150.0, 160.0))
+    (server,) = [str(i.server_id) for i in store.instances("p1") if i.server_id]
+    first = region.node_token(server)
+    assert first is not None
+    region.lose_token(server)
+    tokens = NodeTokens(store.contracts, region, 86400.0, frozenset({"p1"}))
+    source = FileDemandSource.load(tmp_path / "demand.yaml", "traces", 0.0)
+    ports = ports_of(region, region, store, source, clock, tokens=tokens)
+    successor = controller_of(ports, lambda: ScoPolicy(HedgeConfig(max_spare=0)))
+    for t in (170.0, 200.0):
+        assert region.node_token(server) is None, t
+        region.advance_to(t)
+        clock.set(t)
+        successor.cycle()
+    again = region.node_token(server)
+    assert again is not None
+    assert store.contracts.by_token(token_digest(again.reveal()), now=201.0) is not None
+    store.close()
+
+
 def test_the_status_page_shows_each_contract_and_its_agents_answer(
     store: SqlFleetStore,
 ) -> None:

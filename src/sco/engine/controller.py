@@ -38,7 +38,7 @@ from sco.engine.planning import MadeOf, next_plan, snapshot_of
 from sco.engine.records import PoolLedger, Records, RecordStore
 from sco.engine.signals import FleetSignals
 from sco.engine.sync import GONE, Partners, Sightings, reclaims, sync
-from sco.engine.tokens import TokenIssuer
+from sco.engine.tokens import TokenIssuer, tokenless
 from sco.ports import (
     Clock,
     DemandSource,
@@ -196,8 +196,8 @@ class PartitionController:
         transitions = acq.act(actions, snapshot, plan, now)
         acq.sweep(now)
         if self.world.tokens is not None:
-            tokenless = [v.server_id for v in servers if v.token_missing]
-            self.world.tokens.issue(self.partition.name, now, self.records.fence.token, tokenless)
+            missing = tokenless(servers, self.records.held().values())
+            self.world.tokens.issue(self.partition.name, now, self.records.fence.token, missing)
         tally.lap("act")
         return self._full_report(
             now, synced + transitions, actions, decision, snapshot, plan, demand, tally, handback
