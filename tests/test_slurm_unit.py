@@ -334,6 +334,42 @@ def test_a_reclaim_drains_then_requeues_what_cannot_finish_just_before_the_deadl
     assert len([c for c in tools.calls if c[0] == "requeue"]) == 2
 
 
+def test_a_job_requeued_before_a_reclaim_is_eligible_in_the_same_cycle() -> None:
+    """Make before break: the replacement sco created on the notice is up before the
+    requeue, and the job must take it at once; a cycle later, jobs queued behind it had
+    taken the new nodes (seen in the bundled replay: restarts waited a cycle, and one
+    in twenty waited an hour). A job Slurm still shows running is left to the next
+    cycle."""
+    clock = ManualClock(1_000_000_000.0)
+    deadline = clock.now() + 120
+
+    class Requeues(FakeTools):
+        def requeue(self, job_ids: Sequence[int]) -> None:
+            super().requeue(job_ids)
+            for k, j in enumerate(self.doc_jobs):
+                if j["job_id"] in job_ids and j["job_id"] != 2:  # 2 still completing
+                    self.doc_jobs[k] = job(
+                        j["job_id"], reason="BeginTime", restarts=1, begin=int(clock.now()) + 120
+                    )
+
+    tools = Requeues(
+        [
+            job(1, "RUNNING", on=["sco-s1"], end=int(deadline + 600)),
+            job(2, "RUNNING", on=["sco-s1"], end=int(deadline + 600)),
+        ],
+        [node("sco-s1", state="allocated", alloc_cpus=2)],
+    )
+    plane = _plane(tools, ["s1"], clock)
+    look(plane)
+    plane.drain("hpc", "s1", deadline, "reclaim_notice")
+    clock.set(deadline - 29)
+    look(plane)
+    assert [c for c in tools.calls if c[0] in ("requeue", "start_now")] == [
+        ("requeue", "1", "2"),
+        ("start_now", "1"),
+    ]
+
+
 def test_a_job_another_hand_requeued_is_made_eligible_too() -> None:
     """Found by the lab's tour under load: the node's agent requeued the job first and
     its server went before the agent made it eligible; Slurm held the job 120 s with

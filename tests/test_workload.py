@@ -129,10 +129,13 @@ def test_a_job_requeued_in_time_resumes_and_one_cut_short_loses_its_run() -> Non
     c.register("n9", frozenset({"sco", FEATURE}))
     c.step()
     assert running(c) == {1}, "only the undrained new node is free"
+    assert c.restart_waits == [0.0], "a replacement up before the requeue: no wait"
     clock.set(400.0 + 600.0)
     c.step()
     assert c.jobs_by_id[1].state == "COMPLETED"
     assert c.jobs_by_id[1].ended_at == 1000.0
+    assert running(c) == {2}
+    assert c.restart_waits == [0.0, 600.0], "the other waited for the node it freed"
 
 
 def test_utilisation_is_runs_over_nodes_up_until_their_servers_went() -> None:

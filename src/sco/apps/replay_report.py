@@ -21,6 +21,7 @@ COLUMNS = (
     "wait_p99_s",
     "bounded_slowdown",
     "requeues",
+    "restart_wait_p95_s",
     "lost_node_hours",
     "service_unavailable_share",
     "utilisation",

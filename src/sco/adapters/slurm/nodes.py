@@ -361,6 +361,18 @@ class SlurmNodes:
             self.requeued_total += len(requeue)
             log.info("partition %s: requeued %s before their nodes' reclaim", cfg.name, requeue)
             self.view.invalidate()
+            self._restart_now(cfg)
+
+    def _restart_now(self, cfg: SlurmPartition) -> None:
+        """Jobs just requeued start again at once where there is room (a replacement up
+        before the reclaim, an idle node): not a cycle later. One Slurm still shows
+        running (completing its requeue) starts at the next cycle."""
+        try:
+            jobs, _ = self.view.read()
+        except SchedulerUnavailable as e:
+            log.info("partition %s: requeued jobs start at the next cycle: %s", cfg.name, e)
+            return
+        self._restart_requeued(cfg, jobs)
 
     def _report_unrequeueable(
         self, cfg: SlurmPartition, job: Job, deadline: float, due: Mapping[str, float]

@@ -8,8 +8,8 @@ now, delete a node: tests/conformance/test_schedulers.py holds both to the same
 rules), so sco's own Slurm code (`SlurmView`, `SlurmDemandSource`, `SlurmNodes`,
 the agent's `SlurmDrain`) turns its queue into demand and acts on it.
 
-What a job's user feels is kept as it happens (`Ledger`): its waits in the queue,
-its requeues, the node-seconds of work lost with a node. Two ways of leaving differ:
+What a job's user feels is kept as it happens: its waits (from a requeue to its next
+start apart too), its requeues, the work lost with a node. Two ways of leaving differ:
 - sco requeues a job before its node's deadline (it had the notice): the job is
   told as `--signal` tells it, saves its state, and resumes later where it
   stopped: nothing is lost;
@@ -129,6 +129,7 @@ class BatchCluster:
         self.nodes_by_name: dict[str, ClusterNode] = {}
         self.lost: list[tuple[float, float]] = []  # (when, node-seconds) of each lost run
         self.busy_node_s = 0.0  # node-seconds of runs ended (completed, requeued or cut)
+        self.restart_waits: list[float] = []  # from each requeue to its job's next start
         self._up_node_s = 0.0  # node-seconds up of nodes deleted
         # Reads are many (demand, nodes, deadlines: each cycle) and changes few: what
         # was read is kept until something changes (`_changed`).
@@ -159,8 +160,7 @@ class BatchCluster:
         return [j for j in self.jobs([self.slurm_partition]) if node in j.nodes]
 
     def hostnames(self, hostlist: str) -> list[str]:
-        """The node names of a Slurm hostlist (`sco-a[1-3],sco-b`), as scontrol expands
-        it without asking slurmctld."""
+        """Names in a hostlist (`sco-a[1-3],sco-b`), as scontrol expands it by itself."""
         return [name for part in HOSTLIST_PARTS.findall(hostlist) for name in expand(part)]
 
     def jobs(self, partitions: Sequence[str]) -> list[Job]:
@@ -209,8 +209,7 @@ class BatchCluster:
         return self._nodes_read[1]
 
     def _view_node(self, n: ClusterNode) -> SlurmNode:
-        if n.view is None:
-            n.view = self._node_as_read(n)
+        n.view = n.view or self._node_as_read(n)
         return n.view
 
     def _changed(self, *nodes: ClusterNode) -> None:
@@ -333,8 +332,7 @@ class BatchCluster:
         return self._schedule(now) or bool(done)
 
     def _next_events(self) -> tuple[int, float, list[float]]:
-        """(version, the first end of a running job, held jobs' start times in order),
-        worked out once per change."""
+        """(version, first end of a running job, held jobs' start times, sorted): once a change."""
         if self._events[0] != self._version:
             held = sorted(q.eligible_at for q in self.live.values() if q.state == "PENDING")
             self._events = (self._version, min(self._ends.values(), default=math.inf), held)
@@ -438,6 +436,8 @@ class BatchCluster:
         self._ends[q.job.job_id] = q.ends_at()
         q.pools_spanned = max(q.pools_spanned, len({n.where[1] for n in taken}))
         q.waited_s += now - q.pending_since
+        if q.requeues:
+            self.restart_waits.append(now - q.pending_since)
 
     def _finish(self, q: QueuedJob) -> None:
         end = q.ends_at()
