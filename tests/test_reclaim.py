@@ -279,3 +279,42 @@ def test_a_server_of_no_spot_pool_is_reported_only_when_noticed(
     assert set(cloud.servers) == {"s0", "g0", "g1"}, "nothing outside spot pools deleted"
     assert "g1 (p1) left alone: noticed" in caplog.text
     assert "g0" not in caplog.text
+
+
+def test_a_reclaim_that_does_not_wait_looks_once_more_and_sets_a_lost_notice_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sco reclaim --no-wait` set a notice and left: one that a write beside it took
+    away (Nova writes metadata whole) was never set again, the node never told, and
+    no sweep deleted the server (it showed no notice). It looks once more first."""
+    import json
+
+    from sco.apps.commands import reclaim as command
+    from sco.assembly.reclaim import Cloud
+
+    clock = ManualClock(1000.0)
+
+    class OverwritingCloud(FakeCloud):
+        sets = 0
+
+        def give_notice(self, server_id: str, deadline: float) -> float:
+            in_force = super().give_notice(server_id, deadline)
+            self.sets += 1
+            if self.sets == 1:  # the token's write lands on the metadata it read before
+                s = self.servers[server_id]
+                self.servers[server_id] = dataclasses.replace(s, notice_deadline=None)
+            return in_force
+
+    fake = OverwritingCloud(2)
+    cloud = Cloud(Reclaimer(fake, clock), "", dict, dict, clock.now)
+    slept: list[float] = []
+    monkeypatch.setattr(command.time, "sleep", slept.append)
+    command._reclaim(
+        cloud, False, None, 1.0, 60.0, (fake.pool.hall, fake.pool.flavor, None), 1, False,
+        Budget(), True,
+    )  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["noticed"] == ["s1"]
+    assert slept == [command.SETTLE_S], "a moment, not the notice"
+    assert fake.servers["s1"].notice_deadline == 1060.0, "set again before leaving"
+    assert fake.sets == 2

@@ -13,6 +13,8 @@ import click
 from sco.apps.common import BadInput, parse_duration
 from sco.apps.options import config_option, settings_of, start_errors, state_override
 
+SETTLE_S = 3.0  # what a metadata write beside a notice takes to end, at most
+
 if TYPE_CHECKING:
     from sco.assembly.reclaim import Budget, Cloud, Plays, Reclaimer
 
@@ -163,6 +165,12 @@ def _reclaim(
         gone = reclaimer.sweep()
         if not as_json:
             click.echo(f"deleted {len(gone)} at the deadline")
+    elif done.choice.victims:
+        # Nova writes a server's metadata whole, so a write beside the notice (sco handing
+        # a new server its token) can take it away, and nothing would set it again once
+        # this command is gone: look once more when such a write has ended.
+        time.sleep(min(SETTLE_S, max(0.0, done.deadline - cloud.now())))
+        gone = reclaimer.sweep()
     noticed = [v.server_id for v in done.choice.victims if v.server_id not in done.failed]
     if as_json:
         click.echo(json.dumps({
