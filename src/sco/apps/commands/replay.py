@@ -167,6 +167,7 @@ COLUMNS = (
     ("wait p95", "wait_p95_s", "{:.0f} s"),
     ("slowdown", "bounded_slowdown", "{:.2f}"),
     ("requeues", "requeues", "{:d}"),
+    ("restart p95", "restart_wait_p95_s", "{:.0f} s"),
     ("lost node-h", "lost_node_hours", "{:.1f}"),
     ("svc down", "service_unavailable_share", "{:.2%}"),
     ("busy", "utilisation", "{:.0%}"),
