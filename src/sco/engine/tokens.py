@@ -47,9 +47,8 @@ class TokenIssuer:
         self.per_cycle = per_cycle  # a burst of new servers is served over a few cycles
         self.undelivered_grace_s = undelivered_grace_s
         self.issued_total = 0
-        # server -> (instance, when, delivered) of the tokens this issuer handed over
-        # (or tried to) lately
-        self._handed: dict[str, tuple[str, float, bool]] = {}
+        # server -> (instance, when) of the tokens this issuer handed over lately
+        self._handed: dict[str, tuple[str, float]] = {}
         self._pruned_at = float("-inf")
         self._missing: set[str] = set()  # servers the last listing showed without a token
 
@@ -80,10 +79,9 @@ class TokenIssuer:
                     "partition %s: token for %s not delivered (again in %.0f s): %s",
                     partition, instance_id, self.undelivered_grace_s, e,
                 )  # fmt: skip
-                self._handed[server_id] = (instance_id, now, False)  # the grace decides
                 continue
             self.ledger.token_delivered(instance_id, digest)
-            self._handed[server_id] = (instance_id, now, True)
+            self._handed[server_id] = (instance_id, now)
             issued += 1
         self.issued_total += issued
         return issued
@@ -93,10 +91,11 @@ class TokenIssuer:
     ) -> list[tuple[str, str]]:
         """Tokens the servers listed without one should hold, by fleet state: one this
         issuer handed over in an earlier cycle (whose listing came after), or, listed
-        so twice running, one it did not hand over (nor try to: a delivery that
-        failed waits for the ledger's grace). One handed over before half the
-        lifetime is renewed anyway, so it is forgotten (an hour at a time: a cycle
-        does not walk every token)."""
+        so twice running, one it did not hand over: another leader's, or one whose
+        delivery failed (Nova refuses metadata while a server builds; this issuer is
+        delivering nothing else to it, so it need not wait out the ledger's grace).
+        One handed over before half the lifetime is renewed anyway, so it is
+        forgotten (an hour at a time: a cycle does not walk every token)."""
         recent = now - self.ttl_s / 2
         if now - self._pruned_at >= 3600.0:
             self._handed = {s: h for s, h in self._handed.items() if h[1] >= recent}
@@ -110,7 +109,7 @@ class TokenIssuer:
             h = self._handed.get(s)
             if s in queued or (h is None and s not in before):
                 continue  # due anyway, or a first sight (this issuer may be new)
-            if h is None or (h[2] and h[1] < now and (h[1] >= recent or s in before)):
+            if h is None or (h[1] < now and (h[1] >= recent or s in before)):
                 lost.append((instance_id, s))
         for _, server_id in lost:
             log.warning(
