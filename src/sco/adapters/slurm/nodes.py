@@ -328,10 +328,10 @@ class SlurmNodes:
                 due[n.name] = deadline[1]
             if now >= deadline[1] and n.state != "down":
                 self._take_down(cfg, n, n.reason)
-        self._restart_requeued(cfg, jobs)
         self._notes = {k: v for k, v in self._notes.items() if k in {n.name for n in nodes}}
-        if due:
-            self._requeue(cfg, jobs, due)
+        if due and self._requeue(cfg, jobs, due):
+            jobs = self._read_again(cfg, jobs)
+        self._restart_requeued(cfg, jobs)
 
     def _take_down(
         self, cfg: SlurmPartition, n: SlurmNode, reason: str, why: str = "at its reclaim deadline"
@@ -343,7 +343,8 @@ class SlurmNodes:
             log.info("partition %s: node %s not down yet: %s", cfg.name, n.name, e)
         self.view.invalidate()
 
-    def _requeue(self, cfg: SlurmPartition, jobs: Sequence[Job], due: Mapping[str, float]) -> None:
+    def _requeue(self, cfg: SlurmPartition, jobs: Sequence[Job], due: Mapping[str, float]) -> bool:
+        """Requeue the jobs on `due` nodes that would not end in time; True if any was."""
         fresh = [j for j in jobs if self._requeued.get(j.job_id) != j.nodes]
         requeue, cannot = cut_short(fresh, due)
         for job, deadline in cannot:
@@ -355,24 +356,24 @@ class SlurmNodes:
                 self.tools.requeue(requeue)
             except SlurmError as e:
                 log.warning("partition %s: requeue of %s failed: %s", cfg.name, requeue, e)
-                return
+                return False
             runs = {j.job_id: j.nodes for j in fresh}
             self._requeued.update({i: runs[i] for i in requeue})
             self.requeued_total += len(requeue)
             log.info("partition %s: requeued %s before their nodes' reclaim", cfg.name, requeue)
             self.view.invalidate()
-            self._restart_now(cfg)
+        return bool(requeue)
 
-    def _restart_now(self, cfg: SlurmPartition) -> None:
-        """Jobs just requeued start again at once where there is room (a replacement up
-        before the reclaim, an idle node): not a cycle later. One Slurm still shows
-        running (completing its requeue) starts at the next cycle."""
+    def _read_again(self, cfg: SlurmPartition, jobs: Sequence[Job]) -> Sequence[Job]:
+        """The queue after a requeue, so that the jobs just requeued start again at once
+        where there is room (a replacement up before the reclaim, an idle node), not a
+        cycle later. One Slurm still shows running (completing its requeue), or a read
+        that fails, leaves them to the next cycle."""
         try:
-            jobs, _ = self.view.read()
+            return self.view.read()[0]
         except SchedulerUnavailable as e:
             log.info("partition %s: requeued jobs start at the next cycle: %s", cfg.name, e)
-            return
-        self._restart_requeued(cfg, jobs)
+            return jobs
 
     def _report_unrequeueable(
         self, cfg: SlurmPartition, job: Job, deadline: float, due: Mapping[str, float]

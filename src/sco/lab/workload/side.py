@@ -259,6 +259,7 @@ class BatchSide:
         jobs = list(self.cluster.jobs_by_id.values())
         done = [q for q in jobs if q.state == "COMPLETED" and q.ended_at is not None]
         took = [((q.ended_at or end) - start - q.job.submit_s, q.job.run_s) for q in done]
+        restarts = sorted(self.cluster.restart_waits)
         return {
             "jobs_submitted": len(jobs),
             "jobs_completed": len(done),
@@ -269,9 +270,8 @@ class BatchSide:
             "wait_p99_s": pct(waits, 0.99),
             "bounded_slowdown": bounded_slowdown(took),
             "requeues": sum(q.requeues for q in jobs),
-            # a requeued job waiting for no new node restarts at once (make before break)
-            "restart_wait_p50_s": pct(sorted(self.cluster.restart_waits), 0.50),
-            "restart_wait_p95_s": pct(sorted(self.cluster.restart_waits), 0.95),
+            "restart_wait_p50_s": pct(restarts, 0.50),
+            "restart_wait_p95_s": pct(restarts, 0.95),
             "lost_node_hours": round(sum(q.lost_node_s for q in jobs) / 3600.0, 3),
             "work_node_hours": round(sum(q.job.run_s * q.job.nodes for q in done) / 3600.0, 3),
             "utilisation": rounded(self.cluster.utilisation(end), 4),
