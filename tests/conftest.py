@@ -67,6 +67,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda i: (_on_stack(i.nodeid) != first, order[id(i)]))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test on the shared Nova stack carries what of the stack died, if any."""
+    report = yield
+    values = getattr(item, "funcargs", {})
+    stack = values.get("nova_stack") or values.get("stack")
+    if report.failed and isinstance(stack, NovaStack):
+        died = stack.diagnosis()
+        if died:
+            report.sections.append(("the shared Nova stack", died))
+    return report
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist hands out whole modules, and the Nova stack's modules as one."""
     from xdist.scheduler import LoadScopeScheduling
@@ -143,7 +156,12 @@ def nova_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
 
 @pytest.fixture(scope="module")
 def stack(nova_stack: NovaStack) -> Iterator[NovaStack]:
-    """The shared Nova stack, empty for the module and left empty after it."""
+    """The shared Nova stack, empty for the module and left empty after it. A stack one
+    of whose services died under an earlier module is said so and started again: the
+    failure stays that module's, and what died is in the log."""
+    died = nova_stack.revive()
+    if died:
+        echo(f"the shared Nova stack was started again:{died}")
     nova_stack.clear()
     yield nova_stack
     nova_stack.clear()

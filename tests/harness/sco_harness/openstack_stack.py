@@ -357,6 +357,42 @@ class NovaStack:
         self._registered = None
         nova_sh("down", str(self.folder), env=self.env)
 
+    def dead(self) -> dict[str, str]:
+        """The stack's services that are no longer running, each with the end of its
+        logs: a stack shared by many modules says what died, not only that an API
+        answers 500."""
+        done = services.run(
+            ["bash", str(SCRIPTS / "nova.sh"), "status", str(self.folder)],
+            env=self.env,
+            timeout_s=60,
+        )
+        names = [ln.split()[0] for ln in done.stdout.splitlines() if ln.endswith(" dead")]
+        logs = self.folder / "logs"
+        return {
+            n: "".join(
+                f.read_text(errors="replace")[-1500:]
+                for f in (logs / f"{n}.out", logs / f"{n}.log")
+                if f.is_file()
+            )
+            for n in names
+        }
+
+    def diagnosis(self) -> str:
+        """What `dead` found, as text ('' when every service runs)."""
+        try:
+            gone = self.dead()
+        except Exception as e:  # a report must not hide the failure it explains
+            return f"nova.sh status failed: {e}"
+        return "".join(f"\n--- {n} is not running; its log ends:\n{t}" for n, t in gone.items())
+
+    def revive(self) -> str:
+        """Start the stack again if one of its services died (what died, or '')."""
+        report = self.diagnosis()
+        if report:
+            self.down()
+            self.up()
+        return report
+
     def baremetal_pool(self, price_per_h: float = 2.0) -> dict[str, Any]:
         """The region file's pool of the Ironic nodes' hall and the bare-metal flavor."""
         return {
@@ -395,7 +431,9 @@ class NovaStack:
     def servers(self, **params: str) -> list[dict[str, Any]]:
         r = self.conn.compute.get("/servers/detail", params=params, microversion="2.90")
         if r.status_code != 200:
-            raise RuntimeError(f"listing servers: HTTP {r.status_code}: {r.text[:300]}")
+            raise RuntimeError(
+                f"listing servers: HTTP {r.status_code}: {r.text[:300]}{self.diagnosis()}"
+            )
         out: list[dict[str, Any]] = [
             s for s in r.json()["servers"] if s.get("OS-EXT-STS:task_state") != "deleting"
         ]
