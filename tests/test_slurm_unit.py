@@ -240,6 +240,30 @@ def test_demand_caps_and_reports(caplog: pytest.LogCaptureFixture) -> None:
     assert "jobs [99] ask more of a node than its shape has" in caplog.text
 
 
+def test_a_job_slurm_lost_is_counted_nowhere_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Slurm 22.05 keeps the allocation of an exclusive job of several nodes requeued
+    when they all failed at once, and calls it BadConstraints for good: no node sco
+    could create runs it (tests/test_slurm_onepool.py shows it on real slurmctld)."""
+    lost = {**job(7, nodes=3, cpus=6, mem="3000M", reason="BadConstraints"), "nodes": "sco-[a-c]"}
+    other = job(8, nodes=3, cpus=6, mem="3000M", reason="BadConstraints")  # no NodeList
+    jobs = [lost, other, job(9)]
+
+    class View:
+        def read(self) -> Any:
+            return parse_jobs({"jobs": jobs}, "t"), []
+
+    spec = SlurmDemandSpec(Partition("hpc", "r", SchedulerKind.SLURM), PART, 0, 8, 0)
+    source = SlurmDemandSource(View(), [spec])  # type: ignore[arg-type]
+    d = source.demand("hpc", 1000.0)
+    assert (d.target_units, d.unfit_work) == (1, 1)  # job 9 only; job 7 reported
+    assert "jobs [7] are pending as BadConstraints on the nodes they ran on" in caplog.text
+    caplog.clear()
+    source.demand("hpc", 1001.0)
+    assert "BadConstraints" not in caplog.text  # said once
+
+
 # ---------------------------------------------------------------- nodes and drains
 
 

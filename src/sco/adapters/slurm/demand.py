@@ -82,6 +82,7 @@ class Need:
     unfit_jobs: tuple[int, ...]  # pending jobs no node of the shape can run
     gangs: tuple[Gang, ...] = ()  # pending jobs of many nodes that need new nodes
     bad_checkpoints: tuple[tuple[int, str], ...] = ()  # (job, why) declarations unread
+    lost_jobs: tuple[int, ...] = ()  # pending jobs Slurm will not run again (`lost_by_slurm`)
 
 
 def need(
@@ -166,7 +167,21 @@ def need(
     gangs, bad = _gangs(spec, fit, [n for n in mine if n.name not in taken])
     if one_pool:  # the jobs kept in one pool, and those too wide for any
         gangs, bad = pooled + gangs, _checkpoints(pending)[1]
-    return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)), gangs, bad)
+    lost = tuple(
+        j.job_id for j in jobs if j.partition in spec.slurm_partitions and lost_by_slurm(j)
+    )
+    return Need(target, g_wanted + g_pack.new_nodes, tuple(sorted(unfit)), gangs, bad, lost)
+
+
+def lost_by_slurm(job: Job) -> bool:
+    """A pending job Slurm calls BadConstraints (priority 0) that still names the nodes
+    it ran on (NodeList). Slurm before 23.11.11 and 24.05.6 (SchedMD ticket 20177) requeues a job
+    whose nodes all fail at once, as a reclaim of a whole pool without notice does,
+    without clearing its allocation; an exclusive job of several nodes then never runs
+    again, whatever nodes come (real slurmctld 22.05: tests/test_slurm_onepool.py), and
+    no update, hold or release clears it. New nodes would only idle: sco counts none,
+    and says so."""
+    return job.pending and job.reason == "BadConstraints" and bool(job.node_list)
 
 
 def _pool_of(n: SlurmNode) -> str:
@@ -265,6 +280,7 @@ class SlurmDemandSource:
         self.specs: Mapping[str, SlurmDemandSpec] = {s.partition.name: s for s in specs}
         self._reported: set[int] = set()  # unfit jobs said so
         self._refused: set[int] = set()  # jobs whose checkpoint declaration was refused
+        self._lost: set[int] = set()  # jobs Slurm lost, said so
         # partition -> (jobs, nodes, now, servers, need) of its last count: asked again
         # on the same read (the same lists) at the same time, the count is the same
         self._last: dict[str, tuple[object, object, float, object, Need]] = {}
@@ -301,6 +317,7 @@ class SlurmDemandSource:
                     "it is placed as a job that does not checkpoint",
                     partition, job, why,
                 )  # fmt: skip
+        self._say_lost(partition, n.lost_jobs)
         target = min(spec.max_units, max(spec.min_target_units, n.target))
         return Demand(
             target_units=target,
@@ -308,9 +325,22 @@ class SlurmDemandSource:
             max_units=spec.max_units,
             guaranteed_budget_units=spec.guaranteed_budget_units,
             guaranteed_units=min(n.guaranteed, target, spec.guaranteed_budget_units),
-            unfit_work=len(n.unfit_jobs),
+            unfit_work=len(n.unfit_jobs) + len(n.lost_jobs),
             gangs=within(n.gangs, n.target, target),
         )
+
+    def _say_lost(self, partition: str, lost: Sequence[int]) -> None:
+        fresh = [j for j in lost if j not in self._lost]
+        self._lost.intersection_update(lost)  # a job resubmitted or cancelled is forgotten
+        if fresh:
+            self._lost.update(fresh)
+            log.warning(
+                "partition %s: jobs %s are pending as BadConstraints on the nodes they ran "
+                "on: Slurm requeued them when all their nodes failed at once and kept the "
+                "old allocation (a Slurm bug, fixed in 23.11.11 and 24.05.6); they will not "
+                "run again, so no node is created for them: resubmit them, or upgrade Slurm",
+                partition, fresh,
+            )  # fmt: skip
 
     def _need(
         self,

@@ -42,6 +42,7 @@ class Job:
     begin_time: float = 0.0  # when it may start (pending); 0: no begin time set
     limit_s: float | None = None  # its time limit; None: unlimited or not said
     comment: str = ""  # its --comment, where it may declare its checkpoints
+    node_list: str = ""  # Slurm's NodeList as it says it (of a pending job: a stale one)
 
     @property
     def pending(self) -> bool:
@@ -251,6 +252,7 @@ def parse_jobs(doc: Any, where: str) -> list[Job]:
                 begin_time=_opt_time(j, "begin_time", at),
                 limit_s=_limit_s(limit),
                 comment=_opt_str(j, "comment", at),
+                node_list=_opt_str(j, "nodes", at),
             )
         )
     return jobs
