@@ -262,6 +262,11 @@ def test_a_job_slurm_lost_is_counted_nowhere_and_said_once(
     caplog.clear()
     source.demand("hpc", 1001.0)
     assert "BadConstraints" not in caplog.text  # said once
+    jobs.remove(lost)
+    source.demand("hpc", 1002.0)  # cancelled: forgotten; the same id later is said again
+    jobs.append(lost)
+    source.demand("hpc", 1003.0)
+    assert "jobs [7] are pending as BadConstraints" in caplog.text
 
 
 # ---------------------------------------------------------------- nodes and drains

@@ -175,12 +175,12 @@ def need(
 
 def lost_by_slurm(job: Job) -> bool:
     """A pending job Slurm calls BadConstraints (priority 0) that still names the nodes
-    it ran on (NodeList). Slurm before 23.11.11 and 24.05.6 (SchedMD ticket 20177) requeues a job
-    whose nodes all fail at once, as a reclaim of a whole pool without notice does,
-    without clearing its allocation; an exclusive job of several nodes then never runs
-    again, whatever nodes come (real slurmctld 22.05: tests/test_slurm_onepool.py), and
-    no update, hold or release clears it. New nodes would only idle: sco counts none,
-    and says so."""
+    it ran on (NodeList). Slurm before 23.11.11 and 24.05.6 (SchedMD ticket 20177)
+    requeues a job whose nodes all fail at once, as a reclaim of a whole pool without
+    notice does, without clearing its allocation; an exclusive job of several nodes
+    then never runs again, whatever nodes come (real slurmctld 22.05:
+    tests/test_slurm_onepool.py), and no update, hold or release clears it. New nodes
+    would only idle: sco counts none, and says so."""
     return job.pending and job.reason == "BadConstraints" and bool(job.node_list)
 
 
@@ -280,7 +280,7 @@ class SlurmDemandSource:
         self.specs: Mapping[str, SlurmDemandSpec] = {s.partition.name: s for s in specs}
         self._reported: set[int] = set()  # unfit jobs said so
         self._refused: set[int] = set()  # jobs whose checkpoint declaration was refused
-        self._lost: set[int] = set()  # jobs Slurm lost, said so
+        self._lost: dict[str, set[int]] = {}  # partition -> jobs Slurm lost, said so
         # partition -> (jobs, nodes, now, servers, need) of its last count: asked again
         # on the same read (the same lists) at the same time, the count is the same
         self._last: dict[str, tuple[object, object, float, object, Need]] = {}
@@ -330,10 +330,10 @@ class SlurmDemandSource:
         )
 
     def _say_lost(self, partition: str, lost: Sequence[int]) -> None:
-        fresh = [j for j in lost if j not in self._lost]
-        self._lost.intersection_update(lost)  # a job resubmitted or cancelled is forgotten
+        said = self._lost.get(partition, set())
+        fresh = [j for j in lost if j not in said]
+        self._lost[partition] = set(lost)  # a job cancelled or resubmitted is forgotten
         if fresh:
-            self._lost.update(fresh)
             log.warning(
                 "partition %s: jobs %s are pending as BadConstraints on the nodes they ran "
                 "on: Slurm requeued them when all their nodes failed at once and kept the "
