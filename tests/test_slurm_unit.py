@@ -240,6 +240,17 @@ def test_demand_caps_and_reports(caplog: pytest.LogCaptureFixture) -> None:
     assert "jobs [99] ask more of a node than its shape has" in caplog.text
 
 
+def test_a_node_finishing_a_job_is_busy() -> None:
+    """sinfo --json of real slurmctld 22.05 says a node whose job is completing (its
+    epilog runs) is `idle` with flag COMPLETING and no CPU allocated: read as idle, sco
+    would count its room as free and delete it if its server went, the job unfinished."""
+    (done,) = parse_nodes({"nodes": [node("sco-a", flags=("COMPLETING", "DYNAMIC_NORM"))]}, "t")
+    (idle,) = parse_nodes({"nodes": [node("sco-b")]}, "t")
+    assert (done.busy, idle.busy) == (True, False)
+    n = need(PART, [], [done], 10_000.0)  # long past idle_keep_s: kept while it finishes
+    assert n.target == 1
+
+
 def test_a_job_slurm_lost_is_counted_nowhere_and_said_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -97,7 +97,15 @@ class SlurmNode:
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: set once, here
         put(self, "draining", "DRAIN" in self.flags)
-        put(self, "busy", self.alloc_cpus > 0 or self.state in ("allocated", "mixed", "completing"))
+        # A node finishing a job (its epilog) reads `idle` with flag COMPLETING in
+        # sinfo --json (Slurm 22.05), its CPUs already free: still busy.
+        put(
+            self,
+            "busy",
+            self.alloc_cpus > 0
+            or self.state in ("allocated", "mixed", "completing")
+            or "COMPLETING" in self.flags,
+        )
         # Registered and reachable.
         put(self, "up", self.state not in _NOT_UP_STATES and not (self.flags & _NOT_UP_FLAGS))
         put(self, "room", Size(self.cpus - self.alloc_cpus, self.memory_mb - self.alloc_memory_mb))
