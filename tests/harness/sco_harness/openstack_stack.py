@@ -366,6 +366,8 @@ class NovaStack:
             env=self.env,
             timeout_s=60,
         )
+        if done.returncode != 0:  # no answer is not "nothing died"
+            raise RuntimeError(f"nova.sh status: {done.stderr.strip()[-500:]}")
         names = [ln.split()[0] for ln in done.stdout.splitlines() if ln.endswith(" dead")]
         logs = self.folder / "logs"
         return {
