@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from sco.assembly.wiring import (
     open_events,
     open_leases,
     open_store,
+    patiently,
     require,
 )
 from sco.decide.policies import Policy, ScoPolicy, policy_named
@@ -137,9 +139,13 @@ class Controllers:
         registry: CollectorRegistry,
         on_report: Callable[[CycleReport], None],
         cycles: int | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> tuple[ReplicaRunner, Callable[[], None]]:
         """The replica named `name`, its metrics in `registry`, and what refreshes the
-        credential's metrics (after each cycle)."""
+        credential's metrics (after each cycle). Its start writes the pools to fleet
+        state: a database failing over just then is waited for (`state.start_wait_s`),
+        as the store's opening waits, rather than ending the process."""
         provider = self._provider
         credential = CredentialMetrics(
             registry,
@@ -150,17 +156,23 @@ class Controllers:
         )
         s = self.settings
         ttl = s.leases.ttl_s
-        runner = builder.replica(
-            self.ports,
-            ReplicaConfig(name, lease_ttl_s=ttl, act_margin_s=ttl / 3),
-            policy_factory(s),
-            s.policy.interval_s,
-            controller=s.policy.controller,
-            cycles=cycles,
-            metrics=PlacementMetrics(registry),
-            on_report=on_report,
-            pumping=Pumping(registry=registry),
-        )
+        metrics = PlacementMetrics(registry)
+        pumping = Pumping(registry=registry)
+
+        def start() -> ReplicaRunner:
+            return builder.replica(
+                self.ports,
+                ReplicaConfig(name, lease_ttl_s=ttl, act_margin_s=ttl / 3),
+                policy_factory(s),
+                s.policy.interval_s,
+                controller=s.policy.controller,
+                cycles=cycles,
+                metrics=metrics,
+                on_report=on_report,
+                pumping=pumping,
+            )
+
+        runner = patiently(start, "state.url", s.state.start_wait_s, sleep, monotonic)
         return runner, credential.refresh
 
     def start(self) -> None:

@@ -55,7 +55,7 @@ def open_store(
     `state.start_wait_s`: a replica started while the database fails over, or before
     it is up, waits for it, as it would once running, rather than exit."""
     try:
-        return _patiently(
+        return patiently(
             lambda: SqlFleetStore(settings.state.url, run_migrations=run_migrations),
             "state.url",
             settings.state.start_wait_s if patient else 0.0,
@@ -68,7 +68,7 @@ def open_store(
         ) from None
 
 
-def _patiently(
+def patiently(
     open_: Callable[[], T],
     field: str,
     wait_s: float,
@@ -140,7 +140,7 @@ def open_events(
         return Events(shared, shared.absorb_outbox, lambda: None, "embedded")
     url = cfg.url
     wait_s = settings.state.start_wait_s if patient else 0.0
-    own = _patiently(lambda: SqlEventLog.open(url), "events.url", wait_s, sleep, monotonic)
+    own = patiently(lambda: SqlEventLog.open(url), "events.url", wait_s, sleep, monotonic)
     return Events(own, lambda: relay(store, own), own.close, "embedded")
 
 
