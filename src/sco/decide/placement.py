@@ -14,13 +14,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sco.domain.pools import PoolId
 
 
-@dataclass(frozen=True, slots=True)
-class Slot:
+class Slot(NamedTuple):  # a tuple: made for every pool at every plan, thousands a second
     pool: PoolId
     hazard: float
     held: int  # replicas there now
