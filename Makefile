@@ -45,11 +45,8 @@ deploy-tools:
 check-deploy: $(STAMP) deploy-tools
 	$(BIN)/pytest tests/test_deploy.py
 
-# Three workers on two cores: most of the suite's time is spent waiting on real
-# services (a third of the cores idled under two workers), and the Nova stack's
-# modules are two units of work with a stack each (tests/conftest.py).
 unit: $(STAMP) openstack deploy-tools
-	$(BIN)/pytest -n 3
+	$(BIN)/pytest -n 2
 
 test: lint typecheck layers unit
 

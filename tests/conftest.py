@@ -34,19 +34,19 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("SCO_WORKERS", "1")
 
 
-# The modules on a shared Nova stack, in two groups of about the same length (seven
-# minutes each). Under xdist each group is one unit of work on one worker (which
-# starts a stack of its own, on ports of its own), begun first: they are the longest.
-NOVA_GROUPS = {
-    "test_slurm.py": "nova-stack-a",
-    "test_contracts_e2e.py": "nova-stack-a",
-    "test_benches_services.py": "nova-stack-b",
-    "test_kubernetes_e2e.py": "nova-stack-b",
-    "test_openstack_nova.py": "nova-stack-b",
-    "test_provider.py": "nova-stack-b",  # tests/conformance/: the provider suite's Nova half
-    "test_security.py": "nova-stack-b",
-}
-NOVA_MODULES = frozenset(NOVA_GROUPS)
+# The modules on the shared Nova stack. Under xdist they are one unit of work on one
+# worker (the session starts one stack there), begun first: it is the longest.
+NOVA_MODULES = frozenset(
+    {
+        "test_benches_services.py",
+        "test_contracts_e2e.py",
+        "test_kubernetes_e2e.py",
+        "test_openstack_nova.py",
+        "test_provider.py",  # tests/conformance/: the provider suite's Nova half
+        "test_security.py",
+        "test_slurm.py",
+    }
+)
 
 
 def _on_stack(nodeid: str) -> bool:
@@ -86,8 +86,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ByModule(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return NOVA_GROUPS.get(Path(module).name, module)
+            return "nova-stack" if _on_stack(nodeid) else nodeid.split("::", 1)[0]
 
     return ByModule(config, log)
 
@@ -143,9 +142,8 @@ def postgres() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def nova_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
-    """One Nova test stack for the session (starting one takes most of a minute), on
-    ports of the worker's own: two workers may each run a group of NOVA_GROUPS."""
-    port = int(os.environ.get("SCO_TEST_OS_BASE_PORT", "18800")) + 20 * _worker_index()
+    """One Nova test stack for the session (starting one takes most of a minute)."""
+    port = int(os.environ.get("SCO_TEST_OS_BASE_PORT", "18800"))
     s = NovaStack(tmp_path_factory.mktemp("nova"), port, NOVA_HALLS, NOVA_SLOTS)
     started = time.monotonic()
     try:
@@ -154,12 +152,6 @@ def nova_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NovaStack]:
         yield s
     finally:
         s.down()
-
-
-def _worker_index() -> int:
-    """0 for xdist's worker gw0 (or no xdist), 1 for gw1, ..."""
-    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return int(name[2:]) if name[2:].isdigit() else 0
 
 
 @pytest.fixture(scope="module")
