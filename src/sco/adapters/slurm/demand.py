@@ -23,7 +23,7 @@ spread over pools is lost whole when any of them goes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sco.adapters.slurm.model import Job, SlurmNode, checkpoint_s
@@ -265,6 +265,22 @@ def _moving(spec: SlurmPartition, jobs: Sequence[Job], nodes: Sequence[SlurmNode
     return set(cut_short([j for j in jobs if not j.pending], due)[0]) if due else set()
 
 
+class _SaidOnce:
+    """Per partition, the jobs a warning named at the last read: a job is named when it
+    first shows, and forgotten once gone (started, cancelled), so what is kept stays
+    as small as the queue."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, set[int]] = {}
+
+    def fresh(self, partition: str, jobs: Iterable[int]) -> list[int]:
+        """The jobs of `jobs` not named at the last read, in order."""
+        now = list(dict.fromkeys(jobs))
+        said = self._said.get(partition, set())
+        self._said[partition] = set(now)
+        return [j for j in now if j not in said]
+
+
 class SlurmDemandSource:
     """`sco.ports.DemandSource` for the partitions of one Slurm cluster."""
 
@@ -278,9 +294,9 @@ class SlurmDemandSource:
         self.view = view
         self._listing = listing
         self.specs: Mapping[str, SlurmDemandSpec] = {s.partition.name: s for s in specs}
-        self._reported: set[int] = set()  # unfit jobs said so
-        self._refused: set[int] = set()  # jobs whose checkpoint declaration was refused
-        self._lost: dict[str, set[int]] = {}  # partition -> jobs Slurm lost, said so
+        self._unfit = _SaidOnce()  # jobs no node of the shape runs
+        self._refused = _SaidOnce()  # jobs whose checkpoint declaration was refused
+        self._lost = _SaidOnce()  # jobs Slurm lost (`lost_by_slurm`)
         # partition -> (jobs, nodes, now, servers, need) of its last count: asked again
         # on the same read (the same lists) at the same time, the count is the same
         self._last: dict[str, tuple[object, object, float, object, Need]] = {}
@@ -297,9 +313,8 @@ class SlurmDemandSource:
         if self._listing is not None:
             servers = self._names.of(partition, self._listing(partition)).keys()
         n = self._need(partition, spec, jobs, nodes, now, servers)
-        fresh = [j for j in n.unfit_jobs if j not in self._reported]
+        fresh = self._unfit.fresh(partition, n.unfit_jobs)
         if fresh:
-            self._reported.update(fresh)
             log.warning(
                 "partition %s: jobs %s ask more of a node than its shape has "
                 "(%g CPUs, %g MB) or more nodes than its most (%d): not counted",
@@ -309,15 +324,22 @@ class SlurmDemandSource:
                 spec.slurm.shape.memory_mb,
                 spec.max_units,
             )
-        for job, why in n.bad_checkpoints:
-            if job not in self._refused:
-                self._refused.add(job)
-                log.warning(
-                    "partition %s: job %d's checkpoint declaration is refused: %s; "
-                    "it is placed as a job that does not checkpoint",
-                    partition, job, why,
-                )  # fmt: skip
-        self._say_lost(partition, n.lost_jobs)
+        why_refused = dict(n.bad_checkpoints)
+        for job in self._refused.fresh(partition, why_refused):
+            log.warning(
+                "partition %s: job %d's checkpoint declaration is refused: %s; "
+                "it is placed as a job that does not checkpoint",
+                partition, job, why_refused[job],
+            )  # fmt: skip
+        fresh = self._lost.fresh(partition, n.lost_jobs)
+        if fresh:
+            log.warning(
+                "partition %s: jobs %s are pending as BadConstraints on the nodes they ran "
+                "on: Slurm requeued them when all their nodes failed at once and kept the "
+                "old allocation (a Slurm bug, fixed in 23.11.11 and 24.05.6); they will not "
+                "run again, so no node is created for them: resubmit them, or upgrade Slurm",
+                partition, fresh,
+            )  # fmt: skip
         target = min(spec.max_units, max(spec.min_target_units, n.target))
         return Demand(
             target_units=target,
@@ -328,19 +350,6 @@ class SlurmDemandSource:
             unfit_work=len(n.unfit_jobs) + len(n.lost_jobs),
             gangs=within(n.gangs, n.target, target),
         )
-
-    def _say_lost(self, partition: str, lost: Sequence[int]) -> None:
-        said = self._lost.get(partition, set())
-        fresh = [j for j in lost if j not in said]
-        self._lost[partition] = set(lost)  # a job cancelled or resubmitted is forgotten
-        if fresh:
-            log.warning(
-                "partition %s: jobs %s are pending as BadConstraints on the nodes they ran "
-                "on: Slurm requeued them when all their nodes failed at once and kept the "
-                "old allocation (a Slurm bug, fixed in 23.11.11 and 24.05.6); they will not "
-                "run again, so no node is created for them: resubmit them, or upgrade Slurm",
-                partition, fresh,
-            )  # fmt: skip
 
     def _need(
         self,
